@@ -1,0 +1,82 @@
+// Job specs: parsing the TrainJob YAML users write into v1::JobSpec, defaults, and validation.
+//
+// The YAML maps onto the proto field by field (docs/job-spec.md):
+//
+//   apiVersion: substrax/v1
+//   kind: TrainJob
+//   metadata: {name: fashion-mnist-mlp}
+//   spec: {model: ..., data: ..., optimizer: ..., mesh: ..., batch: ..., epochs: 3, ...}
+//
+// Every error names the field by its path ("spec.mesh.model_parallel_size: must be >= 1, got
+// 0"); errors found while parsing YAML also carry the source name, line and column. All errors
+// of a spec are reported together, one per line, in one INVALID_ARGUMENT status. Unknown fields,
+// wrong types, out-of-range sizes, fields the chosen model/data/optimizer/mesh does not use, and
+// combinations that cannot run (a batch that does not divide over the data axis) are all errors.
+//
+// Pure functions; thread-safe.
+#ifndef SUBSTRAX_CORE_JOB_SPEC_H_
+#define SUBSTRAX_CORE_JOB_SPEC_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "substrax/v1/job.pb.h"
+
+namespace substrax {
+
+// Limits on sizes; larger values are rejected as absurd (they would not fit any real cluster or
+// would take longer than anyone waits).
+inline constexpr int64_t kMaxMeshAxisSize = 65536;
+inline constexpr int64_t kMaxLayerWidth = 65536;
+inline constexpr int kMaxHiddenLayers = 64;
+inline constexpr int64_t kMaxNumClasses = 100000;
+inline constexpr int64_t kMaxBatchSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxSteps = 1000000000;
+inline constexpr int64_t kMaxEpochs = 1000000;
+inline constexpr int64_t kMaxExamples = 100000000;
+inline constexpr int64_t kMaxFeatures = 1000000;
+inline constexpr int kMaxPrefetchSize = 64;
+inline constexpr int kMaxRestarts = 100;
+
+// Parses, defaults and validates a TrainJob YAML document. `source` names the document in error
+// messages (a file name). Errors: INVALID_ARGUMENT with every problem found, one per line, as
+// "source:line:column: path: message".
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml,
+                                             absl::string_view source = "<job spec>");
+
+// ParseJobSpecYaml on a file's contents. Errors: NOT_FOUND / PERMISSION_DENIED when the file
+// cannot be read, else as ParseJobSpecYaml.
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+// Fills in the documented defaults of fields left unset (optimizer constants, mesh type and the
+// axis sizes it implies, metric reductions, report interval, prefetch size, ...). Idempotent.
+void ApplyJobSpecDefaults(v1::JobSpec* spec);
+
+// Checks a spec (normally after ApplyJobSpecDefaults) for everything that can be checked without
+// a cluster: required fields, ranges, fields unused by the chosen types, and cross-field rules.
+// This is what the coordinator runs on every submitted spec, whatever client sent it.
+// Errors: INVALID_ARGUMENT with every problem, one per line, as "path: message".
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// Sizes of the mesh a (defaulted) spec asks for.
+int64_t DataAxisSize(const v1::JobSpec& spec);
+int64_t ModelAxisSize(const v1::JobSpec& spec);
+int64_t RequiredDevices(const v1::JobSpec& spec);
+// Examples each shard of the data axis processes per step.
+int64_t PerDeviceBatchSize(const v1::JobSpec& spec);
+// softmax_regression and mlp predict classes; linear predicts values.
+bool IsClassification(v1::ModelType type);
+
+// YAML names of the enums ("mlp", "adam", "hybrid", "mean", ...), for messages and output.
+std::string ModelTypeName(v1::ModelType type);
+std::string OptimizerTypeName(v1::OptimizerType type);
+std::string MeshTypeName(v1::MeshType type);
+std::string DataFormatName(v1::DataFormat format);
+std::string BackendName(v1::Backend backend);
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_CORE_JOB_SPEC_H_

@@ -1,0 +1,201 @@
+#include "core/job_spec.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace substrax {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::vector<fs::path> YamlFiles(const std::string& dir) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator("core/testdata/" + dir)) {
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string FirstLine(const fs::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+void ExpectRejected(const fs::path& file) {
+  SCOPED_TRACE(file.string());
+  {
+    const std::string first = FirstLine(file);
+    absl::string_view expect = first;
+    ASSERT_TRUE(absl::ConsumePrefix(&expect, "# expect: ")) << "first line must be '# expect: ...'";
+    ASSERT_GE(expect.size(), 10u) << "the expected fragment is too short to mean anything";
+    absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(file.string());
+    ASSERT_FALSE(spec.ok()) << "accepted: " << spec->DebugString();
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(std::string(expect)));
+    // Every line names the file it came from.
+    for (absl::string_view line : absl::StrSplit(spec.status().message(), '\n')) {
+      EXPECT_TRUE(absl::StartsWith(line, file.string())) << line;
+    }
+  }
+}
+
+// Every file under testdata/bad_specs starts with "# expect: <fragment>"; parsing it must fail
+// with INVALID_ARGUMENT and a message containing the fragment.
+TEST(JobSpecCorpusTest, EveryBadSpecIsRejectedWithItsMessage) {
+  const std::vector<fs::path> files = YamlFiles("bad_specs");
+  EXPECT_GE(files.size(), 25u);
+  for (const fs::path& file : files) ExpectRejected(file);
+}
+
+void ExpectAccepted(const fs::path& file) {
+  SCOPED_TRACE(file.string());
+  {
+    absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(file.string());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    // What the CLI sends is what the coordinator validates again: it must still pass, and
+    // defaults must not change a defaulted spec.
+    EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+    v1::JobSpec again = *spec;
+    ApplyJobSpecDefaults(&again);
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(again, *spec))
+        << again.DebugString() << " vs " << spec->DebugString();
+  }
+}
+
+TEST(JobSpecCorpusTest, EveryGoodSpecParsesAndRevalidates) {
+  const std::vector<fs::path> files = YamlFiles("good_specs");
+  EXPECT_GE(files.size(), 5u);
+  for (const fs::path& file : files) ExpectAccepted(file);
+}
+
+TEST(JobSpecTest, DesignExampleMapsFieldByField) {
+  auto spec = LoadJobSpecFile("core/testdata/good_specs/fashion_mnist_mlp.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "fashion-mnist-mlp");
+  EXPECT_EQ(spec->model().type(), v1::MODEL_TYPE_MLP);
+  EXPECT_THAT(spec->model().hidden_sizes(), ::testing::ElementsAre(512, 512));
+  EXPECT_EQ(spec->model().num_classes(), 10);
+  EXPECT_EQ(spec->data().format(), v1::DATA_FORMAT_IDX);
+  EXPECT_EQ(spec->data().test().labels(),
+            "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+  EXPECT_EQ(spec->optimizer().type(), v1::OPTIMIZER_TYPE_ADAM);
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.001);
+  EXPECT_EQ(spec->mesh().type(), v1::MESH_TYPE_DATA_PARALLEL);
+  EXPECT_EQ(spec->epochs(), 3);
+  EXPECT_EQ(spec->metrics().at("step"), v1::REDUCTION_MAX);
+  EXPECT_EQ(spec->backend(), v1::BACKEND_AUTO);
+  // Derived and defaulted.
+  EXPECT_EQ(spec->batch().per_device_batch_size(), 64);
+  EXPECT_DOUBLE_EQ(spec->optimizer().b2(), 0.999);
+  EXPECT_DOUBLE_EQ(spec->optimizer().eps(), 1e-8);
+  EXPECT_TRUE(spec->data().shuffle());
+  EXPECT_EQ(spec->data().prefetch_size(), 2);
+  EXPECT_EQ(RequiredDevices(*spec), 4);
+  EXPECT_EQ(PerDeviceBatchSize(*spec), 64);
+}
+
+TEST(JobSpecTest, MeshTypesAndSizesAreDerived) {
+  auto hybrid = LoadJobSpecFile("core/testdata/good_specs/fashion_mnist_mlp_hybrid.yaml");
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+  EXPECT_EQ(DataAxisSize(*hybrid), 2);
+  EXPECT_EQ(ModelAxisSize(*hybrid), 2);
+  EXPECT_EQ(hybrid->batch().global_batch_size(), 128);
+  EXPECT_DOUBLE_EQ(hybrid->optimizer().momentum(), 0.9);
+
+  auto mp = LoadJobSpecFile("core/testdata/good_specs/model_parallel_cross_host.yaml");
+  ASSERT_TRUE(mp.ok()) << mp.status();
+  EXPECT_EQ(DataAxisSize(*mp), 1);
+  EXPECT_EQ(ModelAxisSize(*mp), 4);
+  EXPECT_EQ(RequiredDevices(*mp), 4);
+  EXPECT_EQ(mp->data().synthetic().num_outputs(), 10);
+  EXPECT_EQ(mp->metrics().size(), 3u);
+
+  auto linear = LoadJobSpecFile("core/testdata/good_specs/synthetic_linear.yaml");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ(linear->seed(), 18446744073709551615ull);
+  EXPECT_EQ(linear->data().synthetic().num_outputs(), 2);
+}
+
+TEST(JobSpecTest, ErrorsCarryFileLineAndColumn) {
+  const std::string yaml =
+      "apiVersion: substrax/v1\n"
+      "kind: TrainJob\n"
+      "metadata: {name: x}\n"
+      "spec:\n"
+      "  mesh: {data_parallel_size: 2, model_parallel_size: 0}\n";
+  auto spec = ParseJobSpecYaml(yaml, "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("job.yaml:5:33: spec.mesh.model_parallel_size: must be >= 1, got 0"));
+}
+
+TEST(JobSpecTest, AllProblemsAreReportedTogether) {
+  const std::string yaml =
+      "apiVersion: substrax/v1\n"
+      "kind: TrainJob\n"
+      "metadata: {name: x}\n"
+      "spec: {steps: 5}\n";
+  auto spec = ParseJobSpecYaml(yaml, "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  const std::string message(spec.status().message());
+  for (const char* expected : {"spec.model: is required", "spec.data: is required",
+                               "spec.optimizer: is required", "spec.mesh: is required",
+                               "spec.batch: give global_batch_size"}) {
+    EXPECT_THAT(message, HasSubstr(expected));
+  }
+}
+
+// A client that builds the proto itself (any gRPC client) gets the same checks, with paths.
+TEST(JobSpecTest, ValidateJobSpecChecksProtosWithoutYaml) {
+  v1::JobSpec spec;
+  absl::Status empty = ValidateJobSpec(spec);
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(empty.message()), HasSubstr("metadata.name: is required"));
+  EXPECT_THAT(std::string(empty.message()), HasSubstr("spec: give steps or epochs"));
+
+  auto good = LoadJobSpecFile("core/testdata/good_specs/fashion_mnist_mlp.yaml");
+  ASSERT_TRUE(good.ok());
+  v1::JobSpec bad = *good;
+  bad.mutable_mesh()->set_data_parallel_size(3);
+  bad.mutable_batch()->clear_per_device_batch_size();
+  EXPECT_THAT(std::string(ValidateJobSpec(bad).message()),
+              HasSubstr("spec.batch.global_batch_size: 256 does not divide over the data axis "
+                        "of size 3 (256 = 3 x 85 + 1); use a multiple of 3"));
+  bad = *good;
+  bad.mutable_optimizer()->set_learning_rate(std::nan(""));
+  EXPECT_THAT(std::string(ValidateJobSpec(bad).message()),
+              HasSubstr("spec.optimizer.learning_rate: must be a positive finite number"));
+}
+
+TEST(JobSpecTest, UnreadableFileIsNotFound) {
+  auto spec = LoadJobSpecFile("core/testdata/no_such_file.yaml");
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("no_such_file.yaml"));
+}
+
+TEST(JobSpecTest, EnumNamesMatchTheYaml) {
+  EXPECT_EQ(ModelTypeName(v1::MODEL_TYPE_SOFTMAX_REGRESSION), "softmax_regression");
+  EXPECT_EQ(OptimizerTypeName(v1::OPTIMIZER_TYPE_MOMENTUM), "momentum");
+  EXPECT_EQ(MeshTypeName(v1::MESH_TYPE_HYBRID), "hybrid");
+  EXPECT_EQ(DataFormatName(v1::DATA_FORMAT_IDX), "idx");
+  EXPECT_EQ(BackendName(v1::BACKEND_CUDA), "cuda");
+  EXPECT_TRUE(IsClassification(v1::MODEL_TYPE_MLP));
+  EXPECT_FALSE(IsClassification(v1::MODEL_TYPE_LINEAR));
+}
+
+}  // namespace
+}  // namespace substrax
