@@ -5,7 +5,9 @@
 set -euo pipefail
 
 # Build: Bazel 4 (Debian's bazel-bootstrap), a C++ compiler, pkg-config for the system libraries.
-# Libraries: gRPC and protobuf (with their compilers), Abseil, yaml-cpp, GoogleTest/GoogleMock.
+# Libraries: gRPC and protobuf (with their compilers), Abseil, yaml-cpp, GoogleTest/GoogleMock,
+# Eigen (CPU math), zlib (gzip'd IDX files), Gloo (CPU collectives).
+# Data: Fashion-MNIST in IDX format (examples and the quality run).
 PACKAGES=(
   bazel-bootstrap
   g++
@@ -18,6 +20,10 @@ PACKAGES=(
   libyaml-cpp-dev
   libgtest-dev
   libgmock-dev
+  libeigen3-dev
+  zlib1g-dev
+  libgloo-dev
+  dataset-fashion-mnist
 )
 
 missing=()

@@ -1,0 +1,122 @@
+#include "worker/tensor/tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+
+namespace substrax {
+namespace {
+
+int64_t NumElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    SUBSTRAX_CHECK(d >= 0, absl::StrCat("negative dimension in shape (", absl::StrJoin(shape, ", "), ")"));
+    n *= d;
+  }
+  return n;
+}
+
+}  // namespace
+
+Tensor::Tensor(std::vector<int64_t> shape)
+    : shape_(std::move(shape)), data_(NumElements(shape_), 0.0f) {}
+
+Tensor::Tensor(std::vector<int64_t> shape, std::vector<float> values)
+    : shape_(std::move(shape)), data_(std::move(values)) {
+  SUBSTRAX_CHECK(static_cast<int64_t>(data_.size()) == NumElements(shape_),
+                 absl::StrCat(data_.size(), " values for shape ", ShapeString()));
+}
+
+void Tensor::Fill(float value) { std::fill(data_.begin(), data_.end(), value); }
+
+absl::StatusOr<Tensor> Tensor::SliceRows(int64_t start, int64_t limit) const {
+  if (rank() == 0) return absl::InvalidArgumentError("cannot slice rows of a scalar");
+  if (start < 0 || start > limit || limit > shape_[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("rows [", start, ", ", limit,
+                                                   ") out of range for shape ", ShapeString()));
+  }
+  const int64_t row = shape_[0] == 0 ? 0 : size() / shape_[0];
+  std::vector<int64_t> shape = shape_;
+  shape[0] = limit - start;
+  return Tensor(std::move(shape),
+                std::vector<float>(data_.begin() + start * row, data_.begin() + limit * row));
+}
+
+absl::StatusOr<Tensor> Tensor::Slice(absl::Span<const std::pair<int64_t, int64_t>> ranges) const {
+  if (static_cast<int>(ranges.size()) != rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(ranges.size(), " ranges for a tensor of shape ",
+                                                   ShapeString()));
+  }
+  std::vector<int64_t> shape(rank());
+  for (int d = 0; d < rank(); ++d) {
+    const auto [start, limit] = ranges[d];
+    if (start < 0 || start > limit || limit > shape_[d]) {
+      return absl::InvalidArgumentError(absl::StrCat("range [", start, ", ", limit,
+                                                     ") out of bounds on dimension ", d,
+                                                     " of shape ", ShapeString()));
+    }
+    shape[d] = limit - start;
+  }
+  Tensor out(shape);
+  if (out.size() == 0) return out;
+  // Walk the output in row-major order, tracking the source offset.
+  std::vector<int64_t> strides(rank(), 1);
+  for (int d = rank() - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape_[d + 1];
+  std::vector<int64_t> idx(rank(), 0);
+  const int64_t inner = shape.empty() ? 1 : shape.back();
+  for (int64_t written = 0; written < out.size(); written += inner) {
+    int64_t offset = 0;
+    for (int d = 0; d < rank(); ++d) offset += (ranges[d].first + idx[d]) * strides[d];
+    std::copy_n(data_.begin() + offset, inner, out.data_.begin() + written);
+    for (int d = rank() - 2; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+std::string Tensor::ShapeString() const {
+  if (shape_.size() == 1) return absl::StrCat("(", shape_[0], ",)");
+  return absl::StrCat("(", absl::StrJoin(shape_, ", "), ")");
+}
+
+int64_t TreeSize(const TensorTree& tree) {
+  int64_t n = 0;
+  for (const auto& [name, t] : tree) n += t.size();
+  return n;
+}
+
+absl::StatusOr<TreeDifference> CompareTrees(const TensorTree& a, const TensorTree& b,
+                                            double floor) {
+  if (a.size() != b.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trees have ", a.size(), " and ", b.size(), " tensors"));
+  }
+  TreeDifference diff;
+  for (const auto& [name, ta] : a) {
+    auto it = b.find(name);
+    if (it == b.end()) return absl::InvalidArgumentError(absl::StrCat("'", name, "' only in one tree"));
+    const Tensor& tb = it->second;
+    if (ta.shape() != tb.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' has shapes ", ta.ShapeString(),
+                                                     " and ", tb.ShapeString()));
+    }
+    for (int64_t i = 0; i < ta.size(); ++i) {
+      const double x = ta.data()[i], y = tb.data()[i];
+      const double rel = std::abs(x - y) / std::max(std::abs(y), floor);
+      if (rel > diff.max_relative || std::isnan(rel)) {
+        diff.max_relative = std::isnan(rel) ? INFINITY : rel;
+        diff.where = absl::StrCat(name, "[", i, "]");
+      }
+    }
+  }
+  return diff;
+}
+
+}  // namespace substrax
