@@ -1,0 +1,104 @@
+// GlooCommunicator: Communicator over Gloo's TCP transport, for CPU devices.
+//
+// Each communicator is one Gloo context connected as a full mesh through a Store (give each
+// communicator its own key prefix). Collectives run Gloo's ring algorithms; tags come from a
+// per-communicator counter, so every rank's n-th collective matches the others' n-th.
+// Failures go through TranslateGlooError with the process's PeerMonitor, so a dead peer is
+// named as such on every surviving rank.
+#ifndef SUBSTRAX_WORKER_COLLECTIVES_GLOO_COMMUNICATOR_H_
+#define SUBSTRAX_WORKER_COLLECTIVES_GLOO_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/collectives/communicator.h"
+#include "worker/collectives/gloo_errors.h"
+#include "worker/collectives/peer_monitor.h"
+#include "worker/collectives/store.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+}  // namespace transport
+}  // namespace gloo
+
+namespace substrax {
+
+struct GlooCommunicatorOptions {
+  // Name used in messages ("world", "axis 'data' group 0").
+  std::string name = "world";
+  // Every collective must finish within this time. After it, a collective fails with
+  // DEADLINE_EXCEEDED (or UNAVAILABLE when a peer is known to be dead).
+  absl::Duration timeout = absl::Seconds(30);
+  // How long connecting to every peer may take at creation.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // Address this rank listens on for its peers: an IP address or host name reachable by them.
+  std::string listen_host = "127.0.0.1";
+  // How long a failed collective waits for the peer monitor to see a death before reporting a
+  // broken connection without a culprit (the monitor and Gloo see the same closed sockets at
+  // nearly the same time).
+  absl::Duration death_grace = absl::Seconds(1);
+};
+
+// Who a rank is, for messages.
+struct RankInfo {
+  int process_index = 0;
+  std::string description;  // "device 2 (cpu:2 on host-b)"
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Connects rank `rank` of a group of ranks.size() ranks through `store` (which must outlive
+  // the call only). `monitor` (may be null) must outlive the communicator.
+  // Errors: INVALID_ARGUMENT (rank out of range), UNAVAILABLE or DEADLINE_EXCEEDED (peers could
+  // not be reached in connect_timeout; the message names the communicator and rank).
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
+      const GlooCommunicatorOptions& options, Store* store, int rank,
+      std::vector<RankInfo> ranks, const PeerMonitor* monitor);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(ranks_.size()); }
+  const std::string& name() const override { return options_.name; }
+
+ protected:
+  absl::Status DoAllReduce(absl::Span<float> data, ReduceOp op) override;
+  absl::Status DoAllReduce(absl::Span<double> data, ReduceOp op) override;
+  absl::Status DoAllGather(absl::Span<const float> input, absl::Span<float> output) override;
+  absl::Status DoAllGather(absl::Span<const double> input, absl::Span<double> output) override;
+  absl::Status DoBroadcast(absl::Span<float> data, int root) override;
+  absl::Status DoReduceScatter(absl::Span<const float> input, absl::Span<float> output,
+                               ReduceOp op) override;
+  absl::Status DoBarrier() override;
+
+ private:
+  GlooCommunicator(const GlooCommunicatorOptions& options, int rank, std::vector<RankInfo> ranks,
+                   const PeerMonitor* monitor);
+  template <typename T>
+  absl::Status AllReduceImpl(absl::Span<T> data, ReduceOp op);
+  template <typename T>
+  absl::Status AllGatherImpl(absl::Span<const T> input, absl::Span<T> output);
+  // Runs one Gloo operation, translating whatever it throws.
+  template <typename Fn>
+  absl::Status Run(const char* op, Fn&& fn);
+  uint32_t NextTag() { return next_tag_++; }
+
+  const GlooCommunicatorOptions options_;
+  const int rank_;
+  const std::vector<RankInfo> ranks_;
+  const PeerMonitor* const monitor_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  uint32_t next_tag_ = 0;
+  // Set after a collective fails: Gloo's context is not usable afterwards.
+  absl::Status broken_;
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_COLLECTIVES_GLOO_COMMUNICATOR_H_
