@@ -115,6 +115,36 @@ absl::StatusOr<Mesh> DeviceMeshManager::CreateHybridMesh(absl::Span<const Device
                       std::move(chosen));
 }
 
+absl::StatusOr<Mesh> CreateMeshForJob(const v1::MeshSpec& spec, absl::Span<const Device> devices) {
+  const MeshPlacementOptions options{spec.allow_cross_host_model_axis()};
+  absl::StatusOr<Mesh> mesh;
+  switch (spec.type()) {
+    case v1::MESH_TYPE_DATA_PARALLEL: {
+      SUBSTRAX_RETURN_IF_ERROR(Annotate(ValidateDevices(devices), "spec.mesh"));
+      if (spec.data_parallel_size() > static_cast<int>(devices.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "spec.mesh: data-parallel mesh of ", spec.data_parallel_size(), " devices, but only ",
+            devices.size(), " are available (", DevicesPerHost(devices), ")"));
+      }
+      std::vector<Device> chosen = CanonicalOrder(devices);
+      chosen.resize(std::max(spec.data_parallel_size(), 0));
+      mesh = DeviceMeshManager::CreateDataParallelMesh(chosen);
+      break;
+    }
+    case v1::MESH_TYPE_MODEL_PARALLEL:
+      mesh = DeviceMeshManager::CreateModelParallelMesh(devices, spec.num_devices(), options);
+      break;
+    case v1::MESH_TYPE_HYBRID:
+      mesh = DeviceMeshManager::CreateHybridMesh(devices, spec.data_parallel_size(),
+                                                 spec.model_parallel_size(), options);
+      break;
+    default:
+      return absl::InvalidArgumentError("spec.mesh.type: unspecified (apply the spec's defaults)");
+  }
+  if (!mesh.ok()) return Annotate(mesh.status(), "spec.mesh");
+  return mesh;
+}
+
 MeshInfo DeviceMeshManager::GetMeshInfo(const Mesh& mesh) {
   MeshInfo info;
   info.axis_names = mesh.axis_names();

@@ -19,6 +19,7 @@
 #include "absl/types/span.h"
 #include "core/device.h"
 #include "core/mesh.h"
+#include "substrax/v1/job.pb.h"
 
 namespace substrax {
 
@@ -72,6 +73,12 @@ class DeviceMeshManager {
 
   static MeshInfo GetMeshInfo(const Mesh& mesh);
 };
+
+// The mesh a job spec asks for (spec.mesh, after ApplyJobSpecDefaults), built from `devices`
+// with the matching DeviceMeshManager method. A data-parallel mesh takes the first
+// data_parallel_size devices in canonical order (grouped by host). Errors: INVALID_ARGUMENT when
+// the devices cannot hold it, with the reason (the message starts with "spec.mesh: ").
+absl::StatusOr<Mesh> CreateMeshForJob(const v1::MeshSpec& spec, absl::Span<const Device> devices);
 
 }  // namespace substrax
 

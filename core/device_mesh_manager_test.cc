@@ -182,5 +182,32 @@ TEST(DeviceMeshManagerTest, MeshInfoPrintsTheGridWithHosts) {
             "    d0 host-0/cpu:0  d1 host-0/cpu:1\n");
 }
 
+TEST(DeviceMeshManagerTest, MeshForJobFollowsTheSpec) {
+  const std::vector<Device> devices = MakeUniformCluster(2, 2);
+  v1::MeshSpec spec;
+  spec.set_type(v1::MESH_TYPE_DATA_PARALLEL);
+  spec.set_data_parallel_size(3);
+  auto dp = CreateMeshForJob(spec, devices);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  EXPECT_EQ(dp->shape(), std::vector<int64_t>{3});
+  spec.set_data_parallel_size(5);
+  EXPECT_THAT(CreateMeshForJob(spec, devices).status().message(),
+              HasSubstr("spec.mesh: data-parallel mesh of 5 devices, but only 4 are available"));
+
+  spec.set_type(v1::MESH_TYPE_HYBRID);
+  spec.set_data_parallel_size(1);
+  spec.set_model_parallel_size(4);
+  EXPECT_THAT(CreateMeshForJob(spec, devices).status().message(),
+              HasSubstr("spec.mesh: hybrid mesh (data=1, model=4) needs 1 model-axis groups"));
+  spec.set_allow_cross_host_model_axis(true);
+  EXPECT_TRUE(CreateMeshForJob(spec, devices).ok());
+
+  spec.set_type(v1::MESH_TYPE_MODEL_PARALLEL);
+  spec.set_num_devices(2);
+  auto mp = CreateMeshForJob(spec, devices);
+  ASSERT_TRUE(mp.ok());
+  EXPECT_EQ(mp->axis_names(), std::vector<std::string>{"model"});
+}
+
 }  // namespace
 }  // namespace substrax

@@ -6,7 +6,8 @@ set -euo pipefail
 
 # Build: Bazel 4 (Debian's bazel-bootstrap), a C++ compiler, pkg-config for the system libraries.
 # Libraries: gRPC and protobuf (with their compilers), Abseil, yaml-cpp, GoogleTest/GoogleMock,
-# Eigen (CPU math), zlib (gzip'd IDX files), Gloo (CPU collectives).
+# Eigen (CPU math), zlib (gzip'd IDX files), Gloo (CPU collectives), CLI11 (command lines).
+# Benchmarks: Open MPI (libraries and mpirun), the comparison peer of //bench:allreduce.
 # Data: Fashion-MNIST in IDX format (examples and the quality run).
 PACKAGES=(
   bazel-bootstrap
@@ -23,6 +24,9 @@ PACKAGES=(
   libeigen3-dev
   zlib1g-dev
   libgloo-dev
+  libcli11-dev
+  libopenmpi-dev
+  openmpi-bin
   dataset-fashion-mnist
 )
 

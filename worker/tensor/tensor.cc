@@ -107,6 +107,7 @@ absl::StatusOr<TreeDifference> CompareTrees(const TensorTree& a, const TensorTre
       return absl::InvalidArgumentError(absl::StrCat("'", name, "' has shapes ", ta.ShapeString(),
                                                      " and ", tb.ShapeString()));
     }
+    double max_diff = 0, max_b = 0;
     for (int64_t i = 0; i < ta.size(); ++i) {
       const double x = ta.data()[i], y = tb.data()[i];
       const double rel = std::abs(x - y) / std::max(std::abs(y), floor);
@@ -114,6 +115,13 @@ absl::StatusOr<TreeDifference> CompareTrees(const TensorTree& a, const TensorTre
         diff.max_relative = std::isnan(rel) ? INFINITY : rel;
         diff.where = absl::StrCat(name, "[", i, "]");
       }
+      max_diff = std::isnan(x - y) ? INFINITY : std::max(max_diff, std::abs(x - y));
+      max_b = std::max(max_b, std::abs(y));
+    }
+    const double normwise = max_diff == 0 ? 0 : max_diff / std::max(max_b, 1e-30);
+    if (normwise > diff.max_normwise) {
+      diff.max_normwise = normwise;
+      diff.normwise_where = name;
     }
   }
   return diff;

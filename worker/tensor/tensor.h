@@ -63,11 +63,17 @@ using TensorTree = std::map<std::string, Tensor>;
 // Total number of float values in a tree.
 int64_t TreeSize(const TensorTree& tree);
 
-// The largest |a - b| / max(|b|, floor) over all elements, and where; for equivalence tests.
+// How far two trees of the same structure are apart; for equivalence tests.
+//  max_relative: the largest elementwise |a - b| / max(|b|, floor), and where.
+//  max_normwise: the largest over tensors of max|a - b| / max|b| (the normwise relative error
+//                in the max norm, the usual measure for "equal within a relative tolerance" of
+//                results computed in different summation orders), and which tensor.
 // Errors: INVALID_ARGUMENT if the trees differ in names or shapes.
 struct TreeDifference {
   double max_relative = 0;
   std::string where;  // "dense_0/kernel[123]"
+  double max_normwise = 0;
+  std::string normwise_where;  // "dense_0/kernel"
 };
 absl::StatusOr<TreeDifference> CompareTrees(const TensorTree& a, const TensorTree& b,
                                             double floor = 1e-3);

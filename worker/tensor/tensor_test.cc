@@ -52,6 +52,8 @@ TEST(TensorTest, CompareTreesFindsTheWorstElement) {
   ASSERT_TRUE(diff.ok());
   EXPECT_NEAR(diff->max_relative, 0.002 / 2.002, 1e-6);
   EXPECT_EQ(diff->where, "w[1]");
+  EXPECT_NEAR(diff->max_normwise, 0.002 / 2.002, 1e-6);
+  EXPECT_EQ(diff->normwise_where, "w");
   b.erase("b");
   EXPECT_FALSE(CompareTrees(a, b).ok());
 }

@@ -1,0 +1,48 @@
+// Optimizers with optax's semantics and defaults, updating float32 parameters in place.
+//
+//   - sgd:      p -= lr * g                                        (optax.sgd(lr))
+//   - momentum: t = g + m * t;  u = nesterov ? g + m * t : t;  p -= lr * u
+//               (optax.sgd(lr, momentum=m, nesterov=n); m defaults to 0.9, t starts at 0)
+//   - adam:     m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g^2;
+//               p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),  t = 1, 2, ...
+//               (optax.adam(lr, b1, b2, eps, eps_root=0); defaults 0.9, 0.999, 1e-8)
+//
+// Arithmetic is in float like optax on float32 parameters; adam's bias corrections 1 - b^t are
+// computed in double.
+//
+// An Optimizer keeps state (per parameter name, created on first use) and a step count: not
+// thread-safe; the device thread that owns the parameters owns their optimizer.
+#ifndef SUBSTRAX_WORKER_COMPUTE_OPTIMIZER_H_
+#define SUBSTRAX_WORKER_COMPUTE_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "substrax/v1/job.pb.h"
+#include "worker/tensor/tensor.h"
+
+namespace substrax {
+
+class Optimizer {
+ public:
+  // The optimizer `spec` describes; constants the spec leaves unset take optax's defaults.
+  // Errors: INVALID_ARGUMENT naming the field: unknown type, learning rate not a positive finite
+  // number, momentum, b1 or b2 outside [0, 1), eps not a positive finite number.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const v1::OptimizerSpec& spec);
+
+  virtual ~Optimizer() = default;
+
+  // One update of `params` in place from `grads`. Nothing changes when it fails.
+  // Errors: INVALID_ARGUMENT naming the parameter when grads and params differ in names or
+  // shapes, or when a parameter's shape differs from the one its optimizer state was made for.
+  virtual absl::Status Update(const TensorTree& grads, TensorTree* params) = 0;
+
+  // Successful updates so far.
+  virtual int64_t steps() const = 0;
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_COMPUTE_OPTIMIZER_H_

@@ -1,0 +1,173 @@
+#include "worker/compute/optimizer.h"
+
+#include <memory>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace substrax {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::FloatNear;
+using ::testing::HasSubstr;
+
+// Expected values below are worked out by hand (or in double precision from the formulas in
+// optimizer.h); the optimizer computes in float, so they agree to float rounding over a few
+// steps: 1e-6 absolute on values of order 1.
+constexpr float kTol = 1e-6f;
+
+std::unique_ptr<Optimizer> Make(const v1::OptimizerSpec& spec) {
+  auto opt = Optimizer::Create(spec);
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  return opt.ok() ? std::move(opt).value() : nullptr;
+}
+
+v1::OptimizerSpec Spec(v1::OptimizerType type, double learning_rate) {
+  v1::OptimizerSpec spec;
+  spec.set_type(type);
+  spec.set_learning_rate(learning_rate);
+  return spec;
+}
+
+TensorTree Scalar(float value) { return {{"w", Tensor({1}, {value})}}; }
+
+// Updates a one-element parameter starting at `start` with each of `grads` in turn and checks
+// its value after each step against `expected`.
+void ExpectTrajectory(Optimizer& opt, float start, const std::vector<float>& grads,
+                      const std::vector<float>& expected) {
+  TensorTree params = Scalar(start);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    ASSERT_TRUE(opt.Update(Scalar(grads[i]), &params).ok());
+    EXPECT_NEAR(params["w"].data()[0], expected[i], kTol) << "step " << i + 1;
+  }
+  EXPECT_EQ(opt.steps(), static_cast<int64_t>(grads.size()));
+}
+
+TEST(OptimizerTest, Sgd) {
+  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_SGD, 0.1));
+  TensorTree params = {{"b", Tensor({1}, {3.0f})}, {"w", Tensor({2}, {1.0f, -2.0f})}};
+  const TensorTree grads = {{"b", Tensor({1}, {-1.0f})}, {"w", Tensor({2}, {0.5f, 0.25f})}};
+  ASSERT_TRUE(opt->Update(grads, &params).ok());
+  EXPECT_THAT(params["w"].span(), ElementsAre(FloatNear(0.95f, kTol), FloatNear(-2.025f, kTol)));
+  ASSERT_TRUE(opt->Update(grads, &params).ok());
+  EXPECT_THAT(params["w"].span(), ElementsAre(FloatNear(0.9f, kTol), FloatNear(-2.05f, kTol)));
+  EXPECT_THAT(params["b"].span(), ElementsAre(FloatNear(3.2f, kTol)));
+  EXPECT_EQ(opt->steps(), 2);
+}
+
+// m = 0.9 (the default), lr = 0.1, grads 1, 0.5, -1:
+//   t = 1,              p = 1 - 0.1          = 0.9
+//   t = 0.5 + 0.9 = 1.4, p = 0.9 - 0.14        = 0.76
+//   t = -1 + 1.26 = 0.26, p = 0.76 - 0.026      = 0.734
+TEST(OptimizerTest, MomentumDefaultsToNineTenths) {
+  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_MOMENTUM, 0.1));
+  ExpectTrajectory(*opt, 1.0f, {1.0f, 0.5f, -1.0f}, {0.9f, 0.76f, 0.734f});
+}
+
+// m = 0.5, lr = 0.1, Nesterov (u = g + m * t), grads 1, 0.5, -1:
+//   t = 1,    u = 1 + 0.5     = 1.5,   p = 1 - 0.15      = 0.85
+//   t = 1,    u = 0.5 + 0.5   = 1,     p = 0.85 - 0.1    = 0.75
+//   t = -0.5, u = -1 - 0.25   = -1.25, p = 0.75 + 0.125  = 0.875
+TEST(OptimizerTest, MomentumNesterov) {
+  v1::OptimizerSpec spec = Spec(v1::OPTIMIZER_TYPE_MOMENTUM, 0.1);
+  spec.set_momentum(0.5);
+  spec.set_nesterov(true);
+  auto opt = Make(spec);
+  ExpectTrajectory(*opt, 1.0f, {1.0f, 0.5f, -1.0f}, {0.85f, 0.75f, 0.875f});
+}
+
+TEST(OptimizerTest, MomentumKeepsStatePerParameter) {
+  v1::OptimizerSpec spec = Spec(v1::OPTIMIZER_TYPE_MOMENTUM, 1.0);
+  spec.set_momentum(0.5);
+  auto opt = Make(spec);
+  TensorTree params = {{"a", Tensor({1}, {0.0f})}, {"b", Tensor({1}, {0.0f})}};
+  const TensorTree grads = {{"a", Tensor({1}, {1.0f})}, {"b", Tensor({1}, {-2.0f})}};
+  ASSERT_TRUE(opt->Update(grads, &params).ok());
+  ASSERT_TRUE(opt->Update(grads, &params).ok());
+  // a: traces 1, 1.5 -> p = -2.5; b: traces -2, -3 -> p = 5.
+  EXPECT_NEAR(params["a"].data()[0], -2.5f, kTol);
+  EXPECT_NEAR(params["b"].data()[0], 5.0f, kTol);
+}
+
+// b1 = b2 = 0.5, eps = 0.5, lr = 1, grads 2, -2, 4 (corrections 1 - 0.5^t = 0.5, 0.75, 0.875):
+//   m = 1,    v = 2:   m^ = 2,    v^ = 4,    p = 0 - 2 / (2 + 0.5)               = -0.8
+//   m = -0.5, v = 3:   m^ = -2/3, v^ = 4,    p = -0.8 + (2/3) / 2.5              = -0.5333333
+//   m = 1.75, v = 9.5: m^ = 2,    v^ = 76/7, p = -0.5333 - 2 / (sqrt(76/7) + 0.5) = -1.0603401
+TEST(OptimizerTest, Adam) {
+  v1::OptimizerSpec spec = Spec(v1::OPTIMIZER_TYPE_ADAM, 1.0);
+  spec.set_b1(0.5);
+  spec.set_b2(0.5);
+  spec.set_eps(0.5);
+  auto opt = Make(spec);
+  ExpectTrajectory(*opt, 0.0f, {2.0f, -2.0f, 4.0f}, {-0.8f, -0.53333333f, -1.06034007f});
+}
+
+// Defaults b1 0.9, b2 0.999, eps 1e-8; lr = 0.01, grads 0.3, -0.1:
+//   step 1: m^ = g, v^ = g^2, p = 1 - 0.01 * 0.3 / (0.3 + 1e-8)               = 0.99000000033
+//   step 2: m = 0.017, v = 9.991e-5, m^ = 0.017 / 0.19, v^ = 9.991e-5 / 0.001999,
+//           p = 0.99 - 0.01 * m^ / (sqrt(v^) + 1e-8)                          = 0.98599781479
+TEST(OptimizerTest, AdamDefaults) {
+  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_ADAM, 0.01));
+  TensorTree params = Scalar(1.0f);
+  ASSERT_TRUE(opt->Update(Scalar(0.3f), &params).ok());
+  EXPECT_NEAR(params["w"].data()[0], 0.99f, kTol);
+  ASSERT_TRUE(opt->Update(Scalar(-0.1f), &params).ok());
+  EXPECT_NEAR(params["w"].data()[0], 0.98599781f, kTol);
+}
+
+TEST(OptimizerTest, MismatchedGradsAreRejectedAndChangeNothing) {
+  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_ADAM, 0.1));
+  TensorTree params = {{"dense_0/bias", Tensor({2}, {1.0f, 2.0f})},
+                       {"dense_0/kernel", Tensor({2, 2}, {1.0f, 2.0f, 3.0f, 4.0f})}};
+  const TensorTree before = params;
+
+  TensorTree missing = {{"dense_0/kernel", Tensor({2, 2})}};
+  absl::Status status = opt->Update(missing, &params);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("'dense_0/bias'"));
+
+  TensorTree wrong_shape = {{"dense_0/bias", Tensor({2})}, {"dense_0/kernel", Tensor({4})}};
+  status = opt->Update(wrong_shape, &params);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("'dense_0/kernel'"));
+
+  TensorTree extra = {{"dense_0/bias", Tensor({2})},
+                      {"dense_0/kernel", Tensor({2, 2})},
+                      {"dense_9/bias", Tensor({2})}};
+  status = opt->Update(extra, &params);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("'dense_9/bias'"));
+
+  EXPECT_EQ(params, before);
+  EXPECT_EQ(opt->steps(), 0);
+}
+
+TEST(OptimizerTest, StateOfAnotherShapeIsRejected) {
+  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_MOMENTUM, 0.1));
+  TensorTree params = {{"w", Tensor({2})}};
+  ASSERT_TRUE(opt->Update({{"w", Tensor({2})}}, &params).ok());
+  params = {{"w", Tensor({3})}};
+  const absl::Status status = opt->Update({{"w", Tensor({3})}}, &params);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("'w'"));
+  EXPECT_EQ(opt->steps(), 1);
+}
+
+TEST(OptimizerTest, CreateRejectsBadSpecs) {
+  auto unknown = Optimizer::Create(Spec(v1::OPTIMIZER_TYPE_UNSPECIFIED, 0.1));
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("spec.optimizer.type"));
+  for (double lr : {0.0, -0.1}) {
+    auto bad_lr = Optimizer::Create(Spec(v1::OPTIMIZER_TYPE_SGD, lr));
+    EXPECT_EQ(bad_lr.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad_lr.status().message(), HasSubstr("spec.optimizer.learning_rate"));
+  }
+  v1::OptimizerSpec adam = Spec(v1::OPTIMIZER_TYPE_ADAM, 0.1);
+  adam.set_b2(1.0);
+  EXPECT_THAT(Optimizer::Create(adam).status().message(), HasSubstr("spec.optimizer.b2"));
+}
+
+}  // namespace
+}  // namespace substrax

@@ -1,0 +1,265 @@
+#include "worker/runtime/spmd.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/status.h"
+
+namespace substrax {
+namespace {
+
+// A 52-bit FNV-1a hash of the metric names, exact in a double.
+double NamesFingerprint(const Metrics& metrics) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [name, value] : metrics) {
+    for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  }
+  return static_cast<double>(h >> 12);
+}
+
+// Fails unless every device of `comm` passes the same metric names: a device that reports
+// different metrics would otherwise be reduced against the wrong values.
+absl::Status CheckSameNames(Communicator& comm, const Metrics& metrics, const char* fn) {
+  const double mine = NamesFingerprint(metrics);
+  std::vector<double> both = {mine, -mine};
+  SUBSTRAX_RETURN_IF_ERROR(Annotate(comm.AllReduce(absl::MakeSpan(both), ReduceOp::kMax), fn));
+  if (both[0] != mine || both[1] != -mine) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        fn, " on communicator '", comm.name(),
+        "': devices passed different metric names; every device must report the same metrics"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<double> Values(const Metrics& metrics) {
+  std::vector<double> values;
+  for (const auto& [name, v] : metrics) values.push_back(v);
+  return values;
+}
+
+absl::StatusOr<StackedMetrics> GatherMetrics(DeviceContext& ctx, const Metrics& metrics,
+                                             const char* fn) {
+  Communicator& world = ctx.comms->world();
+  SUBSTRAX_RETURN_IF_ERROR(CheckSameNames(world, metrics, fn));
+  const std::vector<double> mine = Values(metrics);
+  std::vector<double> all(mine.size() * world.size());
+  SUBSTRAX_RETURN_IF_ERROR(Annotate(world.AllGather(mine, absl::MakeSpan(all)), fn));
+  StackedMetrics stacked;
+  size_t k = 0;
+  for (const auto& [name, v] : metrics) {
+    std::vector<double>& column = stacked[name];
+    for (int d = 0; d < world.size(); ++d) column.push_back(all[d * mine.size() + k]);
+    ++k;
+  }
+  return stacked;
+}
+
+// All-reduces every tensor of `tree` over `comm`, packed into buckets of at most bucket_bytes
+// (a tensor larger than a bucket travels alone).
+absl::Status AllReduceTree(Communicator& comm, TensorTree* tree, ReduceOp op, int64_t bucket_bytes,
+                           const char* fn) {
+  const int64_t bucket_values = std::max<int64_t>(1, bucket_bytes / int64_t{sizeof(float)});
+  std::vector<Tensor*> pending;
+  std::vector<float> buffer;
+  auto flush = [&]() -> absl::Status {
+    if (pending.empty()) return absl::OkStatus();
+    if (pending.size() == 1) {
+      SUBSTRAX_RETURN_IF_ERROR(Annotate(comm.AllReduce(pending[0]->span(), op), fn));
+    } else {
+      buffer.clear();
+      for (Tensor* t : pending) buffer.insert(buffer.end(), t->data(), t->data() + t->size());
+      SUBSTRAX_RETURN_IF_ERROR(Annotate(comm.AllReduce(absl::MakeSpan(buffer), op), fn));
+      size_t offset = 0;
+      for (Tensor* t : pending) {
+        std::memcpy(t->data(), buffer.data() + offset, t->size() * sizeof(float));
+        offset += t->size();
+      }
+    }
+    pending.clear();
+    return absl::OkStatus();
+  };
+  int64_t in_bucket = 0;
+  for (auto& [name, tensor] : *tree) {
+    if (in_bucket + tensor.size() > bucket_values) {
+      SUBSTRAX_RETURN_IF_ERROR(flush());
+      in_bucket = 0;
+    }
+    pending.push_back(&tensor);
+    in_bucket += tensor.size();
+  }
+  return flush();
+}
+
+absl::StatusOr<Metrics> ReduceMetricsOverAxis(DeviceContext& ctx, const Metrics& metrics,
+                                              absl::string_view axis, ReduceOp op,
+                                              const char* fn) {
+  SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(axis));
+  SUBSTRAX_RETURN_IF_ERROR(CheckSameNames(*comm, metrics, fn));
+  std::vector<double> values = Values(metrics);
+  SUBSTRAX_RETURN_IF_ERROR(Annotate(comm->AllReduce(absl::MakeSpan(values), op), fn));
+  Metrics out;
+  size_t k = 0;
+  for (const auto& [name, v] : metrics) out[name] = values[k++];
+  return out;
+}
+
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+// The block of `tensor` that `device_id` holds under `sharding`.
+absl::StatusOr<Tensor> ShardForDevice(const Tensor& tensor, const NamedSharding& sharding,
+                                      int device_id, const std::string& what) {
+  absl::StatusOr<ShardLayout> layout = sharding.Layout(tensor.shape());
+  if (!layout.ok()) return Annotate(layout.status(), what);
+  SUBSTRAX_ASSIGN_OR_RETURN(ShardSlice shard, layout->ForDevice(device_id));
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const IndexRange& r : shard.index) ranges.emplace_back(r.start, r.limit);
+  return tensor.Slice(ranges);
+}
+
+// Loss and gradients, `reduce` on the gradients (the collectives), one optimizer update.
+template <typename Reduce>
+absl::StatusOr<StepResult> TrainStep(const Model& model, Optimizer& optimizer, TensorTree* params,
+                                     const Batch& batch, Reduce&& reduce) {
+  StepResult result;
+  absl::Time start = absl::Now();
+  SUBSTRAX_ASSIGN_OR_RETURN(LossAndGrads lg, model.LossAndGradients(*params, batch));
+  result.compute_seconds = SecondsSince(start);
+  start = absl::Now();
+  SUBSTRAX_RETURN_IF_ERROR(reduce(&lg.grads));
+  result.collective_seconds = SecondsSince(start);
+  start = absl::Now();
+  SUBSTRAX_RETURN_IF_ERROR(optimizer.Update(lg.grads, params));
+  result.compute_seconds += SecondsSince(start);
+  result.loss = lg.loss;
+  result.accuracy = lg.accuracy;
+  return result;
+}
+
+}  // namespace
+
+int64_t DeviceContext::data_index() const {
+  absl::StatusOr<int> axis = mesh->AxisIndex(kDataAxis);
+  return axis.ok() ? coords[*axis] : 0;
+}
+
+int64_t DeviceContext::data_size() const {
+  absl::StatusOr<int64_t> size = mesh->AxisSize(kDataAxis);
+  return size.ok() ? *size : 1;
+}
+
+absl::StatusOr<Metrics> ReduceMean(DeviceContext& ctx, const Metrics& metrics) {
+  SUBSTRAX_ASSIGN_OR_RETURN(StackedMetrics stacked, GatherMetrics(ctx, metrics, "reduce_mean"));
+  return substrax::ReduceMean(stacked);
+}
+
+absl::StatusOr<Metrics> ReduceSum(DeviceContext& ctx, const Metrics& metrics) {
+  SUBSTRAX_ASSIGN_OR_RETURN(StackedMetrics stacked, GatherMetrics(ctx, metrics, "reduce_sum"));
+  return substrax::ReduceSum(stacked);
+}
+
+absl::StatusOr<Metrics> ReduceCustom(DeviceContext& ctx, const Metrics& metrics,
+                                     const std::map<std::string, std::string>& reduce_fn) {
+  SUBSTRAX_ASSIGN_OR_RETURN(StackedMetrics stacked, GatherMetrics(ctx, metrics, "reduce_custom"));
+  return substrax::ReduceCustom(stacked, reduce_fn);
+}
+
+absl::StatusOr<Metrics> ReduceCustom(DeviceContext& ctx, const Metrics& metrics,
+                                     const std::map<std::string, ReduceOp>& reduce_fn) {
+  SUBSTRAX_ASSIGN_OR_RETURN(StackedMetrics stacked, GatherMetrics(ctx, metrics, "reduce_custom"));
+  return substrax::ReduceCustom(stacked, reduce_fn);
+}
+
+absl::StatusOr<std::vector<Metrics>> CollectFromDevices(DeviceContext& ctx,
+                                                        const Metrics& metrics) {
+  SUBSTRAX_ASSIGN_OR_RETURN(StackedMetrics stacked,
+                            GatherMetrics(ctx, metrics, "collect_from_devices"));
+  return substrax::CollectFromDevices(stacked);
+}
+
+absl::Status ReduceMeanCollective(DeviceContext& ctx, TensorTree* tree, absl::string_view axis) {
+  SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(axis));
+  return AllReduceTree(*comm, tree, ReduceOp::kMean, GradientReductionOptions().bucket_bytes,
+                       "reduce_mean_collective");
+}
+
+absl::Status ReduceSumCollective(DeviceContext& ctx, TensorTree* tree, absl::string_view axis) {
+  SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(axis));
+  return AllReduceTree(*comm, tree, ReduceOp::kSum, GradientReductionOptions().bucket_bytes,
+                       "reduce_sum_collective");
+}
+
+absl::StatusOr<Metrics> ReduceMeanCollective(DeviceContext& ctx, const Metrics& metrics,
+                                             absl::string_view axis) {
+  return ReduceMetricsOverAxis(ctx, metrics, axis, ReduceOp::kMean, "reduce_mean_collective");
+}
+
+absl::StatusOr<Metrics> ReduceSumCollective(DeviceContext& ctx, const Metrics& metrics,
+                                            absl::string_view axis) {
+  return ReduceMetricsOverAxis(ctx, metrics, axis, ReduceOp::kSum, "reduce_sum_collective");
+}
+
+absl::StatusOr<Tensor> AllGather(DeviceContext& ctx, const Tensor& tensor,
+                                 absl::string_view axis) {
+  SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(axis));
+  std::vector<int64_t> shape = {comm->size()};
+  shape.insert(shape.end(), tensor.shape().begin(), tensor.shape().end());
+  Tensor out(shape);
+  SUBSTRAX_RETURN_IF_ERROR(Annotate(comm->AllGather(tensor.span(), out.span()), "all_gather"));
+  return out;
+}
+
+absl::Status ReduceGradientTree(DeviceContext& ctx, TensorTree* grads, ReduceType type,
+                                const GradientReductionOptions& options) {
+  if (!ctx.mesh->HasAxis(kDataAxis)) return absl::OkStatus();
+  SUBSTRAX_ASSIGN_OR_RETURN(Communicator * data, ctx.comms->Axis(kDataAxis));
+  return AllReduceTree(*data, grads, type == ReduceType::kMean ? ReduceOp::kMean : ReduceOp::kSum,
+                       options.bucket_bytes, "reduce_gradient_tree");
+}
+
+absl::StatusOr<Batch> PlaceBatchOnShards(const Batch& global, const NamedSharding& sharding,
+                                         int device_id) {
+  Batch local;
+  SUBSTRAX_ASSIGN_OR_RETURN(local.inputs,
+                            ShardForDevice(global.inputs, sharding, device_id, "batch inputs"));
+  SUBSTRAX_ASSIGN_OR_RETURN(local.targets,
+                            ShardForDevice(global.targets, sharding, device_id, "batch targets"));
+  return local;
+}
+
+absl::StatusOr<TensorTree> PlaceStateOnShards(const TensorTree& state, const Mesh& mesh,
+                                              const std::map<std::string, PartitionSpec>& specs,
+                                              int device_id) {
+  TensorTree local;
+  for (const auto& [name, tensor] : state) {
+    const std::string what = absl::StrCat("state '", name, "'");
+    auto spec = specs.find(name);
+    absl::StatusOr<NamedSharding> sharding =
+        NamedSharding::Create(mesh, spec == specs.end() ? PartitionSpec() : spec->second);
+    if (!sharding.ok()) return Annotate(sharding.status(), what);
+    SUBSTRAX_ASSIGN_OR_RETURN(local[name], ShardForDevice(tensor, *sharding, device_id, what));
+  }
+  return local;
+}
+
+absl::StatusOr<StepResult> SpmdTrainStep(DeviceContext& ctx, const Model& model,
+                                         Optimizer& optimizer, TensorTree* params,
+                                         const Batch& batch,
+                                         const GradientReductionOptions& options) {
+  // Replicated parameters on the data axis: their gradient is the mean over the data axis.
+  return TrainStep(model, optimizer, params, batch, [&](TensorTree* grads) {
+    return ReduceGradientTree(ctx, grads, ReduceType::kMean, options);
+  });
+}
+
+absl::StatusOr<StepResult> CollectiveTrainStep(DeviceContext& ctx, const Model& model,
+                                               Optimizer& optimizer, TensorTree* params,
+                                               const Batch& batch, absl::string_view axis) {
+  return TrainStep(model, optimizer, params, batch, [&](TensorTree* grads) {
+    return ReduceMeanCollective(ctx, grads, axis);
+  });
+}
+
+}  // namespace substrax

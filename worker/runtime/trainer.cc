@@ -1,0 +1,279 @@
+#include "worker/runtime/trainer.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/job_spec.h"
+#include "core/sharding.h"
+#include "core/status.h"
+#include "worker/collectives/mesh_communicators.h"
+#include "worker/collectives/peer_monitor.h"
+#include "worker/compute/model.h"
+#include "worker/compute/optimizer.h"
+#include "worker/data/dataset.h"
+#include "worker/data/prefetch.h"
+#include "worker/data/sampler.h"
+#include "worker/runtime/spmd.h"
+
+namespace substrax {
+namespace {
+
+// Read-only state every device thread of the process shares.
+struct Shared {
+  const TrainerOptions* options = nullptr;
+  Dataset train;
+  std::optional<Dataset> test;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<BatchSampler> sampler;
+  int64_t total_steps = 0;
+  const PeerMonitor* monitor = nullptr;
+};
+
+// Where one device's time went over a report interval.
+struct Timing {
+  double data = 0, compute = 0, collective = 0;
+};
+
+// The rows of a global batch this device processes: its block of the batch dimension as the
+// data-parallel sharding lays it out (the whole batch on a mesh without a data axis).
+absl::StatusOr<IndexRange> BatchRows(const Mesh& mesh, int device_id, int64_t global_batch) {
+  if (!mesh.HasAxis(kDataAxis)) return IndexRange{0, global_batch};
+  SUBSTRAX_ASSIGN_OR_RETURN(NamedSharding sharding, CreateDataParallelSharding(mesh));
+  SUBSTRAX_ASSIGN_OR_RETURN(ShardLayout layout, sharding.Layout({global_batch}));
+  SUBSTRAX_ASSIGN_OR_RETURN(ShardSlice shard, layout.ForDevice(device_id));
+  return shard.index[0];
+}
+
+// Evaluates the split on every device (each takes a contiguous share by world rank) and sums.
+absl::StatusOr<Metrics> Evaluate(DeviceContext& ctx, const Model& model, const TensorTree& params,
+                                 const Dataset& data, const std::string& prefix) {
+  Communicator& world = ctx.comms->world();
+  const int64_t n = data.num_examples();
+  const int64_t begin = n * world.rank() / world.size();
+  const int64_t end = n * (world.rank() + 1) / world.size();
+  std::vector<double> sums = {0, 0, 0};  // loss_sum, correct, count
+  constexpr int64_t kChunk = 1024;
+  for (int64_t start = begin; start < end; start += kChunk) {
+    std::vector<int64_t> rows;
+    for (int64_t i = start; i < std::min(end, start + kChunk); ++i) rows.push_back(i);
+    SUBSTRAX_ASSIGN_OR_RETURN(EvalResult r, model.Evaluate(params, Gather(data, rows)));
+    sums[0] += r.loss_sum;
+    sums[1] += static_cast<double>(r.correct);
+    sums[2] += static_cast<double>(r.count);
+  }
+  SUBSTRAX_RETURN_IF_ERROR(Annotate(world.AllReduce(absl::MakeSpan(sums), ReduceOp::kSum),
+                                    "evaluation"));
+  Metrics out;
+  if (sums[2] == 0) return out;
+  out[prefix + "_loss"] = sums[0] / sums[2];
+  if (model.is_classification()) out[prefix + "_accuracy"] = sums[1] / sums[2];
+  return out;
+}
+
+absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
+  const TrainerOptions& options = *shared.options;
+  const v1::JobSpec& spec = options.spec;
+  const Mesh& mesh = options.mesh;
+  const Model& model = *shared.model;
+
+  DeviceContext ctx;
+  ctx.mesh = &mesh;
+  SUBSTRAX_ASSIGN_OR_RETURN(ctx.coords, mesh.CoordinatesOf(device_id));
+  ctx.device = mesh.DeviceAt(ctx.coords);
+  GlooCommunicatorOptions gloo;
+  gloo.timeout = options.collective_timeout;
+  gloo.connect_timeout = options.connect_timeout;
+  gloo.listen_host = options.listen_host;
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      std::unique_ptr<MeshCommunicators> comms,
+      MeshCommunicators::Create(mesh, device_id, options.process_of_position, options.store,
+                                shared.monitor, gloo));
+  ctx.comms = comms.get();
+
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                            Optimizer::Create(spec.optimizer()));
+  SUBSTRAX_ASSIGN_OR_RETURN(TensorTree params,
+                            PlaceStateOnShards(model.Init(spec.seed()), mesh, {}, device_id));
+
+  const int64_t global_batch = spec.batch().global_batch_size();
+  SUBSTRAX_ASSIGN_OR_RETURN(IndexRange rows, BatchRows(mesh, device_id, global_batch));
+  int64_t next_step = 0;
+  Producer<Batch> produce = [&]() -> absl::StatusOr<std::optional<Batch>> {
+    if (next_step >= shared.total_steps) return std::optional<Batch>();
+    const std::vector<int64_t> global = shared.sampler->GlobalBatch(next_step++);
+    return std::optional<Batch>(Gather(
+        shared.train, absl::MakeConstSpan(global).subspan(rows.start, rows.limit - rows.start)));
+  };
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<Prefetcher<Batch>> batches,
+                            PrefetchToDevice(std::move(produce), spec.data().prefetch_size()));
+
+  std::map<std::string, ReduceOp> reductions;
+  for (const auto& [name, reduction] : spec.metrics()) {
+    SUBSTRAX_ASSIGN_OR_RETURN(reductions[name], ReduceOpFromProto(reduction));
+  }
+  const bool reporter = mesh.Ravel(ctx.coords) == 0;
+  const int64_t steps_per_epoch = shared.sampler->steps_per_epoch();
+  TrainResult result;
+  Timing timing;
+  double loss_sum = 0, accuracy_sum = 0;
+  int64_t interval_steps = 0;
+  absl::Time interval_start = absl::Now();
+  const absl::Time start = interval_start;
+
+  for (int64_t step = 0; step < shared.total_steps; ++step) {
+    absl::Time t = absl::Now();
+    SUBSTRAX_ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->Next());
+    if (!batch.has_value()) {
+      return absl::InternalError(absl::StrCat("input ended after ", step, " of ",
+                                              shared.total_steps, " steps"));
+    }
+    timing.data += absl::ToDoubleSeconds(absl::Now() - t);
+    absl::StatusOr<StepResult> r =
+        options.explicit_collectives
+            ? CollectiveTrainStep(ctx, model, *optimizer, &params, *batch, kDataAxis)
+            : SpmdTrainStep(ctx, model, *optimizer, &params, *batch);
+    if (!r.ok()) return Annotate(r.status(), absl::StrCat("step ", step + 1));
+    timing.compute += r->compute_seconds;
+    timing.collective += r->collective_seconds;
+    loss_sum += r->loss;
+    accuracy_sum += r->accuracy;
+    ++interval_steps;
+
+    const bool last = step + 1 == shared.total_steps;
+    if ((step + 1) % spec.report_every_steps() != 0 && !last) continue;
+    // Metrics of the interval on this device, then reduced as the spec declares.
+    Metrics local;
+    for (const auto& [name, op] : reductions) {
+      if (name == "loss") local[name] = loss_sum / interval_steps;
+      if (name == "accuracy") local[name] = accuracy_sum / interval_steps;
+      if (name == "step") local[name] = static_cast<double>(step + 1);
+    }
+    SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx, local, reductions));
+    const double wall = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - interval_start));
+    // The slowest device's fractions: the max over devices of each.
+    Metrics fractions = {{"collective", timing.collective / wall},
+                         {"compute", timing.compute / wall},
+                         {"data", timing.data / wall}};
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        Metrics slowest,
+        ReduceCustom(ctx, fractions,
+                     std::map<std::string, ReduceOp>{{"collective", ReduceOp::kMax},
+                                                     {"compute", ReduceOp::kMax},
+                                                     {"data", ReduceOp::kMax}}));
+    if (reporter && options.on_progress) {
+      ProgressReport report;
+      report.step = step + 1;
+      report.total_steps = shared.total_steps;
+      report.epoch = step / steps_per_epoch + 1;
+      report.total_epochs = (shared.total_steps + steps_per_epoch - 1) / steps_per_epoch;
+      report.metrics = reduced;
+      report.samples_per_second = static_cast<double>(global_batch * interval_steps) / wall;
+      report.data_wait_fraction = slowest["data"];
+      report.compute_fraction = slowest["compute"];
+      report.collective_fraction = slowest["collective"];
+      report.elapsed = absl::Now() - start;
+      options.on_progress(report);
+    }
+    result.final_metrics = reduced;
+    loss_sum = accuracy_sum = 0;
+    interval_steps = 0;
+    timing = Timing();
+    interval_start = absl::Now();
+  }
+  result.steps = shared.total_steps;
+  const Dataset& eval_data = shared.test.has_value() ? *shared.test : shared.train;
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      result.evaluation,
+      Evaluate(ctx, model, params, eval_data, shared.test.has_value() ? "test" : "train"));
+  result.params = std::move(params);
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
+  const v1::JobSpec& spec = options.spec;
+  SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  const Mesh& mesh = options.mesh;
+  if (static_cast<int64_t>(options.process_of_position.size()) != mesh.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("process table has ",
+                                                   options.process_of_position.size(),
+                                                   " entries for a mesh of ", mesh.size()));
+  }
+  if (options.store == nullptr) return absl::InvalidArgumentError("no rendezvous store");
+  std::vector<int> local_devices;
+  int num_processes = 0;
+  for (int64_t i = 0; i < mesh.size(); ++i) {
+    num_processes = std::max(num_processes, options.process_of_position[i] + 1);
+    if (options.process_of_position[i] == options.process_index) {
+      local_devices.push_back(mesh.devices()[i].id);
+    }
+  }
+  if (local_devices.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("process ", options.process_index,
+                                                   " drives no device of mesh ",
+                                                   mesh.ShapeString()));
+  }
+
+  Shared shared;
+  shared.options = &options;
+  const bool classification = IsClassification(spec.model().type());
+  SUBSTRAX_ASSIGN_OR_RETURN(shared.train,
+                            LoadSplit(spec.data(), /*test_split=*/false, spec.seed(), classification));
+  const bool has_test = spec.data().has_test() ||
+                        (spec.data().format() == v1::DATA_FORMAT_SYNTHETIC &&
+                         spec.data().synthetic().num_test_examples() > 0);
+  if (has_test) {
+    SUBSTRAX_ASSIGN_OR_RETURN(shared.test,
+                              LoadSplit(spec.data(), /*test_split=*/true, spec.seed(), classification));
+  }
+  if (classification && shared.train.num_classes > spec.model().num_classes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.model.num_classes: the training data has labels up to ",
+        shared.train.num_classes - 1, ", more than the ", spec.model().num_classes(),
+        " classes the model has"));
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(shared.model,
+                            Model::Create(spec.model(), shared.train.num_features()));
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      BatchSampler sampler,
+      BatchSampler::Create(shared.train.num_examples(), spec.batch().global_batch_size(),
+                           spec.seed(), spec.data().shuffle()));
+  shared.sampler = std::make_unique<BatchSampler>(std::move(sampler));
+  shared.total_steps = spec.length_case() == v1::JobSpec::kSteps
+                           ? spec.steps()
+                           : spec.epochs() * shared.sampler->steps_per_epoch();
+
+  std::unique_ptr<PeerMonitor> monitor;
+  if (num_processes > 1) {
+    PeerMonitor::Options monitor_options;
+    monitor_options.process_index = options.process_index;
+    monitor_options.num_processes = num_processes;
+    monitor_options.listen_host = options.listen_host;
+    monitor_options.connect_timeout = options.connect_timeout;
+    SUBSTRAX_ASSIGN_OR_RETURN(monitor, PeerMonitor::Start(monitor_options, options.store));
+    shared.monitor = monitor.get();
+  }
+
+  std::vector<absl::StatusOr<TrainResult>> results(local_devices.size(),
+                                                   absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < local_devices.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = RunDevice(shared, local_devices[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) {
+      const Device& d = mesh.DeviceAt(*mesh.CoordinatesOf(local_devices[i]));
+      return Annotate(results[i].status(), absl::StrCat(d.ToString(), ", process ",
+                                                        options.process_index));
+    }
+  }
+  return std::move(results[0]);
+}
+
+}  // namespace substrax

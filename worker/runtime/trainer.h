@@ -1,0 +1,86 @@
+// Train: runs one process's part of a training job. One thread per local device; Gloo
+// collectives between every device of the mesh, across processes; data from worker/data with
+// PrefetchToDevice; steps from worker/compute joined by SpmdTrainStep (or the explicit
+// collective path). This is the step loop that joins compute, collectives and data.
+//
+// Every process of the job calls Train with the same spec, mesh and store; the parameters of
+// every process end identical (replicated), equal to training on one device with the same
+// global batch and seed.
+#ifndef SUBSTRAX_WORKER_RUNTIME_TRAINER_H_
+#define SUBSTRAX_WORKER_RUNTIME_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/mesh.h"
+#include "core/metric_reductions.h"
+#include "substrax/v1/job.pb.h"
+#include "worker/collectives/store.h"
+#include "worker/tensor/tensor.h"
+
+namespace substrax {
+
+// What the runner reports every spec.report_every_steps steps (and after the last step).
+struct ProgressReport {
+  int64_t step = 0;         // steps done
+  int64_t total_steps = 0;
+  int64_t epoch = 0;        // 1-based epoch of the last step
+  int64_t total_epochs = 0;
+  // The job's metrics over the interval, reduced across devices as the spec declares.
+  Metrics metrics;
+  // Examples per second over all devices, over the interval.
+  double samples_per_second = 0;
+  // Fractions of the interval the slowest device spent waiting for data, computing and in
+  // collectives.
+  double data_wait_fraction = 0;
+  double compute_fraction = 0;
+  double collective_fraction = 0;
+  absl::Duration elapsed;
+};
+
+struct TrainerOptions {
+  explicit TrainerOptions(Mesh job_mesh) : mesh(std::move(job_mesh)) {}
+
+  // A defaulted, validated spec (ParseJobSpecYaml does both).
+  v1::JobSpec spec;
+  // The job's mesh and, for each mesh position, the process that drives that device.
+  Mesh mesh;
+  std::vector<int> process_of_position;
+  int process_index = 0;
+  // The attempt's rendezvous store; must outlive Train.
+  Store* store = nullptr;
+  // Address peers reach this process on (Gloo and the peer monitor).
+  std::string listen_host = "127.0.0.1";
+  // Every collective must finish within this time (STYLE.md: every collective has a timeout).
+  absl::Duration collective_timeout = absl::Seconds(30);
+  // Connecting to every peer at start may take this long.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // Train with the explicit collective step (the guide's pmap path) instead of SpmdTrainStep.
+  bool explicit_collectives = false;
+  // Called on the process that holds mesh position 0, from a device thread; keep it short.
+  std::function<void(const ProgressReport&)> on_progress;
+};
+
+struct TrainResult {
+  // This process's parameters after the last step (full shape: parameters are replicated).
+  TensorTree params;
+  int64_t steps = 0;
+  // The last report's metrics.
+  Metrics final_metrics;
+  // "test_accuracy" and "test_loss" (classification) or "test_loss" (regression) on the test
+  // split; "train_*" on the training split when the spec has no test split.
+  Metrics evaluation;
+};
+
+// Errors: INVALID_ARGUMENT (mesh, process table or spec unusable: the message names the field),
+// NOT_FOUND (data files), UNAVAILABLE / DEADLINE_EXCEEDED (a peer died or hung; names it).
+absl::StatusOr<TrainResult> Train(const TrainerOptions& options);
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_RUNTIME_TRAINER_H_
