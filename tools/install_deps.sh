@@ -6,7 +6,8 @@ set -euo pipefail
 
 # Build: Bazel 4 (Debian's bazel-bootstrap), a C++ compiler, pkg-config for the system libraries.
 # Libraries: gRPC and protobuf (with their compilers), Abseil, yaml-cpp, GoogleTest/GoogleMock,
-# Eigen (CPU math), zlib (gzip'd IDX files), Gloo (CPU collectives), CLI11 (command lines).
+# Eigen (CPU math), zlib (gzip'd IDX files), Gloo (CPU collectives), CLI11 (command lines),
+# SQLite (the coordinator's state).
 # Benchmarks: Open MPI (libraries and mpirun), the comparison peer of //bench:allreduce.
 # Data: Fashion-MNIST in IDX format (examples and the quality run).
 PACKAGES=(
@@ -25,6 +26,8 @@ PACKAGES=(
   zlib1g-dev
   libgloo-dev
   libcli11-dev
+  prometheus-cpp-dev
+  libsqlite3-dev
   libopenmpi-dev
   openmpi-bin
   dataset-fashion-mnist

@@ -1,16 +1,24 @@
-// substrax-worker: the worker binary. Today it has one mode:
+// substrax-worker: the worker binary, in three modes.
 //
+//   substrax-worker daemon --coordinator HOST:PORT --cpu-devices N [--worker-id NAME] ...
+//       The agent on a host: registers its devices, keeps its lease, runs assigned jobs.
+//   substrax-worker run --assignment FILE --coordinator HOST:PORT --result FILE
+//       One runner process of one job attempt (started by the daemon).
 //   substrax-worker train --job FILE.yaml --local-devices N
+//       A whole job in this process on N CPU devices (one thread each, Gloo between them),
+//       without a coordinator: progress lines on stderr, the evaluation on stdout
+//       ("test_accuracy=0.8812").
 //
-// which runs a whole job in this process on N CPU devices (one thread each, Gloo between them),
-// prints a progress line every report interval on stderr and, at the end, the evaluation on
-// stdout ("test_accuracy=0.8812", "test_loss=..."). The daemon mode (register with a
-// coordinator, run assigned jobs) arrives with the control plane.
-//
-// Exit status: 0 trained; 1 training failed; 2 bad command line or job spec.
+// Exit status: 0 ok; 1 failed (training, registration); 2 bad command line or job spec.
 #include <unistd.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <thread>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -23,6 +31,8 @@
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "worker/collectives/store.h"
+#include "worker/daemon/daemon.h"
+#include "worker/daemon/runner.h"
 #include "worker/runtime/trainer.h"
 
 namespace substrax {
@@ -119,6 +129,60 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
   return 0;
 }
 
+bool ParseTimeout(const std::string& flag, absl::Duration* out) {
+  if (absl::ParseDuration(flag, out) && *out > absl::ZeroDuration()) return true;
+  std::cerr << "substrax-worker: '" << flag << "' is not a positive duration such as 30s\n";
+  return false;
+}
+
+int RunDaemon(WorkerDaemonOptions options, const std::string& timeout_flag) {
+  if (!ParseTimeout(timeout_flag, &options.collective_timeout)) return 2;
+  // SIGTERM and SIGINT stop the daemon and its runners cleanly: they are taken by a thread
+  // that waits for them (blocked everywhere else before any thread starts).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::StatusOr<std::unique_ptr<WorkerDaemon>> daemon = WorkerDaemon::Create(options);
+  if (!daemon.ok()) {
+    std::cerr << "substrax-worker: " << daemon.status().message() << "\n";
+    return 2;
+  }
+  std::thread signal_waiter([&signals, d = daemon->get()] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    std::cerr << "substrax-worker: " << strsignal(signal) << ": stopping\n";
+    d->Stop();
+  });
+  signal_waiter.detach();
+  absl::Status status = (*daemon)->Run();
+  if (!status.ok() && !absl::IsCancelled(status)) {
+    std::cerr << "substrax-worker: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int RunRunner(const std::string& assignment_path, RunnerOptions options,
+              const std::string& timeout_flag) {
+  if (!ParseTimeout(timeout_flag, &options.collective_timeout)) return 2;
+  v1::Assignment assignment;
+  std::ifstream in(assignment_path, std::ios::binary);
+  if (!in || !assignment.ParseFromIstream(&in)) {
+    std::cerr << "substrax-worker run: cannot read assignment " << assignment_path << "\n";
+    return 2;
+  }
+  absl::Status status = RunAssignment(assignment, options);
+  if (!status.ok()) {
+    std::cerr << "substrax-worker run: job " << assignment.job_id() << " attempt "
+              << assignment.attempt() << " process " << assignment.process_index()
+              << " failed: " << status << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace substrax
 
@@ -143,11 +207,50 @@ int main(int argc, char** argv) {
   train->add_flag("--explicit-collectives", explicit_collectives,
                   "Reduce gradients with the explicit collective step (the guide's pmap path) "
                   "instead of SpmdTrainStep");
+  substrax::WorkerDaemonOptions daemon_options;
+  std::string daemon_timeout = "30s";
+  CLI::App* daemon = app.add_subcommand(
+      "daemon", "Run the worker agent: register this host's devices with the coordinator and run "
+                "the jobs it assigns");
+  daemon->add_option("--coordinator", daemon_options.coordinator, "Coordinator address host:port")
+      ->capture_default_str();
+  daemon->add_option("--cpu-devices", daemon_options.cpu_devices, "CPU devices to offer")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  daemon->add_option("--worker-id", daemon_options.worker_id,
+                     "This worker's name (default: the host name)");
+  daemon->add_option("--host", daemon_options.host, "Host name to report (default: gethostname)");
+  daemon->add_option("--listen-host", daemon_options.listen_host,
+                     "Address peers reach this host's runners on")
+      ->capture_default_str();
+  daemon->add_option("--work-dir", daemon_options.work_dir,
+                     "Directory for assignments, results and runner logs")
+      ->capture_default_str();
+  daemon->add_option("--collective-timeout", daemon_timeout,
+                     "Time every collective of a runner must finish in")
+      ->capture_default_str();
+
+  std::string assignment;
+  substrax::RunnerOptions runner_options;
+  std::string runner_timeout = "30s";
+  CLI::App* run = app.add_subcommand("run", "Run one process of a job attempt (the daemon starts "
+                                            "this; not for direct use)");
+  run->add_option("--assignment", assignment, "Serialized substrax.v1.Assignment")->required();
+  run->add_option("--coordinator", runner_options.coordinator, "Coordinator address host:port")
+      ->required();
+  run->add_option("--listen-host", runner_options.listen_host, "Address peers reach this runner on")
+      ->capture_default_str();
+  run->add_option("--result", runner_options.result_path, "Where to write the outcome")->required();
+  run->add_option("--collective-timeout", runner_timeout, "Time every collective must finish in")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  if (*daemon) return substrax::RunDaemon(daemon_options, daemon_timeout);
+  if (*run) return substrax::RunRunner(assignment, runner_options, runner_timeout);
   return substrax::RunTrain(job, local_devices, timeout, explicit_collectives);
 }

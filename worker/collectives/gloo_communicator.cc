@@ -148,8 +148,12 @@ absl::Status GlooCommunicator::Run(const char* op, Fn&& fn) {
     call.self = ranks_[rank_].description;
     for (int r = 0; r < size(); ++r) {
       const int p = ranks_[r].process_index;
-      if (p >= static_cast<int>(call.ranks_of_process.size())) call.ranks_of_process.resize(p + 1);
+      if (p >= static_cast<int>(call.ranks_of_process.size())) {
+        call.ranks_of_process.resize(p + 1);
+        call.process_names.resize(p + 1);
+      }
       call.ranks_of_process[p].push_back(r);
+      call.process_names[p] = ranks_[r].process_name;
     }
     broken_ = TranslateGlooError(kind, message, call, deaths);
     return broken_;

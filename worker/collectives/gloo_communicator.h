@@ -49,6 +49,8 @@ struct GlooCommunicatorOptions {
 struct RankInfo {
   int process_index = 0;
   std::string description;  // "device 2 (cpu:2 on host-b)"
+  // Who runs the process, for messages: "worker w-2 (host b)"; may be empty.
+  std::string process_name;
 };
 
 class GlooCommunicator final : public Communicator {

@@ -16,7 +16,7 @@ using ::testing::HasSubstr;
 
 std::vector<RankInfo> Ranks(int n) {
   std::vector<RankInfo> ranks;
-  for (int r = 0; r < n; ++r) ranks.push_back({0, "device " + std::to_string(r)});
+  for (int r = 0; r < n; ++r) ranks.push_back({0, "device " + std::to_string(r), ""});
   return ranks;
 }
 

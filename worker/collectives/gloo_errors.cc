@@ -45,7 +45,13 @@ absl::Status TranslateGlooError(GlooErrorKind kind, absl::string_view gloo_messa
         const auto& r = call.ranks_of_process[d.process_index];
         ranks = absl::StrCat(r.size() == 1 ? "rank " : "ranks ", absl::StrJoin(r, ", "));
       }
-      dead.push_back(absl::StrCat("process ", d.process_index, " (", ranks, ") died: ", d.reason));
+      std::string who;
+      if (d.process_index >= 0 && d.process_index < static_cast<int>(call.process_names.size()) &&
+          !call.process_names[d.process_index].empty()) {
+        who = call.process_names[d.process_index] + ", ";
+      }
+      dead.push_back(
+          absl::StrCat("process ", d.process_index, " (", who, ranks, ") died: ", d.reason));
     }
     return absl::UnavailableError(absl::StrCat(
         where, absl::StrJoin(dead, "; "),

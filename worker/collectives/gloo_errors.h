@@ -37,9 +37,12 @@ struct CollectiveCall {
   std::string self;          // "device 0 (cpu:0 on host-a)"
   // Ranks of the group by process: ranks_of_process[p] lists the ranks process p drives.
   std::vector<std::vector<int>> ranks_of_process;
+  // process_names[p]: who runs process p ("worker w-2 (host b)"), or empty.
+  std::vector<std::string> process_names;
 };
 
-// kIo and kTimeout with a known death -> UNAVAILABLE naming the dead process and its ranks;
+// kIo and kTimeout with a known death -> UNAVAILABLE naming the dead process, who ran it and its
+// ranks;
 // kIo otherwise -> UNAVAILABLE; kTimeout otherwise -> DEADLINE_EXCEEDED; kMisuse ->
 // INVALID_ARGUMENT; kInvalidOperation -> FAILED_PRECONDITION; kOther -> INTERNAL.
 absl::Status TranslateGlooError(GlooErrorKind kind, absl::string_view gloo_message,

@@ -78,6 +78,15 @@ TEST(GlooErrorsTest, MapsEveryKindToItsRetryCode) {
   }
 }
 
+TEST(GlooErrorsTest, DeathNamesTheWorkerWhenKnown) {
+  CollectiveCall call = Call();
+  call.process_names = {"worker w-1 (host a)", "worker w-2 (host b)"};
+  absl::Status s = TranslateGlooError(GlooErrorKind::kIo, "x", call,
+                                      {{1, absl::Now(), "its connection closed without goodbye"}});
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("process 1 (worker w-2 (host b), ranks 2, 3) died"));
+}
+
 TEST(GlooErrorsTest, DeathOfAProcessOutsideTheGroupSaysSo) {
   absl::Status s = TranslateGlooError(GlooErrorKind::kIo, "x", Call(),
                                       {{7, absl::Now(), "its connection failed: reset"}});

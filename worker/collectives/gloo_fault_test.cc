@@ -42,7 +42,7 @@ std::string TempDir() {
   if (!monitor.ok()) _exit(3);
   std::vector<RankInfo> ranks;
   for (int r = 0; r < kProcesses * kDevicesPerProcess; ++r) {
-    ranks.push_back({r / kDevicesPerProcess, absl::StrCat("device ", r)});
+    ranks.push_back({r / kDevicesPerProcess, absl::StrCat("device ", r), ""});
   }
   std::vector<std::thread> threads;
   for (int d = 0; d < kDevicesPerProcess; ++d) {

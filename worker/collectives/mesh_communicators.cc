@@ -20,7 +20,9 @@ absl::StatusOr<std::unique_ptr<MeshCommunicators>> MeshCommunicators::Create(
 
   auto rank_info = [&](const Device& d) {
     const int64_t pos = mesh.Ravel(*mesh.CoordinatesOf(d.id));
-    return RankInfo{process_of_position[pos], d.ToString()};
+    return RankInfo{process_of_position[pos], d.ToString(),
+                    d.worker_id.empty() ? std::string()
+                                        : absl::StrCat("worker ", d.worker_id, " (host ", d.host, ")")};
   };
   std::vector<RankInfo> world_ranks;
   for (const Device& d : mesh.devices()) world_ranks.push_back(rank_info(d));

@@ -152,8 +152,19 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
       if (name == "accuracy") local[name] = accuracy_sum / interval_steps;
       if (name == "step") local[name] = static_cast<double>(step + 1);
     }
-    SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx, local, reductions));
     const double wall = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - interval_start));
+    if (options.on_device_report) {
+      DeviceReport report;
+      report.device_id = device_id;
+      report.step = step + 1;
+      report.values = local;
+      report.samples_per_second = static_cast<double>((rows.limit - rows.start) * interval_steps) / wall;
+      report.data_wait_seconds = timing.data;
+      report.compute_seconds = timing.compute;
+      report.collective_seconds = timing.collective;
+      options.on_device_report(report);
+    }
+    SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx, local, reductions));
     // The slowest device's fractions: the max over devices of each.
     Metrics fractions = {{"collective", timing.collective / wall},
                          {"compute", timing.compute / wall},

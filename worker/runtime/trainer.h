@@ -43,6 +43,19 @@ struct ProgressReport {
   absl::Duration elapsed;
 };
 
+// What one device measured over a report interval (the raw per-device values the coordinator
+// keeps).
+struct DeviceReport {
+  int device_id = 0;
+  int64_t step = 0;
+  // The job's metrics on this device over the interval (before any reduction across devices).
+  Metrics values;
+  double samples_per_second = 0;
+  double data_wait_seconds = 0;
+  double compute_seconds = 0;
+  double collective_seconds = 0;
+};
+
 struct TrainerOptions {
   explicit TrainerOptions(Mesh job_mesh) : mesh(std::move(job_mesh)) {}
 
@@ -64,6 +77,8 @@ struct TrainerOptions {
   bool explicit_collectives = false;
   // Called on the process that holds mesh position 0, from a device thread; keep it short.
   std::function<void(const ProgressReport&)> on_progress;
+  // Called on every device thread of this process at every report; must be thread-safe.
+  std::function<void(const DeviceReport&)> on_device_report;
 };
 
 struct TrainResult {

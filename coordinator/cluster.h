@@ -1,0 +1,283 @@
+// Cluster: the coordinator's state machine. Membership and leases of worker daemons, the job
+// queue and gang scheduler, the attempts that run and how they end, and the metric points
+// runners report. Pure: no RPC, no threads of its own, time from an injected clock; the gRPC
+// services are thin layers on top (docs/architecture.md).
+//
+// Jobs. SubmitJob applies the spec's defaults and validates it in full, then queues the job
+// (PENDING). Scheduling is gang (all or nothing) and FIFO: the oldest pending job that the
+// alive workers could hold blocks every younger one until enough of their devices are free; a
+// job the whole cluster of alive workers could not hold even when idle does not block the
+// queue (it waits for more workers). An attempt gets the mesh CreateMeshForJob builds over the
+// free devices of alive workers, and each worker holding devices of the mesh gets one
+// Assignment. Process p of an attempt is the p-th distinct worker_id in order of first
+// appearance in mesh.devices() (row-major); the runtime derives its process table with the
+// same rule.
+//
+// States: PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, and RUNNING -> PENDING when a
+// failed attempt is restarted. Every change is a JobTransition with its reason and attempt.
+// Job.attempt counts attempts started (0 while the first waits); a restarted job waits with
+// the number of its failed attempt and gets the next when it starts again.
+//
+// Why a job waits: the reason of its latest (PENDING) transition ends with
+// "; waiting for ..." (e.g. "submitted; waiting for 4 free devices: 2 free on 1 alive
+// worker"), updated in place whenever the answer changes. No other field is used.
+//
+// Failures. A runner that reports FAILED, a worker whose lease expires and a worker that
+// registers with a new incarnation each fail the attempts they take part in: the other
+// workers of the attempt get a stop event, and the job goes back to PENDING while its restarts
+// (attempts - 1) are below spec.max_restarts, else ends FAILED with Job.error naming the
+// attempt, process, worker, host, devices and cause.
+//
+// Progress. Job.progress comes from the latest reports (MetricsStore::Latest); total_steps is
+// spec.steps (0 for jobs given in epochs: the coordinator does not know the data size).
+// final_metrics are process 0's at success.
+//
+// Persistence. Every change of a job or worker, and every report batch, is written to the
+// StateStore before the call that made it returns OK. When a write fails the call returns the
+// store's error (UNAVAILABLE); the change stays in memory and is written again at the next
+// call or Tick. Progress is not written on every report: it is recomputed from the stored
+// points at load. Assignment queues and lease times live only in memory: loaded workers
+// start with a fresh lease at now(), and a loaded RUNNING job keeps its devices while its
+// workers keep their leases. Known gap: which processes of a running attempt had already
+// reported SUCCEEDED is not stored, so after a coordinator restart they must report it again.
+//
+// Thread-safe. The attempt-ended callback is called without the lock held.
+#ifndef SUBSTRAX_COORDINATOR_CLUSTER_H_
+#define SUBSTRAX_COORDINATOR_CLUSTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/metrics_store.h"
+#include "coordinator/state_store.h"
+#include "core/mesh.h"
+#include "substrax/v1/coordinator_service.pb.h"
+#include "substrax/v1/job.pb.h"
+#include "substrax/v1/job_service.pb.h"
+#include "substrax/v1/metrics_service.pb.h"
+
+namespace substrax {
+
+using Clock = std::function<absl::Time()>;
+
+struct ClusterOptions {
+  // How often workers should heartbeat; told to them at registration.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A lease expires when no heartbeat arrived for longer than this.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+};
+
+class Cluster {
+ public:
+  // Loads everything `state` holds (it must outlive the Cluster and may not be null) and
+  // schedules. Loaded alive workers start with a fresh lease at clock(); a RUNNING job whose
+  // worker is dead or unknown has its attempt failed at once. Errors: the store's Load errors;
+  // INVALID_ARGUMENT for a non-positive heartbeat interval or timeout.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Create(const ClusterOptions& options,
+                                                         Clock clock, StateStore* state);
+
+  // --- membership (worker-facing) ---
+
+  // Registers a worker daemon (worker_id: request.worker_id, or the host when empty) and its
+  // devices. Devices get cluster-wide ids, stable for a (worker_id, local_index) over
+  // re-registrations and coordinator restarts; their host and worker_id are set here. The same
+  // incarnation again is a retry and answers as before (reviving a worker declared dead); a new
+  // incarnation replaces the old process and fails its attempts ("worker w-2 restarted ...").
+  // Errors: INVALID_ARGUMENT (no devices, empty host or incarnation, repeated or negative
+  // local_index), UNAVAILABLE (the state store failed).
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& request);
+  // Renews the lease. Errors: NOT_FOUND (unknown worker: register), ABORTED (stale
+  // incarnation, or the worker was declared dead: re-register).
+  absl::Status Heartbeat(const std::string& worker_id, const std::string& incarnation);
+  // Expires leases without a heartbeat for longer than heartbeat_timeout (failing their
+  // attempts), retries failed state-store writes, then schedules. The gRPC layer calls it every
+  // heartbeat_interval / 2; tests call it after advancing the fake clock.
+  void Tick();
+  // The worker's assignment events after *cursor (exclusive; start at 0), advancing *cursor
+  // to the last one returned. Non-blocking (pair with AwaitChange). A new incarnation starts a
+  // new queue. Errors: NOT_FOUND, ABORTED (as Heartbeat).
+  absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> PollAssignments(
+      const std::string& worker_id, const std::string& incarnation, int64_t* cursor);
+
+  // --- runner reports (worker-facing) ---
+
+  // Stores the reports of a running attempt (persisted first, then served). Each report's
+  // job_id and attempt must be empty/0 or match the request; host and process_index are set
+  // from the attempt's mesh, time from the clock when unset. Errors: NOT_FOUND (unknown job),
+  // FAILED_PRECONDITION (the attempt is not running: the runner should stop), INVALID_ARGUMENT
+  // (a device outside the attempt's mesh, a report of another job or attempt), UNAVAILABLE
+  // (the state store failed: retry the same call).
+  absl::Status ReportSteps(const v1::ReportStepsRequest& request);
+  // RUNNING: noted. SUCCEEDED: once every process of the attempt has succeeded the job is
+  // SUCCEEDED, with process 0's final_metrics in Job.progress.final_metrics. FAILED: the
+  // attempt fails (see the class comment). Errors: NOT_FOUND (unknown job),
+  // FAILED_PRECONDITION (the attempt is not the job's running attempt, e.g. it was cancelled or
+  // already failed: nothing changes and the daemon may ignore this; or the worker does not run
+  // that process of the attempt), INVALID_ARGUMENT (state UNSPECIFIED), UNAVAILABLE.
+  absl::Status ReportAttemptStatus(const v1::ReportAttemptStatusRequest& request);
+  // OK iff (job_id, attempt) is the job's current running attempt. Errors: NOT_FOUND (unknown
+  // job), FAILED_PRECONDITION (the message says how the attempt or job stands).
+  absl::Status CheckAttemptRunning(const std::string& job_id, int attempt) const;
+
+  // --- client-facing ---
+
+  // Applies the spec's defaults, validates it, and queues it as "<spec.name>-<n>" (n counts
+  // the jobs of the cluster's whole life, over restarts), scheduling at once if devices are
+  // free. OK once the queued job is stored (a failed write of what scheduling then changed is
+  // retried at the next Tick). Errors: INVALID_ARGUMENT (ValidateJobSpec's message: one
+  // "path: problem" per line), UNAVAILABLE (the state store failed; the job was not queued).
+  absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec);
+  // Errors: NOT_FOUND.
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
+  // Newest first; an empty filter means every state.
+  std::vector<v1::Job> ListJobs(const std::vector<v1::JobState>& states) const;
+  // Cancels a PENDING or RUNNING job (its workers get stop events). `reason` defaults to
+  // "cancelled by user". Errors: NOT_FOUND, FAILED_PRECONDITION (the job has ended: the message
+  // says how), UNAVAILABLE.
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
+  // In registration order, with state, seconds_since_heartbeat (from the clock) and the jobs
+  // running on each.
+  std::vector<v1::Worker> ListWorkers() const;
+  // The mesh of the job's current or last attempt and its layouts ("batch/inputs" when the mesh
+  // has a data axis). Errors: NOT_FOUND, FAILED_PRECONDITION (the job never started).
+  absl::StatusOr<v1::GetMeshResponse> GetMesh(const std::string& job_id) const;
+  // MetricsStore::Query with the job's declared reductions. Errors: NOT_FOUND (unknown job),
+  // and MetricsStore::Query's.
+  absl::StatusOr<v1::QueryMetricsResponse> QueryMetrics(
+      const v1::QueryMetricsRequest& request) const;
+
+  // --- change notification, for the streaming rpcs ---
+
+  // Increments on every change of any job (state, progress, waiting reason) or assignment
+  // queue.
+  uint64_t version() const;
+  // Blocks until version() > seen or `timeout` passes, in real time (not the injected clock:
+  // it paces streams, it decides nothing). Returns version().
+  uint64_t AwaitChange(uint64_t seen, absl::Duration timeout) const;
+
+  // Called (without the lock held) with (job_id, attempt) whenever an attempt ends, however it
+  // ends, so the rendezvous store can drop the attempt's keys.
+  void SetAttemptEndedCallback(std::function<void(const std::string&, int)> callback);
+
+ private:
+  struct WorkerEntry {
+    // worker_id, host, address, incarnation, state, devices; the rest is filled in on output.
+    v1::Worker proto;
+    absl::Time last_heartbeat;
+    // Assignment events of the current incarnation; event i has cursor i + 1.
+    std::vector<v1::WatchAssignmentsResponse> events;
+  };
+  // One runner process of a running attempt.
+  struct Process {
+    std::string worker_id;
+    std::vector<int> device_ids;
+    bool succeeded = false;
+    std::map<std::string, double> final_metrics;
+  };
+  struct JobEntry {
+    v1::Job job;
+    // The reason of the latest PENDING transition before "; waiting for ...".
+    std::string pending_reason;
+    // The running attempt's mesh and processes (empty unless RUNNING).
+    std::optional<Mesh> mesh;
+    std::vector<Process> processes;
+  };
+  // Attempts that ended inside a locked section, reported to the callback after unlocking.
+  using EndedAttempts = std::vector<std::pair<std::string, int>>;
+
+  Cluster(const ClusterOptions& options, Clock clock, StateStore* state);
+
+  absl::Status LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker, if the caller's incarnation is its current one and it is alive.
+  absl::StatusOr<WorkerEntry*> LiveWorkerLocked(const std::string& worker_id,
+                                                const std::string& incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<JobEntry*> FindJobLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const JobEntry* FindJobOrNullLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckAttemptRunningLocked(const std::string& job_id, int attempt) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Builds the process table of `mesh` (process p: the p-th distinct worker_id in row-major
+  // device order) and marks its devices busy.
+  void TakeDevicesLocked(JobEntry& entry, Mesh mesh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Job.progress step, metrics and samples_per_second from the current attempt's points.
+  void RefreshProgressLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job as it is now, ready to return.
+  v1::Job JobViewLocked(const JobEntry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // State changes. Each records the transition, marks the job dirty and bumps the version.
+  void TransitionLocked(JobEntry& entry, v1::JobState to, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts an attempt on `mesh`: assignments to its workers, devices taken.
+  void StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the running attempt: stop events (reason `why`) to its workers except `culprit`,
+  // devices freed, the attempt reported as ended.
+  void EndAttemptLocked(JobEntry& entry, const std::string& why, const std::string& culprit,
+                        EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the running attempt because of `culprit` (a worker id, may be empty) and `cause`;
+  // restarts the job or ends it FAILED.
+  void FailAttemptLocked(JobEntry& entry, const std::string& culprit, const std::string& cause,
+                         EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails every running attempt with a process on `worker_id`.
+  void FailAttemptsOfWorkerLocked(const std::string& worker_id, const std::string& cause,
+                                  EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLeasesLocked(EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the "; waiting for ..." part of a pending job's reason (a change only if it differs).
+  void SetWaitingLocked(JobEntry& entry, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushEventLocked(const std::string& worker_id, v1::WatchAssignmentsResponse event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkJobChangedLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes every dirty job and worker; they stay dirty when a write fails.
+  absl::Status FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "worker w-2 (host b)".
+  std::string DescribeWorkerLocked(const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls the attempt-ended callback for each; must be called without the lock.
+  void NotifyEnded(const EndedAttempts& ended) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ClusterOptions options_;
+  const Clock clock_;
+  StateStore* const state_;
+  MetricsStore metrics_;
+
+  mutable absl::Mutex mu_;
+  std::function<void(const std::string&, int)> attempt_ended_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers by id, and their registration order.
+  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> worker_order_ ABSL_GUARDED_BY(mu_);
+  // Jobs by id, and their submission order (the FIFO queue is this order, PENDING ones).
+  std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);
+  // (worker_id, local_index) -> device id, for stable ids; the next id to hand out.
+  std::map<std::pair<std::string, int>, int> device_ids_ ABSL_GUARDED_BY(mu_);
+  int next_device_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Device id -> the job whose running attempt holds it.
+  std::map<int, std::string> busy_devices_ ABSL_GUARDED_BY(mu_);
+  int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
+  // Not yet written to the state store.
+  std::set<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_COORDINATOR_CLUSTER_H_

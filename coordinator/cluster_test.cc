@@ -1,0 +1,649 @@
+#include "coordinator/cluster.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
+#include "core/job_spec.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace substrax {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr char kSpecYaml[] = R"yaml(
+apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: NAME}
+spec:
+  model: {type: mlp, hidden_sizes: [8], num_classes: 2}
+  data:
+    format: synthetic
+    synthetic: {task: classification, num_train_examples: 64, num_features: 4, num_outputs: 2}
+  optimizer: {type: sgd, learning_rate: 0.1}
+  mesh: MESH
+  batch: {per_device_batch_size: 2}
+  steps: 10
+  max_restarts: RESTARTS
+)yaml";
+
+// A data-parallel job of `dp` devices, or a hybrid one when mp > 1.
+v1::JobSpec Spec(const std::string& name, int dp, int mp = 1, int max_restarts = 0) {
+  const std::string mesh =
+      mp > 1 ? absl::StrCat("{type: hybrid, data_parallel_size: ", dp,
+                            ", model_parallel_size: ", mp, "}")
+             : absl::StrCat("{data_parallel_size: ", dp, "}");
+  const std::string yaml = absl::StrReplaceAll(
+      kSpecYaml, {{"NAME", name}, {"MESH", mesh}, {"RESTARTS", absl::StrCat(max_restarts)}});
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { cluster_ = MakeCluster(state_); }
+
+  std::unique_ptr<Cluster> MakeCluster(StateStore& state) {
+    auto cluster = Cluster::Create(ClusterOptions{}, [this] { return now_; }, &state);
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    if (!cluster.ok()) return nullptr;
+    (*cluster)->SetAttemptEndedCallback(
+        [this](const std::string& job, int attempt) { ended_.push_back({job, attempt}); });
+    return *std::move(cluster);
+  }
+
+  v1::RegisterWorkerResponse Register(const std::string& worker_id, const std::string& host,
+                                      int num_devices, const std::string& incarnation = "inc-1") {
+    v1::RegisterWorkerRequest request;
+    request.set_worker_id(worker_id);
+    request.set_host(host);
+    request.set_incarnation(incarnation);
+    request.set_address(host + ":7000");
+    for (int i = 0; i < num_devices; ++i) {
+      v1::Device* d = request.add_devices();
+      d->set_local_index(i);
+      d->set_kind(v1::DEVICE_KIND_CPU);
+      d->set_name("cpu");
+    }
+    auto response = cluster_->RegisterWorker(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    cursors_.erase(worker_id);
+    return response.ok() ? *response : v1::RegisterWorkerResponse{};
+  }
+
+  // Two workers with two devices each: w-1 on host a (devices 0, 1), w-2 on host b (2, 3).
+  void RegisterTwoWorkers() {
+    Register("w-1", "a", 2);
+    Register("w-2", "b", 2);
+  }
+
+  // The events of `worker_id` since the last Poll.
+  std::vector<v1::WatchAssignmentsResponse> Poll(const std::string& worker_id,
+                                                 const std::string& incarnation = "inc-1") {
+    auto events = cluster_->PollAssignments(worker_id, incarnation, &cursors_[worker_id]);
+    EXPECT_TRUE(events.ok()) << events.status();
+    return events.ok() ? *events : std::vector<v1::WatchAssignmentsResponse>{};
+  }
+
+  std::string Submit(const v1::JobSpec& spec) {
+    auto job = cluster_->SubmitJob(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+
+  v1::Job Get(const std::string& job_id) {
+    auto job = cluster_->GetJob(job_id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : v1::Job{};
+  }
+
+  absl::Status ReportStatus(const std::string& job_id, int attempt, const std::string& worker,
+                            int process, v1::RunnerState state) {
+    v1::ReportAttemptStatusRequest request;
+    request.set_job_id(job_id);
+    request.set_attempt(attempt);
+    request.set_worker_id(worker);
+    request.set_process_index(process);
+    request.set_state(state);
+    request.set_exit_code(state == v1::RUNNER_STATE_FAILED ? 1 : 0);
+    if (state == v1::RUNNER_STATE_FAILED) {
+      request.set_error("loss is NaN at step 7");
+      request.set_stderr_tail("Traceback: boom");
+    }
+    if (process == 0) (*request.mutable_final_metrics())["test_accuracy"] = 0.875;
+    return cluster_->ReportAttemptStatus(request);
+  }
+
+  // Heartbeats every worker in `alive` every second for `d`, then ticks.
+  void RunFor(absl::Duration d, const std::vector<std::string>& alive) {
+    for (absl::Duration t; t < d; t += absl::Seconds(1)) {
+      now_ += absl::Seconds(1);
+      for (const std::string& w : alive) EXPECT_TRUE(cluster_->Heartbeat(w, "inc-1").ok()) << w;
+      cluster_->Tick();
+    }
+  }
+
+  std::vector<v1::JobState> States(const v1::Job& job) {
+    std::vector<v1::JobState> states;
+    for (const auto& t : job.transitions()) states.push_back(t.to());
+    return states;
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1700000000);
+  InMemoryStateStore state_;
+  std::unique_ptr<Cluster> cluster_;
+  std::map<std::string, int64_t> cursors_;
+  std::vector<std::pair<std::string, int>> ended_;
+};
+
+TEST_F(ClusterTest, RegistrationAssignsClusterWideDeviceIds) {
+  v1::RegisterWorkerResponse a = Register("w-1", "a", 2);
+  v1::RegisterWorkerResponse b = Register("", "b", 3);  // worker_id defaults to the host
+  ASSERT_THAT(a.devices(), SizeIs(2));
+  ASSERT_THAT(b.devices(), SizeIs(3));
+  EXPECT_EQ(a.devices(0).id(), 0);
+  EXPECT_EQ(a.devices(1).id(), 1);
+  EXPECT_EQ(b.devices(0).id(), 2);
+  EXPECT_EQ(b.devices(2).id(), 4);
+  EXPECT_EQ(b.devices(1).worker_id(), "b");
+  EXPECT_EQ(b.devices(1).host(), "b");
+  EXPECT_EQ(b.devices(1).name(), "cpu");
+  EXPECT_EQ(a.heartbeat_interval().seconds(), 1);
+  EXPECT_EQ(a.heartbeat_timeout().seconds(), 10);
+
+  // A new incarnation of w-1 keeps its ids; a retry with the same incarnation answers the same.
+  EXPECT_EQ(Register("w-1", "a", 2, "inc-2").devices(1).id(), 1);
+  EXPECT_EQ(Register("w-1", "a", 2, "inc-2").devices(1).id(), 1);
+  std::vector<v1::Worker> workers = cluster_->ListWorkers();
+  ASSERT_THAT(workers, SizeIs(2));
+  EXPECT_EQ(workers[0].worker_id(), "w-1");
+  EXPECT_EQ(workers[0].incarnation(), "inc-2");
+  EXPECT_EQ(workers[0].state(), v1::WORKER_STATE_ALIVE);
+  EXPECT_EQ(workers[1].address(), "b:7000");
+}
+
+TEST_F(ClusterTest, RegistrationRejectsBadRequests) {
+  v1::RegisterWorkerRequest request;
+  request.set_host("a");
+  request.set_incarnation("inc-1");
+  EXPECT_EQ(cluster_->RegisterWorker(request).status().code(),
+            absl::StatusCode::kInvalidArgument);  // no devices
+  request.add_devices()->set_local_index(0);
+  request.add_devices()->set_local_index(0);
+  auto repeated = cluster_->RegisterWorker(request);
+  EXPECT_EQ(repeated.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(repeated.status().message(), HasSubstr("devices[1].local_index"));
+  request.mutable_devices(1)->set_local_index(1);
+  request.clear_incarnation();
+  EXPECT_EQ(cluster_->RegisterWorker(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.set_incarnation("inc-1");
+  request.clear_host();
+  EXPECT_EQ(cluster_->RegisterWorker(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cluster_->ListWorkers(), IsEmpty());
+}
+
+TEST_F(ClusterTest, HeartbeatsKeepTheLease) {
+  Register("w-1", "a", 1);
+  RunFor(absl::Seconds(60), {"w-1"});
+  std::vector<v1::Worker> workers = cluster_->ListWorkers();
+  EXPECT_EQ(workers[0].state(), v1::WORKER_STATE_ALIVE);
+  EXPECT_EQ(workers[0].seconds_since_heartbeat(), 0);
+  now_ += absl::Seconds(10);  // exactly the timeout: not yet expired
+  cluster_->Tick();
+  EXPECT_EQ(cluster_->ListWorkers()[0].state(), v1::WORKER_STATE_ALIVE);
+  EXPECT_EQ(cluster_->ListWorkers()[0].seconds_since_heartbeat(), 10);
+
+  EXPECT_EQ(cluster_->Heartbeat("nobody", "inc-1").code(), absl::StatusCode::kNotFound);
+  absl::Status stale = cluster_->Heartbeat("w-1", "inc-0");
+  EXPECT_EQ(stale.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(stale.message(), HasSubstr("stale"));
+  int64_t cursor = 0;
+  EXPECT_EQ(cluster_->PollAssignments("w-1", "inc-0", &cursor).status().code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(ClusterTest, ExpiredLeaseFailsTheRunningAttempt) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4));
+  ASSERT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  Poll("w-1");
+  RunFor(absl::Seconds(11), {"w-1"});  // w-2 falls silent
+
+  const v1::Job failed = Get(job);
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error(),
+              HasSubstr("worker w-2 (host b) missed heartbeats for 10s: the process died or was "
+                        "preempted; check its log"));
+  EXPECT_THAT(failed.error(), HasSubstr("attempt 1, process 1 (devices 2, 3)"));
+  EXPECT_EQ(failed.transitions().rbegin()->reason(), failed.error());
+  EXPECT_EQ(cluster_->ListWorkers()[1].state(), v1::WORKER_STATE_DEAD);
+
+  // The survivor is told to stop; the dead worker must re-register.
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-1");
+  ASSERT_THAT(events, SizeIs(1));
+  EXPECT_EQ(events[0].stop().job_id(), job);
+  EXPECT_THAT(events[0].stop().reason(), HasSubstr("missed heartbeats"));
+  absl::Status dead = cluster_->Heartbeat("w-2", "inc-1");
+  EXPECT_EQ(dead.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(dead.message(), HasSubstr("declared dead"));
+  EXPECT_THAT(ended_, ElementsAre(std::make_pair(job, 1)));
+
+  // Re-registering (same process, back from a partition) makes it schedulable again.
+  Register("w-2", "b", 2);
+  EXPECT_EQ(cluster_->ListWorkers()[1].state(), v1::WORKER_STATE_ALIVE);
+  EXPECT_EQ(Get(Submit(Spec("again", 4))).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(ClusterTest, ReRegistrationFailsTheOldIncarnationsAttempts) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4));
+  Poll("w-1");
+  Register("w-2", "b", 2, "inc-2");
+  const v1::Job failed = Get(job);
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error(), HasSubstr("worker w-2 restarted"));
+  EXPECT_THAT(Poll("w-1"), SizeIs(1));  // stop
+  EXPECT_EQ(cluster_->Heartbeat("w-2", "inc-1").code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(cluster_->Heartbeat("w-2", "inc-2").ok());
+  EXPECT_THAT(Poll("w-2", "inc-2"), IsEmpty());  // a new process starts with a new queue
+}
+
+TEST_F(ClusterTest, GangSchedulingIsAllOrNothingAndFifo) {
+  RegisterTwoWorkers();
+  const std::string small = Submit(Spec("small", 2));
+  const std::string big = Submit(Spec("big", 4));
+  const std::string later = Submit(Spec("later", 2));
+  EXPECT_EQ(Get(small).state(), v1::JOB_STATE_RUNNING);
+  // The big job takes no partial devices, and the later small one does not jump the queue.
+  const v1::Job waiting = Get(big);
+  EXPECT_EQ(waiting.state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(waiting.mesh().devices(), IsEmpty());
+  EXPECT_EQ(waiting.transitions().rbegin()->reason(),
+            "submitted; waiting for 4 free devices; 2 free on 2 alive workers");
+  EXPECT_EQ(Get(later).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(later).transitions().rbegin()->reason(), HasSubstr("behind job " + big));
+  EXPECT_THAT(Poll("w-2"), IsEmpty());  // the small job fits on w-1 alone
+
+  ASSERT_TRUE(cluster_->CancelJob(small, "").ok());
+  EXPECT_EQ(Get(big).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Get(big).mesh().devices(), SizeIs(4));
+  EXPECT_EQ(Get(later).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(later).transitions().rbegin()->reason(),
+              HasSubstr("waiting for 2 free devices; 0 free on 2 alive workers"));
+
+  std::vector<v1::Job> pending = cluster_->ListJobs({v1::JOB_STATE_PENDING});
+  ASSERT_THAT(pending, SizeIs(1));
+  EXPECT_EQ(pending[0].id(), later);
+  std::vector<v1::Job> all = cluster_->ListJobs({});
+  ASSERT_THAT(all, SizeIs(3));
+  EXPECT_EQ(all[0].id(), later);  // newest first
+  EXPECT_EQ(all[2].id(), small);
+}
+
+TEST_F(ClusterTest, AJobTheClusterCannotHoldDoesNotBlockTheQueue) {
+  const std::string huge = Submit(Spec("huge", 8));
+  EXPECT_THAT(Get(huge).transitions().rbegin()->reason(),
+              HasSubstr("waiting for 8 devices: no worker is alive"));
+  RegisterTwoWorkers();
+  EXPECT_THAT(Get(huge).transitions().rbegin()->reason(), HasSubstr("cannot hold the mesh"));
+  EXPECT_EQ(Get(Submit(Spec("fits", 4))).state(), v1::JOB_STATE_RUNNING);
+  // More workers arrive: the huge job waits until the running one frees its devices.
+  Register("w-3", "c", 2);
+  Register("w-4", "d", 2);
+  EXPECT_EQ(Get(huge).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(huge).transitions().rbegin()->reason(), HasSubstr("4 free on 4 alive workers"));
+}
+
+TEST_F(ClusterTest, AssignmentsFollowTheProcessIndexRule) {
+  // Registered in the order b, a: the mesh and process order follow the cluster's order.
+  Register("w-2", "b", 2);
+  Register("w-1", "a", 2);
+  const std::string job = Submit(Spec("hybrid", 2, 2));
+  ASSERT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  const v1::Mesh mesh = Get(job).mesh();
+  ASSERT_THAT(mesh.devices(), SizeIs(4));
+  EXPECT_THAT(mesh.axis_names(), ElementsAre("data", "model"));
+
+  // Expected: process p is the p-th distinct worker_id in row-major device order.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<int>> local;
+  for (const v1::Device& d : mesh.devices()) {
+    EXPECT_FALSE(d.worker_id().empty());
+    EXPECT_EQ(d.name(), "cpu");  // as registered
+    if (local[d.worker_id()].empty()) order.push_back(d.worker_id());
+    local[d.worker_id()].push_back(d.id());
+  }
+  ASSERT_THAT(order, SizeIs(2));
+  EXPECT_EQ(order[0], "w-2");
+  for (int p = 0; p < 2; ++p) {
+    std::vector<v1::WatchAssignmentsResponse> events = Poll(order[p]);
+    ASSERT_THAT(events, SizeIs(1));
+    const v1::Assignment& a = events[0].start();
+    EXPECT_EQ(a.job_id(), job);
+    EXPECT_EQ(a.attempt(), 1);
+    EXPECT_EQ(a.process_index(), p);
+    EXPECT_EQ(a.num_processes(), 2);
+    EXPECT_EQ(std::vector<int>(a.local_device_ids().begin(), a.local_device_ids().end()),
+              local[order[p]]);
+    EXPECT_EQ(a.rendezvous_prefix(), job + "/attempt-1");
+    EXPECT_EQ(a.spec().name(), "hybrid");
+    EXPECT_EQ(a.mesh().SerializeAsString(), mesh.SerializeAsString());
+    ASSERT_EQ(a.layouts().count("batch/inputs"), 1u);
+    const v1::ShardLayout& batch = a.layouts().at("batch/inputs");
+    EXPECT_THAT(batch.global_shape(), ElementsAre(4));  // 2 per device x data axis 2
+    EXPECT_EQ(batch.num_replicas(), 2);
+  }
+  auto mesh_response = cluster_->GetMesh(job);
+  ASSERT_TRUE(mesh_response.ok()) << mesh_response.status();
+  EXPECT_EQ(mesh_response->layouts().count("batch/inputs"), 1u);
+  EXPECT_THAT(cluster_->ListWorkers()[0].job_ids(), ElementsAre(job));
+}
+
+TEST_F(ClusterTest, RunnerFailureEndsTheJobWithTheRootCause) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4));
+  Poll("w-1");
+  Poll("w-2");
+  ASSERT_TRUE(ReportStatus(job, 1, "w-2", 1, v1::RUNNER_STATE_RUNNING).ok());
+  ASSERT_TRUE(ReportStatus(job, 1, "w-2", 1, v1::RUNNER_STATE_FAILED).ok());
+
+  const v1::Job failed = Get(job);
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error(), HasSubstr("runner of process 1 on worker w-2 (host b) exited with "
+                                        "status 1: loss is NaN at step 7; stderr: Traceback: boom"));
+  std::vector<v1::WatchAssignmentsResponse> stop = Poll("w-1");
+  ASSERT_THAT(stop, SizeIs(1));
+  EXPECT_EQ(stop[0].stop().reason(), failed.error());
+  EXPECT_THAT(Poll("w-2"), IsEmpty());  // its runner is gone already
+  EXPECT_EQ(cluster_->CheckAttemptRunning(job, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReportStatus(job, 1, "w-1", 0, v1::RUNNER_STATE_FAILED).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReportStatus("nope", 1, "w-1", 0, v1::RUNNER_STATE_FAILED).code(),
+            absl::StatusCode::kNotFound);
+  // Devices are free again.
+  EXPECT_EQ(Get(Submit(Spec("next", 4))).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(ClusterTest, FailedAttemptRestartsUpToMaxRestartsWithEveryTransitionRecorded) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4, 1, /*max_restarts=*/1));
+  ASSERT_TRUE(ReportStatus(job, 1, "w-1", 0, v1::RUNNER_STATE_FAILED).ok());
+  v1::Job restarted = Get(job);
+  EXPECT_EQ(restarted.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(restarted.attempt(), 2);
+  EXPECT_TRUE(restarted.error().empty());
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-2");
+  ASSERT_THAT(events, SizeIs(3));  // start 1, stop 1, start 2
+  EXPECT_EQ(events[1].stop().attempt(), 1);
+  EXPECT_EQ(events[2].start().attempt(), 2);
+  EXPECT_EQ(events[2].start().rendezvous_prefix(), job + "/attempt-2");
+  EXPECT_EQ(cluster_->CheckAttemptRunning(job, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(cluster_->CheckAttemptRunning(job, 2).ok());
+
+  ASSERT_TRUE(ReportStatus(job, 2, "w-2", 1, v1::RUNNER_STATE_FAILED).ok());
+  const v1::Job failed = Get(job);
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error(), HasSubstr("attempt 2, process 1"));
+  EXPECT_THAT(States(failed),
+              ElementsAre(v1::JOB_STATE_PENDING, v1::JOB_STATE_RUNNING, v1::JOB_STATE_PENDING,
+                          v1::JOB_STATE_RUNNING, v1::JOB_STATE_FAILED));
+  const std::vector<int> attempts = {0, 1, 1, 2, 2};
+  for (int i = 0; i < failed.transitions_size(); ++i) {
+    const v1::JobTransition& t = failed.transitions(i);
+    EXPECT_EQ(t.attempt(), attempts[i]) << i;
+    EXPECT_FALSE(t.reason().empty()) << i;
+    EXPECT_EQ(t.time().seconds(), 1700000000) << i;
+    if (i > 0) {
+      EXPECT_EQ(t.from(), failed.transitions(i - 1).to()) << i;
+    }
+  }
+  EXPECT_THAT(failed.transitions(1).reason(),
+              HasSubstr("scheduled on 4 devices of 2 workers (w-1, w-2)"));
+  EXPECT_THAT(failed.transitions(2).reason(), HasSubstr("restarting (restart 1 of 1)"));
+  EXPECT_THAT(failed.transitions(4).reason(), HasSubstr("no restarts left"));
+  EXPECT_THAT(ended_, ElementsAre(std::make_pair(job, 1), std::make_pair(job, 2)));
+}
+
+TEST_F(ClusterTest, SucceedsWhenEveryProcessHasSucceeded) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4));
+  EXPECT_EQ(ReportStatus(job, 1, "w-2", 0, v1::RUNNER_STATE_SUCCEEDED).code(),
+            absl::StatusCode::kFailedPrecondition);  // w-2 runs process 1, not 0
+  ASSERT_TRUE(ReportStatus(job, 1, "w-1", 0, v1::RUNNER_STATE_SUCCEEDED).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(ReportStatus(job, 1, "w-2", 1, v1::RUNNER_STATE_SUCCEEDED).ok());
+  const v1::Job done = Get(job);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(done.progress().final_metrics().at("test_accuracy"), 0.875);
+  EXPECT_EQ(done.transitions().rbegin()->reason(), "all 2 processes succeeded");
+  EXPECT_THAT(ended_, ElementsAre(std::make_pair(job, 1)));
+  EXPECT_THAT(Poll("w-1"), SizeIs(1));  // only its start: no stop after success
+  EXPECT_THAT(cluster_->ListWorkers()[0].job_ids(), IsEmpty());
+  auto cancel = cluster_->CancelJob(job, "");
+  EXPECT_EQ(cancel.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cancel.status().message(), HasSubstr("SUCCEEDED"));
+}
+
+TEST_F(ClusterTest, CancelPendingAndRunningJobs) {
+  Register("w-1", "a", 2);
+  const std::string running = Submit(Spec("running", 2));
+  const std::string pending = Submit(Spec("pending", 2));
+  Poll("w-1");
+
+  auto cancelled = cluster_->CancelJob(pending, "");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(cancelled->transitions().rbegin()->reason(), "cancelled by user");
+  EXPECT_THAT(Poll("w-1"), IsEmpty());
+
+  cancelled = cluster_->CancelJob(running, "superseded by v2");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  std::vector<v1::WatchAssignmentsResponse> stop = Poll("w-1");
+  ASSERT_THAT(stop, SizeIs(1));
+  EXPECT_EQ(stop[0].stop().reason(), "superseded by v2");
+  EXPECT_THAT(ended_, ElementsAre(std::make_pair(running, 1)));
+
+  auto again = cluster_->CancelJob(running, "");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(again.status().message(), HasSubstr("CANCELLED"));
+  EXPECT_THAT(again.status().message(), HasSubstr("superseded by v2"));
+  EXPECT_EQ(cluster_->CancelJob("nope", "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cluster_->GetMesh(pending).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(cluster_->GetMesh(running).ok());  // the last attempt's mesh stays
+}
+
+v1::ReportStepsRequest Steps(const std::string& job, int attempt, int64_t step,
+                             const std::vector<std::pair<int, double>>& losses) {
+  v1::ReportStepsRequest request;
+  request.set_job_id(job);
+  request.set_attempt(attempt);
+  for (const auto& [device, loss] : losses) {
+    v1::StepReport* r = request.add_reports();
+    r->set_step(step);
+    r->set_device_id(device);
+    (*r->mutable_values())["loss"] = loss;
+    (*r->mutable_values())["step"] = static_cast<double>(step);
+    r->set_samples_per_second(100);
+  }
+  return request;
+}
+
+TEST_F(ClusterTest, ReportsFeedProgressAndQueries) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4));
+  const uint64_t before = cluster_->version();
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 5, {{0, 1.0}, {1, 2.0}, {2, 3.0}, {3, 4.0}}))
+                  .ok());
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 10, {{0, 0.5}, {2, 1.5}})).ok());
+  EXPECT_GT(cluster_->version(), before);
+
+  const v1::JobProgress progress = Get(job).progress();
+  EXPECT_EQ(progress.step(), 10);
+  EXPECT_EQ(progress.total_steps(), 10);
+  EXPECT_EQ(progress.metrics().at("loss"), 1.0);  // mean of the two devices that reported
+  EXPECT_EQ(progress.metrics().at("step"), 10);
+  EXPECT_EQ(progress.samples_per_second(), 200);
+
+  v1::QueryMetricsRequest query;
+  query.set_job_id(job);
+  query.add_names("loss");
+  query.set_group_by(v1::GROUP_BY_HOST);
+  auto response = cluster_->QueryMetrics(query);
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_THAT(response->series(), SizeIs(2));
+  EXPECT_EQ(response->series(1).group(), "b");  // host set from the mesh
+  EXPECT_EQ(response->series(1).points(1).value(), 1.5);
+  EXPECT_EQ(response->series(1).points(1).num_values(), 1);
+
+  absl::Status outside = cluster_->ReportSteps(Steps(job, 1, 15, {{9, 1.0}}));
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(outside.message(), HasSubstr("device 9"));
+  EXPECT_EQ(cluster_->ReportSteps(Steps(job, 2, 15, {{0, 1.0}})).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cluster_->ReportSteps(Steps("nope", 1, 15, {{0, 1.0}})).code(),
+            absl::StatusCode::kNotFound);
+  query.set_job_id("nope");
+  EXPECT_EQ(cluster_->QueryMetrics(query).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClusterTest, BadSpecIsRejectedWithTheFieldAndTheClusterStillWorks) {
+  Register("w-1", "a", 2);
+  v1::JobSpec bad = Spec("bad", 2);
+  bad.mutable_mesh()->set_data_parallel_size(0);
+  bad.mutable_optimizer()->set_learning_rate(-1);
+  auto rejected = cluster_->SubmitJob(bad);
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rejected.status().message(), HasSubstr("spec.optimizer.learning_rate"));
+  EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
+  const std::string good = Submit(Spec("good", 2));
+  EXPECT_EQ(good, "good-1");
+  EXPECT_EQ(Get(good).state(), v1::JOB_STATE_RUNNING);
+}
+
+// Runs a cluster's life on `state`, then a second Cluster on the same state must see it all.
+void ExpectRestartKeepsEverything(StateStore& state) {
+  absl::Time now = absl::FromUnixSeconds(1700000000);
+  auto clock = [&now] { return now; };
+  std::string running, done, waiting;
+  v1::Job done_before;
+  v1::QueryMetricsResponse metrics_before;
+  {
+    auto cluster = Cluster::Create({}, clock, &state);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    Cluster& c = **cluster;
+    for (const char* w : {"w-1", "w-2"}) {
+      v1::RegisterWorkerRequest request;
+      request.set_worker_id(w);
+      request.set_host(std::string("host-") + w);
+      request.set_incarnation("inc-1");
+      request.add_devices()->set_local_index(0);
+      request.add_devices()->set_local_index(1);
+      ASSERT_TRUE(c.RegisterWorker(request).ok());
+    }
+    done = c.SubmitJob(Spec("done", 4)).value().id();
+    ASSERT_TRUE(c.ReportSteps(Steps(done, 1, 10, {{0, 1.0}, {3, 2.0}})).ok());
+    for (int p = 0; p < 2; ++p) {
+      v1::ReportAttemptStatusRequest s;
+      s.set_job_id(done);
+      s.set_attempt(1);
+      s.set_worker_id(p == 0 ? "w-1" : "w-2");
+      s.set_process_index(p);
+      s.set_state(v1::RUNNER_STATE_SUCCEEDED);
+      (*s.mutable_final_metrics())["test_loss"] = 0.25;
+      ASSERT_TRUE(c.ReportAttemptStatus(s).ok());
+    }
+    running = c.SubmitJob(Spec("running", 4)).value().id();
+    ASSERT_TRUE(c.ReportSteps(Steps(running, 1, 20, {{1, 3.0}})).ok());
+    waiting = c.SubmitJob(Spec("waiting", 2)).value().id();
+    done_before = c.GetJob(done).value();
+    v1::QueryMetricsRequest q;
+    q.set_job_id(done);
+    q.set_reduction(v1::REDUCTION_NONE);
+    metrics_before = c.QueryMetrics(q).value();
+  }
+  now += absl::Minutes(5);
+  auto cluster = Cluster::Create({}, clock, &state);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*c.GetJob(done), done_before))
+      << c.GetJob(done)->DebugString() << "\n" << done_before.DebugString();
+  EXPECT_EQ(c.GetJob(done)->progress().final_metrics().at("test_loss"), 0.25);
+  v1::QueryMetricsRequest q;
+  q.set_job_id(done);
+  q.set_reduction(v1::REDUCTION_NONE);
+  EXPECT_EQ(c.QueryMetrics(q)->SerializeAsString(), metrics_before.SerializeAsString());
+
+  // The running job keeps its devices (its workers got a fresh lease), and its progress.
+  EXPECT_EQ(c.GetJob(running)->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(c.GetJob(running)->progress().step(), 20);
+  EXPECT_TRUE(c.CheckAttemptRunning(running, 1).ok());
+  EXPECT_EQ(c.GetJob(waiting)->state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c.GetJob(waiting)->transitions().rbegin()->reason(),
+              HasSubstr("submitted; waiting for 2 free devices"));
+  std::vector<v1::Worker> workers = c.ListWorkers();
+  ASSERT_THAT(workers, SizeIs(2));
+  EXPECT_EQ(workers[0].state(), v1::WORKER_STATE_ALIVE);
+  EXPECT_EQ(workers[0].seconds_since_heartbeat(), 0);
+  EXPECT_THAT(workers[1].job_ids(), ElementsAre(running));
+  // Job numbers keep counting; device ids stay.
+  EXPECT_EQ(c.SubmitJob(Spec("next", 1)).value().id(), "next-4");
+  EXPECT_TRUE(c.Heartbeat("w-1", "inc-1").ok());
+
+  // Its workers never come back: the lease runs out as usual.
+  now += absl::Seconds(11);
+  c.Tick();
+  EXPECT_EQ(c.GetJob(running)->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(c.GetJob(running)->error(), HasSubstr("missed heartbeats"));
+}
+
+TEST(ClusterRestartTest, InMemoryStateSurvivesARestart) {
+  InMemoryStateStore state;
+  ExpectRestartKeepsEverything(state);
+}
+
+TEST(ClusterRestartTest, SqliteStateSurvivesARestart) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/cluster-restart";
+  std::filesystem::remove_all(dir);
+  auto state = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(state.ok()) << state.status();
+  ExpectRestartKeepsEverything(**state);
+}
+
+TEST_F(ClusterTest, VersionAndAwaitChange) {
+  const uint64_t start = cluster_->version();
+  // Nothing changes: the wait times out and returns the same version.
+  EXPECT_EQ(cluster_->AwaitChange(start, absl::Milliseconds(1)), start);
+  // A change made by another thread wakes the waiter (a long timeout it never reaches).
+  std::thread submitter([this] { Submit(Spec("train", 1)); });
+  const uint64_t seen = cluster_->AwaitChange(start, absl::Seconds(60));
+  submitter.join();
+  EXPECT_GT(seen, start);
+  // Assignment queues count too.
+  const uint64_t before = cluster_->version();
+  Register("w-1", "a", 1);  // the queued job starts on it
+  EXPECT_GT(cluster_->version(), before);
+  EXPECT_EQ(Get("train-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_GT(cluster_->AwaitChange(before, absl::ZeroDuration()), before);
+}
+
+}  // namespace
+}  // namespace substrax

@@ -1,0 +1,131 @@
+// substrax-coordinator: the cluster's only stateful service.
+//
+//   substrax-coordinator --listen 0.0.0.0:7070 --metrics-listen 0.0.0.0:9090 --state-dir DIR
+//
+// Serves CoordinatorService (workers, runners), JobService and MetricsService (clients) and
+// grpc.health.v1 on --listen, and Prometheus /metrics on --metrics-listen. State (workers, jobs,
+// transitions, metric points) lives in SQLite under --state-dir, so a restart loses nothing
+// that was acknowledged. SIGTERM or SIGINT shut it down cleanly.
+//
+// Exit status: 0 after a clean shutdown; 1 cannot start (address in use, state unreadable);
+// 2 bad command line.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "coordinator/cluster.h"
+#include "coordinator/rendezvous.h"
+#include "coordinator/server.h"
+#include "coordinator/state_store.h"
+
+namespace substrax {
+namespace {
+
+bool ParsePositive(const std::string& name, const std::string& flag, absl::Duration* out) {
+  if (absl::ParseDuration(flag, out) && *out > absl::ZeroDuration()) return true;
+  std::cerr << "substrax-coordinator: " << name << ": '" << flag
+            << "' is not a positive duration such as 10s\n";
+  return false;
+}
+
+// The address clients should dial: the bound port on the listen host, or on 127.0.0.1 when
+// listening on every interface.
+std::string DialAddress(const std::string& listen, int port) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = "127.0.0.1";
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+}  // namespace substrax
+
+int main(int argc, char** argv) {
+  CLI::App app{"substrax coordinator: workers, jobs, meshes, rendezvous and metrics"};
+  substrax::CoordinatorServerOptions server_options;
+  std::string state_dir = "./substrax-state";
+  std::string address_file;
+  std::string heartbeat_interval = "1s";
+  std::string heartbeat_timeout = "10s";
+  app.add_option("--listen", server_options.listen, "gRPC address host:port (port 0: any free)")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", server_options.metrics_listen,
+                 "Prometheus /metrics address host:port; empty to disable")
+      ->capture_default_str();
+  app.add_option("--state-dir", state_dir, "Directory of the SQLite state")->capture_default_str();
+  app.add_option("--address-file", address_file,
+                 "Write the address clients should dial here once serving");
+  app.add_option("--heartbeat-interval", heartbeat_interval,
+                 "How often workers must heartbeat")
+      ->capture_default_str();
+  app.add_option("--heartbeat-timeout", heartbeat_timeout,
+                 "A worker missing heartbeats this long is declared dead")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  substrax::ClusterOptions cluster_options;
+  if (!substrax::ParsePositive("--heartbeat-interval", heartbeat_interval,
+                               &cluster_options.heartbeat_interval) ||
+      !substrax::ParsePositive("--heartbeat-timeout", heartbeat_timeout,
+                               &cluster_options.heartbeat_timeout)) {
+    return 2;
+  }
+  if (cluster_options.heartbeat_timeout <= cluster_options.heartbeat_interval) {
+    std::cerr << "substrax-coordinator: --heartbeat-timeout must be longer than "
+                 "--heartbeat-interval\n";
+    return 2;
+  }
+
+  // Signals go to one waiting thread; block them before any other thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto state = substrax::SqliteStateStore::Open(state_dir);
+  if (!state.ok()) {
+    std::cerr << "substrax-coordinator: " << state.status().message() << "\n";
+    return 1;
+  }
+  auto cluster = substrax::Cluster::Create(cluster_options, [] { return absl::Now(); },
+                                           state->get());
+  if (!cluster.ok()) {
+    std::cerr << "substrax-coordinator: cannot load state from " << state_dir << ": "
+              << cluster.status().message() << "\n";
+    return 1;
+  }
+  substrax::Rendezvous rendezvous;
+  auto server = substrax::CoordinatorServer::Start(server_options, cluster->get(), &rendezvous);
+  if (!server.ok()) {
+    std::cerr << "substrax-coordinator: " << server.status().message() << "\n";
+    return 1;
+  }
+  const std::string address = substrax::DialAddress(server_options.listen, (*server)->port());
+  if (!address_file.empty()) {
+    const std::string temp = address_file + ".tmp";
+    std::ofstream(temp) << address << "\n";
+    std::rename(temp.c_str(), address_file.c_str());
+  }
+  std::cerr << "substrax-coordinator: serving on " << address
+            << (server_options.metrics_listen.empty()
+                    ? std::string()
+                    : ", metrics on " + server_options.metrics_listen)
+            << ", state in " << state_dir << "\n";
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::cerr << "substrax-coordinator: " << strsignal(signal) << ": shutting down\n";
+  (*server)->Shutdown();
+  return 0;
+}

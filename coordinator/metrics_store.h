@@ -1,0 +1,105 @@
+// MetricsStore: the raw per-device metric points runners report, and the queries over them.
+//
+// Points are kept as reported (one value per job, attempt, step, device and metric name), and
+// reduced only when asked, so any reduction or grouping can be served later. A device that
+// reports late or never is simply absent from a step: a step's value combines the devices that
+// reported it, and num_values says how many did. Nothing ever waits for a device.
+//
+// A second report for the same (job, attempt, step, device) replaces the first (a runner that
+// resent a batch after a retry does not count twice).
+//
+// Memory: every point is kept for the coordinator's life (no retention yet).
+//
+// Thread-safe.
+#ifndef SUBSTRAX_COORDINATOR_METRICS_STORE_H_
+#define SUBSTRAX_COORDINATOR_METRICS_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "google/protobuf/map.h"
+#include "substrax/v1/job.pb.h"
+#include "substrax/v1/metrics.pb.h"
+#include "substrax/v1/metrics_service.pb.h"
+
+namespace substrax {
+
+// The timing fields of a StepReport, kept as metrics of these names.
+inline constexpr char kSamplesPerSecond[] = "samples_per_second";
+inline constexpr char kDataWaitSeconds[] = "data_wait_seconds";
+inline constexpr char kComputeSeconds[] = "compute_seconds";
+inline constexpr char kCollectiveSeconds[] = "collective_seconds";
+
+// Metric name -> reduction, as JobSpec.metrics declares it.
+using DeclaredReductions = google::protobuf::Map<std::string, v1::Reduction>;
+
+// The reduction a query applies to `name`: `requested` unless REDUCTION_UNSPECIFIED, else the
+// declared one, else SUM for samples_per_second (the job's throughput is the sum over its
+// devices, as JobProgress.samples_per_second) and MEAN for everything else.
+v1::Reduction EffectiveReduction(const std::string& name, v1::Reduction requested,
+                                 const DeclaredReductions& declared);
+
+class MetricsStore {
+ public:
+  // Keeps every values[] entry of the report, plus samples_per_second, data_wait_seconds,
+  // compute_seconds and collective_seconds as metrics of those names.
+  void Add(const v1::StepReport& report);
+
+  // Serves MetricsService.QueryMetrics:
+  //  - the points of the job's latest attempt that has points (earlier attempts restarted from
+  //    a checkpoint and their steps would overlap);
+  //  - steps in [first, last] (last 0: to the latest);
+  //  - one series per (name, group), names in the order asked (all the attempt has, sorted by
+  //    name, when none are asked), groups sorted (device ids numerically, hosts by name);
+  //    every device (host) of the attempt has a series, even one without points in the range;
+  //  - at each step, the values of the group's devices that reported that step, reduced as
+  //    EffectiveReduction says; num_values counts them; time is the latest arrival among them;
+  //  - group: "" (GROUP_BY_NONE / UNSPECIFIED), the device id (GROUP_BY_DEVICE), the host
+  //    (GROUP_BY_HOST);
+  //  - REDUCTION_NONE keeps every value: one series per device (group = device id) whatever
+  //    group_by says (a host's devices each get their own series; grouping without combining
+  //    is exactly that), each point with num_values 1.
+  // Errors: NOT_FOUND (the job has no points yet; a requested name the job's latest attempt
+  // never reported: the message lists the names it has), INVALID_ARGUMENT (steps.first < 0,
+  // steps.last < 0, or steps.last != 0 and last < first).
+  absl::StatusOr<v1::QueryMetricsResponse> Query(const v1::QueryMetricsRequest& request,
+                                                 const DeclaredReductions& declared) const;
+
+  // For JobProgress: the latest step any device of (job, attempt) reported; that step's
+  // values[] metrics (not the timing ones) reduced over the devices that reported it, as
+  // declared (MEAN when not declared); samples_per_second summed over those devices.
+  // total_steps and final_metrics are left for the caller. std::nullopt when (job, attempt)
+  // has no points.
+  std::optional<v1::JobProgress> Latest(const std::string& job_id, int attempt,
+                                        const DeclaredReductions& declared) const;
+
+ private:
+  struct DevicePoint {
+    std::string host;
+    google::protobuf::Timestamp time;
+    std::map<std::string, double> values;
+  };
+  struct Attempt {
+    // step -> device id -> what the device reported at that step.
+    std::map<int64_t, std::map<int, DevicePoint>> steps;
+    // Every device that reported (with its host), and every metric name reported.
+    std::map<int, std::string> devices;
+    std::set<std::string> names;
+  };
+  // attempt -> points.
+  using JobPoints = std::map<int, Attempt>;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, JobPoints> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_COORDINATOR_METRICS_STORE_H_

@@ -1,0 +1,101 @@
+#include "coordinator/rendezvous.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace substrax {
+namespace {
+
+std::string ScopeName(const Rendezvous::Scope& scope) {
+  return absl::StrCat(scope.first, " attempt ", scope.second);
+}
+
+}  // namespace
+
+absl::Status Rendezvous::CheckOpenLocked(const Scope& scope) const {
+  if (closed_.count(scope)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", ScopeName(scope), " has ended; its rendezvous is closed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rendezvous::Set(const Scope& scope, const std::string& key, const std::string& value,
+                             bool allow_overwrite) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
+  auto& values = scopes_[scope].values;
+  if (!allow_overwrite && values.count(key)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("rendezvous key '", key, "' of job ", ScopeName(scope), " is already set"));
+  }
+  values[key] = value;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Rendezvous::Get(const Scope& scope, const std::string& key,
+                                            absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (closed_.count(scope)) return true;
+    auto it = scopes_.find(scope);
+    return it != scopes_.end() && it->second.values.count(key) > 0;
+  };
+  const bool done = mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
+  if (!done) {
+    if (timeout <= absl::ZeroDuration()) {
+      return absl::NotFoundError(absl::StrCat("rendezvous key '", key, "' of job ",
+                                              ScopeName(scope), " is not set"));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rendezvous key '", key, "' of job ", ScopeName(scope), " was not set within ",
+        absl::FormatDuration(timeout), ": a peer has not started or has died"));
+  }
+  return scopes_[scope].values[key];
+}
+
+absl::Status Rendezvous::Barrier(const Scope& scope, const std::string& id, int participant,
+                                 int num_participants, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
+  if (num_participants < 1 || participant < 0 || participant >= num_participants) {
+    return absl::InvalidArgumentError(absl::StrCat("barrier '", id, "': participant ", participant,
+                                                   " of ", num_participants));
+  }
+  BarrierState& barrier = scopes_[scope].barriers[id];
+  if (barrier.num_participants == 0) barrier.num_participants = num_participants;
+  if (barrier.num_participants != num_participants) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "barrier '", id, "' of job ", ScopeName(scope), ": participant ", participant, " expects ",
+        num_participants, " participants, others expect ", barrier.num_participants));
+  }
+  barrier.arrived.insert(participant);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_.count(scope) ||
+           static_cast<int>(scopes_[scope].barriers[id].arrived.size()) >= num_participants;
+  };
+  const bool done = mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
+  if (!done) {
+    std::vector<int> missing;
+    const auto& arrived = scopes_[scope].barriers[id].arrived;
+    for (int p = 0; p < num_participants; ++p) {
+      if (!arrived.count(p)) missing.push_back(p);
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "barrier '", id, "' of job ", ScopeName(scope), ": participants ",
+        absl::StrJoin(missing, ", "), " did not arrive within ", absl::FormatDuration(timeout)));
+  }
+  return absl::OkStatus();
+}
+
+void Rendezvous::CloseScope(const Scope& scope) {
+  absl::MutexLock lock(&mu_);
+  scopes_.erase(scope);
+  closed_.insert(scope);
+}
+
+}  // namespace substrax

@@ -1,0 +1,65 @@
+#include "coordinator/rendezvous.h"
+
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace substrax {
+namespace {
+
+using ::testing::HasSubstr;
+
+const Rendezvous::Scope kA = {"job-1", 1};
+const Rendezvous::Scope kB = {"job-1", 2};
+
+TEST(RendezvousTest, KeysAreScopedPerAttempt) {
+  Rendezvous r;
+  ASSERT_TRUE(r.Set(kA, "id", "x", false).ok());
+  EXPECT_EQ(*r.Get(kA, "id", absl::ZeroDuration()), "x");
+  EXPECT_EQ(r.Get(kB, "id", absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(r.Set(kA, "id", "y", false).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(r.Set(kA, "id", "y", true).ok());
+  EXPECT_EQ(*r.Get(kA, "id", absl::ZeroDuration()), "y");
+  auto late = r.Get(kA, "never", absl::Milliseconds(10));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(late.status().message()), HasSubstr("'never' of job job-1 attempt 1"));
+}
+
+TEST(RendezvousTest, GetWaitsForSet) {
+  Rendezvous r;
+  std::thread setter([&] { ASSERT_TRUE(r.Set(kA, "k", "v", false).ok()); });
+  auto v = r.Get(kA, "k", absl::Seconds(30));
+  setter.join();
+  EXPECT_EQ(*v, "v");
+}
+
+TEST(RendezvousTest, BarrierReleasesEveryoneAndNamesTheMissing) {
+  Rendezvous r;
+  std::vector<std::thread> threads;
+  for (int p = 0; p < 3; ++p) {
+    threads.emplace_back([&, p] { EXPECT_TRUE(r.Barrier(kA, "start", p, 3, absl::Seconds(30)).ok()); });
+  }
+  for (auto& t : threads) t.join();
+  absl::Status s = r.Barrier(kA, "end", 0, 3, absl::Milliseconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("participants 1, 2 did not arrive"));
+  EXPECT_EQ(r.Barrier(kA, "end", 1, 4, absl::Milliseconds(10)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Barrier(kA, "x", 5, 3, absl::Milliseconds(10)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RendezvousTest, ClosingAScopeFailsWaitersAndLaterCalls) {
+  Rendezvous r;
+  // Whether the close lands before or during the wait, the waiter fails the same way.
+  std::thread closer([&] { r.CloseScope(kA); });
+  auto waited = r.Get(kA, "k", absl::Seconds(30));
+  closer.join();
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.Set(kA, "k", "v", false).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(r.Set(kB, "k", "v", false).ok());
+}
+
+}  // namespace
+}  // namespace substrax

@@ -1,0 +1,363 @@
+#include "coordinator/server.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+#include "substrax/v1/metrics_service.grpc.pb.h"
+
+namespace substrax {
+namespace {
+
+// absl and gRPC share the canonical status codes.
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Duration FromProto(const google::protobuf::Duration& d) {
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+}
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+// How long a stream handler waits for a change before it looks at cancellation again.
+constexpr absl::Duration kStreamPoll = absl::Milliseconds(250);
+
+}  // namespace
+
+struct CoordinatorServer::Impl {
+  Impl(const CoordinatorServerOptions& o, Cluster* c, Rendezvous* r, std::atomic<bool>* s)
+      : options(o), cluster(c), rendezvous(r), stopping(s) {}
+
+  absl::Duration CapWait(const google::protobuf::Duration& d) const {
+    return std::min(FromProto(d), options.max_rendezvous_wait);
+  }
+
+  class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
+   public:
+    explicit CoordinatorServiceImpl(Impl* impl) : impl_(impl) {}
+
+    grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+                                v1::RegisterWorkerResponse* response) override {
+      absl::StatusOr<v1::RegisterWorkerResponse> r = impl_->cluster->RegisterWorker(*request);
+      if (r.ok()) *response = *std::move(r);
+      return ToGrpc(r.status());
+    }
+
+    grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                           v1::HeartbeatResponse*) override {
+      return ToGrpc(impl_->cluster->Heartbeat(request->worker_id(), request->incarnation()));
+    }
+
+    grpc::Status WatchAssignments(grpc::ServerContext* context,
+                                  const v1::WatchAssignmentsRequest* request,
+                                  grpc::ServerWriter<v1::WatchAssignmentsResponse>* writer) override {
+      int64_t cursor = 0;
+      uint64_t seen = 0;
+      while (!context->IsCancelled() && !impl_->stopping->load()) {
+        seen = impl_->cluster->version();
+        absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> events =
+            impl_->cluster->PollAssignments(request->worker_id(), request->incarnation(), &cursor);
+        if (!events.ok()) return ToGrpc(events.status());
+        for (const auto& event : *events) {
+          if (!writer->Write(event)) return grpc::Status::CANCELLED;
+        }
+        impl_->cluster->AwaitChange(seen, kStreamPoll);
+      }
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+    }
+
+    grpc::Status ReportSteps(grpc::ServerContext*, const v1::ReportStepsRequest* request,
+                             v1::ReportStepsResponse*) override {
+      const absl::Status status = impl_->cluster->ReportSteps(*request);
+      if (status.ok() && impl_->step_reports != nullptr) {
+        impl_->step_reports->Increment(request->reports_size());
+      }
+      return ToGrpc(status);
+    }
+
+    grpc::Status ReportAttemptStatus(grpc::ServerContext*,
+                                     const v1::ReportAttemptStatusRequest* request,
+                                     v1::ReportAttemptStatusResponse*) override {
+      return ToGrpc(impl_->cluster->ReportAttemptStatus(*request));
+    }
+
+    grpc::Status KeyValueSet(grpc::ServerContext*, const v1::KeyValueSetRequest* request,
+                             v1::KeyValueSetResponse*) override {
+      const auto& scope = request->scope();
+      if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
+          !s.ok()) {
+        return ToGrpc(s);
+      }
+      return ToGrpc(impl_->rendezvous->Set({scope.job_id(), scope.attempt()}, request->key(),
+                                           request->value(), request->allow_overwrite()));
+    }
+
+    grpc::Status KeyValueGet(grpc::ServerContext*, const v1::KeyValueGetRequest* request,
+                             v1::KeyValueGetResponse* response) override {
+      const auto& scope = request->scope();
+      if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
+          !s.ok()) {
+        return ToGrpc(s);
+      }
+      absl::StatusOr<std::string> value = impl_->rendezvous->Get(
+          {scope.job_id(), scope.attempt()}, request->key(), impl_->CapWait(request->timeout()));
+      if (value.ok()) response->set_value(*std::move(value));
+      return ToGrpc(value.status());
+    }
+
+    grpc::Status Barrier(grpc::ServerContext*, const v1::BarrierRequest* request,
+                         v1::BarrierResponse*) override {
+      const auto& scope = request->scope();
+      if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
+          !s.ok()) {
+        return ToGrpc(s);
+      }
+      return ToGrpc(impl_->rendezvous->Barrier({scope.job_id(), scope.attempt()},
+                                               request->barrier_id(), request->participant(),
+                                               request->num_participants(),
+                                               impl_->CapWait(request->timeout())));
+    }
+
+   private:
+    Impl* const impl_;
+  };
+
+  class JobServiceImpl final : public v1::JobService::Service {
+   public:
+    explicit JobServiceImpl(Impl* impl) : impl_(impl) {}
+
+    grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+                           v1::SubmitJobResponse* response) override {
+      absl::StatusOr<v1::Job> job = impl_->cluster->SubmitJob(request->spec());
+      if (!job.ok()) return ToGrpc(job.status());
+      if (impl_->jobs_submitted != nullptr) impl_->jobs_submitted->Increment();
+      *response->mutable_job() = *std::move(job);
+      return grpc::Status::OK;
+    }
+
+    grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                        v1::GetJobResponse* response) override {
+      absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
+      if (job.ok()) *response->mutable_job() = *std::move(job);
+      return ToGrpc(job.status());
+    }
+
+    grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                          v1::ListJobsResponse* response) override {
+      int64_t offset = 0;
+      if (!request->page_token().empty() &&
+          (!absl::SimpleAtoi(request->page_token(), &offset) || offset < 0)) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "page_token: not a token this coordinator handed out");
+      }
+      const int64_t page = request->page_size() <= 0 ? 100 : std::min(request->page_size(), 1000);
+      std::vector<v1::JobState> states;
+      for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
+      const std::vector<v1::Job> jobs = impl_->cluster->ListJobs(states);
+      for (int64_t i = offset; i < static_cast<int64_t>(jobs.size()) && i < offset + page; ++i) {
+        *response->add_jobs() = jobs[i];
+      }
+      if (offset + page < static_cast<int64_t>(jobs.size())) {
+        response->set_next_page_token(absl::StrCat(offset + page));
+      }
+      return grpc::Status::OK;
+    }
+
+    grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                           v1::CancelJobResponse* response) override {
+      absl::StatusOr<v1::Job> job = impl_->cluster->CancelJob(
+          request->job_id(), request->reason().empty() ? "cancelled by user" : request->reason());
+      if (job.ok()) *response->mutable_job() = *std::move(job);
+      return ToGrpc(job.status());
+    }
+
+    grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+                          grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
+      std::string last;
+      while (!context->IsCancelled() && !impl_->stopping->load()) {
+        const uint64_t seen = impl_->cluster->version();
+        absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
+        if (!job.ok()) return ToGrpc(job.status());
+        std::string now = job->SerializeAsString();
+        if (now != last) {
+          v1::WatchJobResponse response;
+          *response.mutable_job() = *job;
+          if (!writer->Write(response)) return grpc::Status::CANCELLED;
+          last = std::move(now);
+        }
+        if (IsTerminal(job->state())) return grpc::Status::OK;
+        impl_->cluster->AwaitChange(seen, kStreamPoll);
+      }
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+    }
+
+    grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                             v1::ListWorkersResponse* response) override {
+      for (v1::Worker& w : impl_->cluster->ListWorkers()) *response->add_workers() = std::move(w);
+      return grpc::Status::OK;
+    }
+
+    grpc::Status GetMesh(grpc::ServerContext*, const v1::GetMeshRequest* request,
+                         v1::GetMeshResponse* response) override {
+      absl::StatusOr<v1::GetMeshResponse> mesh = impl_->cluster->GetMesh(request->job_id());
+      if (mesh.ok()) *response = *std::move(mesh);
+      return ToGrpc(mesh.status());
+    }
+
+   private:
+    Impl* const impl_;
+  };
+
+  class MetricsServiceImpl final : public v1::MetricsService::Service {
+   public:
+    explicit MetricsServiceImpl(Impl* impl) : impl_(impl) {}
+
+    grpc::Status QueryMetrics(grpc::ServerContext*, const v1::QueryMetricsRequest* request,
+                              v1::QueryMetricsResponse* response) override {
+      absl::StatusOr<v1::QueryMetricsResponse> r = impl_->cluster->QueryMetrics(*request);
+      if (r.ok()) *response = *std::move(r);
+      return ToGrpc(r.status());
+    }
+
+   private:
+    Impl* const impl_;
+  };
+
+  // Gauges from a snapshot of the cluster; labels are bounded (states only).
+  void UpdateGauges() {
+    if (registry == nullptr) return;
+    std::map<std::string, double> workers = {{"alive", 0}, {"dead", 0}};
+    double devices = 0, busy = 0;
+    for (const v1::Worker& w : cluster->ListWorkers()) {
+      const bool alive = w.state() == v1::WORKER_STATE_ALIVE;
+      workers[alive ? "alive" : "dead"] += 1;
+      if (!alive) continue;
+      devices += w.devices_size();
+      if (!w.job_ids().empty()) busy += w.devices_size();
+    }
+    for (const auto& [state, n] : workers) worker_gauges->Add({{"state", state}}).Set(n);
+    devices_gauge->Set(devices);
+    busy_gauge->Set(busy);
+    std::map<std::string, double> jobs;
+    for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_CANCELLED; ++s) {
+      std::string name = v1::JobState_Name(static_cast<v1::JobState>(s)).substr(10);
+      for (char& c : name) c = static_cast<char>(std::tolower(c));
+      jobs[name] = 0;
+    }
+    for (const v1::Job& job : cluster->ListJobs({})) {
+      std::string name = v1::JobState_Name(job.state()).substr(10);
+      for (char& c : name) c = static_cast<char>(std::tolower(c));
+      jobs[name] += 1;
+    }
+    for (const auto& [state, n] : jobs) job_gauges->Add({{"state", state}}).Set(n);
+  }
+
+  const CoordinatorServerOptions options;
+  Cluster* const cluster;
+  Rendezvous* const rendezvous;
+  std::atomic<bool>* const stopping;
+  CoordinatorServiceImpl coordinator_service{this};
+  JobServiceImpl job_service{this};
+  MetricsServiceImpl metrics_service{this};
+
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::shared_ptr<prometheus::Registry> registry;
+  prometheus::Family<prometheus::Gauge>* worker_gauges = nullptr;
+  prometheus::Family<prometheus::Gauge>* job_gauges = nullptr;
+  prometheus::Gauge* devices_gauge = nullptr;
+  prometheus::Gauge* busy_gauge = nullptr;
+  prometheus::Counter* jobs_submitted = nullptr;
+  prometheus::Counter* step_reports = nullptr;
+};
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorServerOptions& options, Cluster* cluster, Rendezvous* rendezvous) {
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->impl_ = std::make_unique<Impl>(options, cluster, rendezvous, &server->stopping_);
+  Impl& impl = *server->impl_;
+  cluster->SetAttemptEndedCallback(
+      [rendezvous](const std::string& job, int attempt) { rendezvous->CloseScope({job, attempt}); });
+
+  if (!options.metrics_listen.empty()) {
+    try {
+      impl.exposer = std::make_unique<prometheus::Exposer>(options.metrics_listen);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot serve Prometheus metrics on ",
+                                                 options.metrics_listen, ": ", e.what()));
+    }
+    impl.registry = std::make_shared<prometheus::Registry>();
+    impl.worker_gauges = &prometheus::BuildGauge()
+                              .Name("substrax_workers")
+                              .Help("Worker daemons known to the coordinator, by lease state.")
+                              .Register(*impl.registry);
+    impl.job_gauges = &prometheus::BuildGauge()
+                           .Name("substrax_jobs")
+                           .Help("Jobs by state.")
+                           .Register(*impl.registry);
+    auto& devices = prometheus::BuildGauge()
+                        .Name("substrax_devices")
+                        .Help("Devices of alive workers: all, and those running a job.")
+                        .Register(*impl.registry);
+    impl.devices_gauge = &devices.Add({{"use", "all"}});
+    impl.busy_gauge = &devices.Add({{"use", "busy"}});
+    impl.jobs_submitted = &prometheus::BuildCounter()
+                               .Name("substrax_jobs_submitted_total")
+                               .Help("Jobs accepted by SubmitJob.")
+                               .Register(*impl.registry)
+                               .Add({});
+    impl.step_reports = &prometheus::BuildCounter()
+                             .Name("substrax_step_reports_total")
+                             .Help("Per-device step reports stored.")
+                             .Register(*impl.registry)
+                             .Add({});
+    impl.exposer->RegisterCollectable(impl.registry);
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(&impl.coordinator_service);
+  builder.RegisterService(&impl.job_service);
+  builder.RegisterService(&impl.metrics_service);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen,
+                                               ": the address is in use or not local"));
+  }
+  server->ticker_ = std::thread([s = server.get()] {
+    while (!s->stopping_.load()) {
+      s->impl_->cluster->Tick();
+      s->impl_->UpdateGauges();
+      absl::SleepFor(s->impl_->options.tick_interval);  // a periodic ticker, not a wait
+    }
+  });
+  return server;
+}
+
+void CoordinatorServer::Shutdown() {
+  if (stopping_.exchange(true)) return;
+  // Streams notice `stopping_` within kStreamPoll; give handlers that long to finish.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void CoordinatorServer::Wait() { server_->Wait(); }
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+}  // namespace substrax

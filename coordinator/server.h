@@ -1,0 +1,61 @@
+// The coordinator's gRPC layer: CoordinatorService (workers and runners), JobService and
+// MetricsService (clients), grpc.health.v1, and Prometheus /metrics. Only threading and status
+// conversion live here (STYLE.md 1): every decision is the Cluster's or the Rendezvous's.
+#ifndef SUBSTRAX_COORDINATOR_SERVER_H_
+#define SUBSTRAX_COORDINATOR_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/cluster.h"
+#include "coordinator/rendezvous.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace substrax {
+
+struct CoordinatorServerOptions {
+  // host:port for gRPC (all services and health); port 0 picks a free port (see port()).
+  std::string listen = "0.0.0.0:7070";
+  // host:port for Prometheus' /metrics; empty: not exported.
+  std::string metrics_listen = "0.0.0.0:9090";
+  // Longest a KeyValueGet or Barrier may wait, whatever the client asks.
+  absl::Duration max_rendezvous_wait = absl::Minutes(10);
+  // How often leases are checked and gauges updated.
+  absl::Duration tick_interval = absl::Milliseconds(500);
+};
+
+class CoordinatorServer {
+ public:
+  // Starts serving. `cluster` and `rendezvous` must outlive the server. Errors: UNAVAILABLE when
+  // an address cannot be bound (names it).
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const CoordinatorServerOptions& options, Cluster* cluster, Rendezvous* rendezvous);
+  ~CoordinatorServer();
+
+  // The bound gRPC port.
+  int port() const { return port_; }
+  // Stops accepting, ends open streams, and returns when every handler has finished.
+  void Shutdown();
+  // Blocks until Shutdown.
+  void Wait();
+
+ private:
+  CoordinatorServer() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread ticker_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_COORDINATOR_SERVER_H_

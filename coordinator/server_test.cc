@@ -1,0 +1,223 @@
+// An in-process coordinator on a real gRPC port, driven by client-side agents that play worker
+// daemons and runners (STYLE.md 14, second tier).
+#include "coordinator/server.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/job_spec.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+#include "substrax/v1/metrics_service.grpc.pb.h"
+#include "worker/daemon/coordinator_store.h"
+
+namespace substrax {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kJob[] = R"(apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: mlp}
+spec:
+  model: {type: mlp, hidden_sizes: [8], num_classes: 3}
+  data:
+    format: synthetic
+    synthetic: {task: classification, num_train_examples: 256, num_features: 4}
+  optimizer: {type: sgd, learning_rate: 0.1}
+  mesh: {data_parallel_size: 4}
+  batch: {global_batch_size: 32}
+  steps: 10
+)";
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = Cluster::Create({}, [] { return absl::Now(); }, &state_);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    CoordinatorServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "";
+    auto server = CoordinatorServer::Start(options, cluster_.get(), &rendezvous_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    coordinator_ = v1::CoordinatorService::NewStub(channel);
+    jobs_ = v1::JobService::NewStub(channel);
+    metrics_ = v1::MetricsService::NewStub(channel);
+  }
+
+  void TearDown() override { server_->Shutdown(); }
+
+  std::unique_ptr<grpc::ClientContext> Context() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return context;
+  }
+
+  v1::RegisterWorkerResponse Register(const std::string& id, const std::string& incarnation) {
+    v1::RegisterWorkerRequest request;
+    request.set_worker_id(id);
+    request.set_host("host-" + id);
+    request.set_incarnation(incarnation);
+    for (int i = 0; i < 2; ++i) {
+      v1::Device* d = request.add_devices();
+      d->set_host("host-" + id);
+      d->set_local_index(i);
+      d->set_kind(v1::DEVICE_KIND_CPU);
+    }
+    v1::RegisterWorkerResponse response;
+    EXPECT_TRUE(coordinator_->RegisterWorker(Context().get(), request, &response).ok());
+    return response;
+  }
+
+  InMemoryStateStore state_;
+  std::unique_ptr<Cluster> cluster_;
+  Rendezvous rendezvous_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<v1::CoordinatorService::Stub> coordinator_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::MetricsService::Stub> metrics_;
+};
+
+TEST_F(ServerTest, AJobRunsThroughAssignmentsRendezvousAndReports) {
+  Register("a", "inc-a");
+  Register("b", "inc-b");
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = *ParseJobSpecYaml(kJob);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(jobs_->SubmitJob(Context().get(), submit, &submitted).ok());
+  const std::string id = submitted.job().id();
+
+  // Each agent receives its start event on its assignment stream.
+  std::vector<v1::Assignment> assignments;
+  for (const auto& [worker, incarnation] : {std::pair{"a", "inc-a"}, std::pair{"b", "inc-b"}}) {
+    v1::WatchAssignmentsRequest watch;
+    watch.set_worker_id(worker);
+    watch.set_incarnation(incarnation);
+    auto context = Context();
+    auto reader = coordinator_->WatchAssignments(context.get(), watch);
+    v1::WatchAssignmentsResponse event;
+    ASSERT_TRUE(reader->Read(&event));
+    ASSERT_TRUE(event.has_start());
+    assignments.push_back(event.start());
+    context->TryCancel();
+  }
+  EXPECT_EQ(assignments[0].num_processes(), 2);
+  EXPECT_NE(assignments[0].process_index(), assignments[1].process_index());
+  EXPECT_EQ(assignments[0].mesh().devices_size(), 4);
+
+  // Rendezvous through the coordinator's store, as Gloo does.
+  std::shared_ptr<v1::CoordinatorService::StubInterface> shared = std::move(coordinator_);
+  CoordinatorStore store_a(shared, id, assignments[0].attempt());
+  CoordinatorStore store_b(shared, id, assignments[0].attempt());
+  std::thread setter([&] { ASSERT_TRUE(store_a.Set("addr/0", "127.0.0.1:1234").ok()); });
+  auto got = store_b.Get("addr/0", absl::Seconds(10));
+  setter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "127.0.0.1:1234");
+  CoordinatorStore wrong_attempt(shared, id, 7);
+  EXPECT_EQ(wrong_attempt.Set("x", "y").code(), absl::StatusCode::kFailedPrecondition);
+
+  // Reports, then both processes succeed.
+  v1::ReportStepsRequest steps;
+  steps.set_job_id(id);
+  steps.set_attempt(assignments[0].attempt());
+  for (const v1::Device& d : assignments[0].mesh().devices()) {
+    v1::StepReport* r = steps.add_reports();
+    r->set_job_id(id);
+    r->set_attempt(assignments[0].attempt());
+    r->set_step(10);
+    r->set_device_id(d.id());
+    r->set_host(d.host());
+    (*r->mutable_values())["loss"] = 0.5 + d.id();
+  }
+  v1::ReportStepsResponse steps_response;
+  ASSERT_TRUE(shared->ReportSteps(Context().get(), steps, &steps_response).ok());
+  for (const v1::Assignment& a : assignments) {
+    v1::ReportAttemptStatusRequest done;
+    done.set_job_id(id);
+    done.set_attempt(a.attempt());
+    done.set_worker_id(a.mesh().devices(a.process_index() * 2).worker_id());
+    done.set_process_index(a.process_index());
+    done.set_state(v1::RUNNER_STATE_SUCCEEDED);
+    (*done.mutable_final_metrics())["test_accuracy"] = 0.9;
+    v1::ReportAttemptStatusResponse r;
+    ASSERT_TRUE(shared->ReportAttemptStatus(Context().get(), done, &r).ok());
+  }
+  v1::GetJobRequest get;
+  get.set_job_id(id);
+  v1::GetJobResponse job;
+  ASSERT_TRUE(jobs_->GetJob(Context().get(), get, &job).ok());
+  EXPECT_EQ(job.job().state(), v1::JOB_STATE_SUCCEEDED);
+
+  v1::QueryMetricsRequest query;
+  query.set_job_id(id);
+  query.add_names("loss");
+  query.set_reduction(v1::REDUCTION_MEAN);
+  v1::QueryMetricsResponse series;
+  ASSERT_TRUE(metrics_->QueryMetrics(Context().get(), query, &series).ok());
+  ASSERT_EQ(series.series_size(), 1);
+  EXPECT_DOUBLE_EQ(series.series(0).points(0).value(), 0.5 + 1.5);
+
+  // A stale incarnation is told to re-register.
+  v1::HeartbeatRequest stale;
+  stale.set_worker_id("a");
+  stale.set_incarnation("old");
+  v1::HeartbeatResponse hb;
+  EXPECT_EQ(shared->Heartbeat(Context().get(), stale, &hb).error_code(),
+            grpc::StatusCode::ABORTED);
+}
+
+// The server-side check of every spec, whatever client sent it: each bad spec is
+// INVALID_ARGUMENT naming the field, and the coordinator keeps serving.
+TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
+  const v1::JobSpec good = *ParseJobSpecYaml(kJob);
+  struct Case {
+    std::function<void(v1::JobSpec*)> mutate;
+    const char* fragment;
+  };
+  const Case cases[] = {
+      {[](v1::JobSpec* s) { s->mutable_mesh()->set_data_parallel_size(0); },
+       "spec.mesh.data_parallel_size"},
+      {[](v1::JobSpec* s) { s->mutable_mesh()->set_data_parallel_size(-3); },
+       "spec.mesh.data_parallel_size: must be >= 1, got -3"},
+      {[](v1::JobSpec* s) { s->mutable_batch()->set_global_batch_size(30); },
+       "spec.batch.global_batch_size"},
+      {[](v1::JobSpec* s) { s->mutable_model()->set_type(v1::MODEL_TYPE_UNSPECIFIED); },
+       "spec.model.type"},
+      {[](v1::JobSpec* s) { s->mutable_model()->clear_hidden_sizes(); },
+       "spec.model.hidden_sizes"},
+      {[](v1::JobSpec* s) { s->mutable_optimizer()->set_learning_rate(-1); },
+       "spec.optimizer.learning_rate"},
+      {[](v1::JobSpec* s) { s->clear_name(); }, "metadata.name"},
+      {[](v1::JobSpec* s) { s->clear_length(); }, "give steps or epochs"},
+      {[](v1::JobSpec* s) { (*s->mutable_metrics())["perplexity"] = v1::REDUCTION_MEAN; },
+       "spec.metrics.perplexity"},
+      {[](v1::JobSpec* s) { s->set_max_restarts(1000); }, "spec.max_restarts"},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = good;
+    c.mutate(submit.mutable_spec());
+    v1::SubmitJobResponse response;
+    grpc::Status status = jobs_->SubmitJob(Context().get(), submit, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.fragment;
+    EXPECT_THAT(status.error_message(), HasSubstr(c.fragment));
+  }
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = good;
+  v1::SubmitJobResponse response;
+  EXPECT_TRUE(jobs_->SubmitJob(Context().get(), submit, &response).ok());
+}
+
+}  // namespace
+}  // namespace substrax

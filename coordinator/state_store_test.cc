@@ -1,0 +1,176 @@
+#include "coordinator/state_store.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace substrax {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::Worker MakeWorker(const std::string& id, const std::string& host) {
+  v1::Worker w;
+  w.set_worker_id(id);
+  w.set_host(host);
+  w.set_incarnation("inc-1");
+  w.set_state(v1::WORKER_STATE_ALIVE);
+  v1::Device* d = w.add_devices();
+  d->set_id(7);
+  d->set_host(host);
+  d->set_worker_id(id);
+  return w;
+}
+
+v1::Job MakeJob(const std::string& id, v1::JobState state) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(state);
+  job.mutable_spec()->set_name("demo");
+  v1::JobTransition* t = job.add_transitions();
+  t->set_to(state);
+  t->set_reason("submitted");
+  return job;
+}
+
+v1::StepReport MakeReport(const std::string& job, int64_t step, int device, double loss) {
+  v1::StepReport r;
+  r.set_job_id(job);
+  r.set_attempt(1);
+  r.set_step(step);
+  r.set_device_id(device);
+  r.set_host("h");
+  (*r.mutable_values())["loss"] = loss;
+  r.mutable_time()->set_seconds(100 + step);
+  return r;
+}
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path dir = std::filesystem::path(base != nullptr ? base : "/tmp") / name;
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// Writes workers, jobs (one of them twice) and reports into `store`.
+void Fill(StateStore& store) {
+  ASSERT_TRUE(store.PutWorker(MakeWorker("w-1", "a")).ok());
+  ASSERT_TRUE(store.PutWorker(MakeWorker("w-2", "b")).ok());
+  ASSERT_TRUE(store.PutJob(MakeJob("demo-1", v1::JOB_STATE_PENDING)).ok());
+  ASSERT_TRUE(store.PutJob(MakeJob("demo-2", v1::JOB_STATE_PENDING)).ok());
+  // Upserts: the first job changes state, the first worker dies; both keep their position.
+  ASSERT_TRUE(store.PutJob(MakeJob("demo-1", v1::JOB_STATE_RUNNING)).ok());
+  v1::Worker dead = MakeWorker("w-1", "a");
+  dead.set_state(v1::WORKER_STATE_DEAD);
+  ASSERT_TRUE(store.PutWorker(dead).ok());
+  ASSERT_TRUE(store.AppendReports({MakeReport("demo-1", 1, 0, 2.0), MakeReport("demo-1", 1, 1, 3.0)})
+                  .ok());
+  ASSERT_TRUE(store.AppendReports({}).ok());
+  ASSERT_TRUE(store.AppendReports({MakeReport("demo-1", 2, 0, 1.5)}).ok());
+}
+
+void ExpectFilled(StateStore& store) {
+  absl::StatusOr<StateStore::Snapshot> snapshot = store.Load();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  ASSERT_EQ(snapshot->workers.size(), 2u);
+  EXPECT_EQ(snapshot->workers[0].worker_id(), "w-1");
+  EXPECT_EQ(snapshot->workers[0].state(), v1::WORKER_STATE_DEAD);
+  EXPECT_EQ(snapshot->workers[0].devices(0).id(), 7);
+  EXPECT_EQ(snapshot->workers[1].worker_id(), "w-2");
+  ASSERT_EQ(snapshot->jobs.size(), 2u);
+  EXPECT_EQ(snapshot->jobs[0].id(), "demo-1");
+  EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(snapshot->jobs[0].transitions(0).reason(), "submitted");
+  EXPECT_EQ(snapshot->jobs[1].id(), "demo-2");
+  ASSERT_EQ(snapshot->reports.size(), 3u);
+  EXPECT_EQ(snapshot->reports[0].values().at("loss"), 2.0);
+  EXPECT_EQ(snapshot->reports[1].device_id(), 1);
+  EXPECT_EQ(snapshot->reports[2].step(), 2);
+  EXPECT_EQ(snapshot->reports[2].time().seconds(), 102);
+}
+
+// Both implementations: put, upsert and load round-trip.
+class StateStoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<StateStore> Make() {
+    if (GetParam() == "memory") return std::make_unique<InMemoryStateStore>();
+    auto store = SqliteStateStore::Open(TempDir("roundtrip"));
+    EXPECT_TRUE(store.ok()) << store.status();
+    return *std::move(store);
+  }
+};
+
+TEST_P(StateStoreTest, EmptyStoreLoadsNothing) {
+  auto store = Make();
+  absl::StatusOr<StateStore::Snapshot> snapshot = store->Load();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_TRUE(snapshot->workers.empty());
+  EXPECT_TRUE(snapshot->jobs.empty());
+  EXPECT_TRUE(snapshot->reports.empty());
+}
+
+TEST_P(StateStoreTest, PutLoadRoundTripWithUpserts) {
+  auto store = Make();
+  Fill(*store);
+  ExpectFilled(*store);
+}
+
+INSTANTIATE_TEST_SUITE_P(Implementations, StateStoreTest, ::testing::Values("memory", "sqlite"),
+                         [](const auto& info) { return info.param; });
+
+TEST(SqliteStateStoreTest, ReopenedFileHasEverything) {
+  const std::string dir = TempDir("reopen");
+  {
+    auto store = SqliteStateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Fill(**store);
+  }
+  auto reopened = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->path(), dir + "/substrax.db");
+  ExpectFilled(**reopened);
+  // Writing after a reopen appends after what was there.
+  ASSERT_TRUE((*reopened)->AppendReports({MakeReport("demo-1", 3, 0, 1.0)}).ok());
+  auto snapshot = (*reopened)->Load();
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_EQ(snapshot->reports.size(), 4u);
+  EXPECT_EQ(snapshot->reports[3].step(), 3);
+}
+
+TEST(SqliteStateStoreTest, UsesWalMode) {
+  const std::string dir = TempDir("wal");
+  auto store = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->PutJob(MakeJob("demo-1", v1::JOB_STATE_PENDING)).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/substrax.db-wal"));
+}
+
+TEST(SqliteStateStoreTest, UnwritableDirectoryIsUnavailable) {
+  // A regular file where a directory must be: fails for every user, root included.
+  const std::string dir = TempDir("not-a-dir");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/file") << "x";
+  auto store = SqliteStateStore::Open(dir + "/file/state");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(store.status().message(), HasSubstr(dir + "/file/state"));
+}
+
+TEST(SqliteStateStoreTest, DamagedFileIsAnError) {
+  const std::string dir = TempDir("damaged");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/substrax.db") << std::string(8192, 'x');
+  auto store = SqliteStateStore::Open(dir);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr("substrax.db"));
+}
+
+}  // namespace
+}  // namespace substrax

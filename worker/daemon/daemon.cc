@@ -1,0 +1,384 @@
+#include "worker/daemon/daemon.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <atomic>
+#include <sstream>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/daemon/coordinator_store.h"
+
+namespace substrax {
+namespace {
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+std::string NewIncarnation() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
+}
+
+std::string Tail(const std::string& path, size_t bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string all = s.str();
+  return all.size() <= bytes ? all : "..." + all.substr(all.size() - bytes);
+}
+
+void Log(const std::string& message) {
+  std::fprintf(stderr, "substrax-worker: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+std::chrono::system_clock::time_point Deadline(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonOptions options) {
+  if (options.cpu_devices < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu-devices must be >= 1, got ", options.cpu_devices));
+  }
+  if (options.host.empty()) options.host = HostName();
+  if (options.worker_id.empty()) options.worker_id = options.host;
+  if (options.runner_binary.empty()) options.runner_binary = "/proc/self/exe";
+  std::error_code error;
+  std::filesystem::create_directories(options.work_dir, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create work dir ", options.work_dir, ": ", error.message()));
+  }
+  return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(options)));
+}
+
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(options)) {
+  stub_ = v1::CoordinatorService::NewStub(
+      grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()));
+}
+
+WorkerDaemon::~WorkerDaemon() {
+  Stop();
+  std::vector<std::thread> reapers;
+  {
+    absl::MutexLock lock(&mu_);
+    reapers.swap(reapers_);
+  }
+  for (auto& t : reapers) t.join();
+}
+
+std::string WorkerDaemon::Incarnation() const {
+  absl::MutexLock lock(&mu_);
+  return incarnation_;
+}
+
+absl::Status WorkerDaemon::Register() {
+  v1::RegisterWorkerRequest request;
+  request.set_worker_id(options_.worker_id);
+  request.set_host(options_.host);
+  const std::string incarnation = NewIncarnation();
+  request.set_incarnation(incarnation);
+  request.set_address(options_.listen_host);
+  for (int i = 0; i < options_.cpu_devices; ++i) {
+    v1::Device* d = request.add_devices();
+    d->set_host(options_.host);
+    d->set_local_index(i);
+    d->set_kind(v1::DEVICE_KIND_CPU);
+    d->set_name("cpu");
+  }
+  // Retries only while the coordinator is unreachable (UNAVAILABLE / DEADLINE_EXCEEDED), with
+  // exponential backoff and jitter up to 5 s, until stopped; anything else is the caller's to fix.
+  absl::Duration backoff = absl::Milliseconds(100);
+  absl::BitGen gen;
+  while (!stopped_.HasBeenNotified()) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(absl::Seconds(10)));
+    v1::RegisterWorkerResponse response;
+    grpc::Status status = stub_->RegisterWorker(&context, request, &response);
+    if (status.ok()) {
+      absl::MutexLock lock(&mu_);
+      incarnation_ = incarnation;
+      heartbeat_interval_ = absl::Seconds(response.heartbeat_interval().seconds()) +
+                            absl::Nanoseconds(response.heartbeat_interval().nanos());
+      if (heartbeat_interval_ <= absl::ZeroDuration()) heartbeat_interval_ = absl::Seconds(1);
+      Log(absl::StrCat("registered as ", options_.worker_id, " (host ", options_.host, ", ",
+                       options_.cpu_devices, " cpu devices) with ", options_.coordinator));
+      return absl::OkStatus();
+    }
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return FromGrpc(status, "registering with the coordinator");
+    }
+    Log(absl::StrCat("coordinator ", options_.coordinator, " unreachable (",
+                     status.error_message(), "); retrying"));
+    stopped_.WaitForNotificationWithTimeout(backoff * absl::Uniform(gen, 0.5, 1.5));
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+  return absl::CancelledError("stopped before registering");
+}
+
+absl::Status WorkerDaemon::Run() {
+  if (absl::Status s = Register(); !s.ok()) return s;
+  std::thread heartbeats([this] { HeartbeatLoop(); });
+  std::thread watcher([this] { WatchLoop(); });
+  stopped_.WaitForNotification();
+  heartbeats.join();
+  watcher.join();
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::Stop() {
+  if (!stopped_.HasBeenNotified()) stopped_.Notify();
+  TerminateAll("the worker daemon is stopping");
+}
+
+void WorkerDaemon::HeartbeatLoop() {
+  while (!stopped_.HasBeenNotified()) {
+    absl::Duration interval;
+    {
+      absl::MutexLock lock(&mu_);
+      interval = heartbeat_interval_;
+    }
+    v1::HeartbeatRequest request;
+    request.set_worker_id(options_.worker_id);
+    request.set_incarnation(Incarnation());
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(interval * 3));
+    v1::HeartbeatResponse response;
+    grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    if (status.error_code() == grpc::StatusCode::ABORTED ||
+        status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      // The coordinator declared this incarnation dead (or forgot it): its attempts have been
+      // failed, so their runners must go; then join again as a new incarnation.
+      Log(absl::StrCat("lease lost (", status.error_message(), "); registering again"));
+      TerminateAll("the worker lost its lease");
+      if (!Register().ok()) return;
+    } else if (!status.ok()) {
+      Log(absl::StrCat("heartbeat failed: ", status.error_message()));
+    }
+    stopped_.WaitForNotificationWithTimeout(interval);
+  }
+}
+
+void WorkerDaemon::WatchLoop() {
+  // Re-opens the stream whenever it ends (coordinator restart, network), after a short backoff.
+  while (!stopped_.HasBeenNotified()) {
+    grpc::ClientContext context;
+    v1::WatchAssignmentsRequest request;
+    request.set_worker_id(options_.worker_id);
+    request.set_incarnation(Incarnation());
+    std::unique_ptr<grpc::ClientReader<v1::WatchAssignmentsResponse>> reader =
+        stub_->WatchAssignments(&context, request);
+    // Cancels the stream when the daemon stops; ends with the stream otherwise.
+    std::atomic<bool> stream_done{false};
+    std::thread canceller([&] {
+      while (!stream_done.load()) {
+        if (stopped_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
+          context.TryCancel();
+          return;
+        }
+      }
+    });
+    v1::WatchAssignmentsResponse event;
+    while (reader->Read(&event)) {
+      if (event.has_start()) Launch(event.start());
+      if (event.has_stop()) {
+        Terminate(absl::StrCat(event.stop().job_id(), "/", event.stop().attempt()),
+                  event.stop().reason());
+      }
+    }
+    grpc::Status status = reader->Finish();
+    stream_done = true;
+    canceller.join();
+    if (stopped_.HasBeenNotified()) break;
+    Log(absl::StrCat("assignment stream ended (", status.error_message(), "); reopening"));
+    stopped_.WaitForNotificationWithTimeout(absl::Seconds(1));
+  }
+}
+
+void WorkerDaemon::Launch(const v1::Assignment& assignment) {
+  const std::string key = absl::StrCat(assignment.job_id(), "/", assignment.attempt());
+  const std::string base = absl::StrCat(options_.work_dir, "/", assignment.job_id(), "-attempt-",
+                                        assignment.attempt(), "-process-",
+                                        assignment.process_index());
+  Runner runner;
+  runner.job_id = assignment.job_id();
+  runner.attempt = assignment.attempt();
+  runner.process_index = assignment.process_index();
+  runner.result_path = base + ".result";
+  runner.stderr_path = base + ".log";
+  const std::string assignment_path = base + ".assignment";
+  {
+    std::ofstream out(assignment_path, std::ios::binary | std::ios::trunc);
+    assignment.SerializeToOstream(&out);
+  }
+  std::remove(runner.result_path.c_str());
+
+  // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
+  std::vector<std::string> args = {
+      "substrax-worker", "run",
+      "--assignment", assignment_path,
+      "--coordinator", options_.coordinator,
+      "--listen-host", options_.listen_host,
+      "--result", runner.result_path,
+      "--collective-timeout", absl::FormatDuration(options_.collective_timeout),
+  };
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string binary = options_.runner_binary;
+  const std::string log_path = runner.stderr_path;
+  const pid_t parent = getpid();
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // A runner never outlives its daemon.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  if (pid < 0) {
+    v1::ReportAttemptStatusRequest failed;
+    failed.set_job_id(runner.job_id);
+    failed.set_attempt(runner.attempt);
+    failed.set_worker_id(options_.worker_id);
+    failed.set_process_index(runner.process_index);
+    failed.set_state(v1::RUNNER_STATE_FAILED);
+    failed.set_error(absl::StrCat("cannot start a runner: fork: ", std::strerror(errno)));
+    ReportStatus(failed);
+    return;
+  }
+  runner.pid = pid;
+  Log(absl::StrCat("started runner ", pid, " for job ", key, " process ", runner.process_index));
+  v1::ReportAttemptStatusRequest running;
+  running.set_job_id(runner.job_id);
+  running.set_attempt(runner.attempt);
+  running.set_worker_id(options_.worker_id);
+  running.set_process_index(runner.process_index);
+  running.set_state(v1::RUNNER_STATE_RUNNING);
+  ReportStatus(running);
+  absl::MutexLock lock(&mu_);
+  runners_[key] = runner;
+  reapers_.emplace_back([this, key, pid] { Reap(key, pid); });
+}
+
+void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) {
+  pid_t pid = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = runners_.find(key);
+    if (it == runners_.end() || it->second.stop_requested) return;
+    it->second.stop_requested = true;
+    it->second.stop_reason = reason;
+    pid = it->second.pid;
+  }
+  Log(absl::StrCat("stopping runner ", pid, " of job ", key, ": ", reason));
+  kill(pid, SIGTERM);
+  // SIGKILL after the grace period if it is still there (the reaper clears it from runners_).
+  absl::MutexLock lock(&mu_);
+  reapers_.emplace_back([this, key, pid] {
+    const absl::Time deadline = absl::Now() + options_.stop_grace;
+    while (absl::Now() < deadline) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = runners_.find(key);
+        if (it == runners_.end() || it->second.pid != pid) return;
+      }
+      absl::SleepFor(absl::Milliseconds(50));  // polling the reaper's bookkeeping until the grace ends
+    }
+    kill(pid, SIGKILL);
+  });
+}
+
+void WorkerDaemon::TerminateAll(const std::string& reason) {
+  std::vector<std::string> keys;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, runner] : runners_) keys.push_back(key);
+  }
+  for (const std::string& key : keys) Terminate(key, reason);
+}
+
+void WorkerDaemon::Reap(std::string key, pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  Runner runner;
+  {
+    absl::MutexLock lock(&mu_);
+    runner = runners_[key];
+    runners_.erase(key);
+  }
+  v1::ReportAttemptStatusRequest report;
+  std::ifstream result(runner.result_path, std::ios::binary);
+  if (!result || !report.ParseFromIstream(&result)) report.Clear();
+  report.set_job_id(runner.job_id);
+  report.set_attempt(runner.attempt);
+  report.set_worker_id(options_.worker_id);
+  report.set_process_index(runner.process_index);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  report.set_exit_code(code);
+  if (code == 0 && report.state() == v1::RUNNER_STATE_SUCCEEDED) {
+    Log(absl::StrCat("runner ", pid, " of job ", key, " succeeded"));
+  } else {
+    report.set_state(v1::RUNNER_STATE_FAILED);
+    if (report.error().empty()) {
+      report.set_error(WIFSIGNALED(status)
+                           ? absl::StrCat("the runner was killed by signal ", WTERMSIG(status),
+                                          runner.stop_requested ? " (stopped: " + runner.stop_reason + ")"
+                                                                : "")
+                           : absl::StrCat("the runner exited with status ", code));
+    }
+    report.set_stderr_tail(Tail(runner.stderr_path, 2000));
+    Log(absl::StrCat("runner ", pid, " of job ", key, " failed: ", report.error()));
+  }
+  ReportStatus(report);
+}
+
+void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {
+  // Retried while the coordinator is unreachable (a few seconds at most): how a runner ended
+  // must not be lost to a blip. Other errors (the attempt already ended) are final.
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(absl::Seconds(10)));
+    v1::ReportAttemptStatusResponse response;
+    grpc::Status status = stub_->ReportAttemptStatus(&context, request, &response);
+    if (status.ok()) return;
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
+        Log(absl::StrCat("status report of job ", request.job_id(), " rejected: ",
+                         status.error_message()));
+      }
+      return;
+    }
+    absl::SleepFor(backoff);  // backoff between retries of an unreachable coordinator
+    backoff *= 2;
+  }
+  Log(absl::StrCat("could not report the status of job ", request.job_id(), ": coordinator unreachable"));
+}
+
+}  // namespace substrax

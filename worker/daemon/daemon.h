@@ -1,0 +1,100 @@
+// WorkerDaemon: the agent on each host (`substrax-worker daemon`), like a kubelet or the
+// TorchElastic agent. It registers the host's devices with the coordinator under a random
+// incarnation, keeps its lease with heartbeats, watches for assignments and runs one runner
+// process (`substrax-worker run`) per job attempt. Cancelling or failing an attempt stops its
+// runner: SIGTERM, then SIGKILL after a grace period. A runner that crashes never takes the
+// daemon down; its exit status and the tail of its stderr go back to the coordinator.
+//
+// Thread-safe: Stop() may be called from any thread (a signal handler thread).
+#ifndef SUBSTRAX_WORKER_DAEMON_DAEMON_H_
+#define SUBSTRAX_WORKER_DAEMON_DAEMON_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
+
+namespace substrax {
+
+struct WorkerDaemonOptions {
+  // host:port of the coordinator.
+  std::string coordinator = "127.0.0.1:7070";
+  // This worker's name (default: the host name).
+  std::string worker_id;
+  // The host name reported with the devices (default: gethostname()).
+  std::string host;
+  // CPU devices to offer.
+  int cpu_devices = 1;
+  // Address this host's runners are reachable on by peers (Gloo, peer monitor).
+  std::string listen_host = "127.0.0.1";
+  // Where assignments, results and runner logs are written.
+  std::string work_dir = "/tmp/substrax-worker";
+  // The binary started as `<runner_binary> run ...` (default: this executable).
+  std::string runner_binary;
+  // Time a runner gets to exit after SIGTERM before SIGKILL.
+  absl::Duration stop_grace = absl::Seconds(10);
+  // Passed to runners: every collective must finish within this time.
+  absl::Duration collective_timeout = absl::Seconds(30);
+};
+
+class WorkerDaemon {
+ public:
+  // Errors: INVALID_ARGUMENT (bad options), UNAVAILABLE (work_dir cannot be created).
+  static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
+  ~WorkerDaemon();
+
+  // Registers (retrying with backoff while the coordinator is unreachable), then heartbeats,
+  // watches assignments and runs runners until Stop(). Errors: a registration the coordinator
+  // rejects (INVALID_ARGUMENT).
+  absl::Status Run();
+  // Stops every runner and makes Run() return.
+  void Stop();
+
+ private:
+  struct Runner {
+    pid_t pid = 0;
+    std::string job_id;
+    int attempt = 0;
+    int process_index = 0;
+    std::string result_path;
+    std::string stderr_path;
+    bool stop_requested = false;
+    std::string stop_reason;
+  };
+
+  explicit WorkerDaemon(WorkerDaemonOptions options);
+  absl::Status Register();
+  void HeartbeatLoop();
+  void WatchLoop();
+  void Launch(const v1::Assignment& assignment);
+  void Terminate(const std::string& key, const std::string& reason);
+  void TerminateAll(const std::string& reason);
+  void Reap(std::string key, pid_t pid);
+  void ReportStatus(const v1::ReportAttemptStatusRequest& request);
+  std::string Incarnation() const;
+
+  const WorkerDaemonOptions options_;
+  std::shared_ptr<v1::CoordinatorService::Stub> stub_;
+  absl::Notification stopped_;
+
+  mutable absl::Mutex mu_;
+  std::string incarnation_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  std::map<std::string, Runner> runners_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> reapers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_DAEMON_DAEMON_H_

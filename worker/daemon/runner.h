@@ -1,0 +1,39 @@
+// RunAssignment: the runner process of one job attempt on one worker (`substrax-worker run`).
+// It trains its part of the job with the coordinator's store for rendezvous, sends every
+// device's step reports to the coordinator, and writes how it ended to a result file that the
+// worker daemon reports (the daemon is the one that reports attempt status: it also sees
+// runners that crash before they can write anything).
+#ifndef SUBSTRAX_WORKER_DAEMON_RUNNER_H_
+#define SUBSTRAX_WORKER_DAEMON_RUNNER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/mesh.h"
+#include "substrax/v1/coordinator_service.pb.h"
+
+namespace substrax {
+
+struct RunnerOptions {
+  // host:port of the coordinator.
+  std::string coordinator;
+  // Address peers reach this runner on (Gloo, peer monitor).
+  std::string listen_host = "127.0.0.1";
+  // Where the outcome is written (a serialized v1::ReportAttemptStatusRequest).
+  std::string result_path;
+  absl::Duration collective_timeout = absl::Seconds(30);
+};
+
+// The process of each mesh position: process p drives the devices of the p-th distinct worker in
+// the order of first appearance in mesh.devices() (the coordinator assigns process indices by the
+// same rule).
+std::vector<int> ProcessTable(const Mesh& mesh);
+
+// Trains the assignment. Errors: whatever training returns (also written to the result file).
+absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions& options);
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_DAEMON_RUNNER_H_
