@@ -1,4 +1,5 @@
 # substrax: the two commands a new user needs.
+#   make demo   installs what it needs, builds, and trains Fashion-MNIST on a local cluster
 #   make test   installs what the build needs (Debian packages), builds and runs every test
 #   make build  installs and builds everything
 .PHONY: deps build test demo
@@ -13,7 +14,4 @@ test: deps
 	@tools/test.sh
 
 demo:
-	@echo "make demo: not available yet. The demo (a local cluster training Fashion-MNIST) needs" >&2
-	@echo "the coordinator and worker daemons, which are not built yet; see README.md for what" >&2
-	@echo "works today." >&2
-	@exit 2
+	@tools/demo.sh

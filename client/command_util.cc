@@ -1,0 +1,48 @@
+#include "client/command_util.h"
+
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace substrax::ctl {
+
+std::shared_ptr<grpc::Channel> Connect(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+}
+
+int ReportRpcError(const CommandContext& ctx, const grpc::Status& status,
+                   grpc::Channel* channel) {
+  // grpc::StatusCode and absl::StatusCode share their numbering.
+  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  *ctx.err << "substraxctl: " << absl::StatusCodeToString(code) << ": "
+           << status.error_message() << "\n";
+  const bool connected =
+      channel != nullptr && channel->GetState(false) == GRPC_CHANNEL_READY;
+  if (code == absl::StatusCode::kDeadlineExceeded && connected) {
+    *ctx.err << "substraxctl: the coordinator at " << ctx.coordinator << " did not answer within "
+             << absl::FormatDuration(ctx.timeout) << "; try again or raise --timeout\n";
+    return kExitError;
+  }
+  if (IsUnreachable(code)) {
+    *ctx.err << "substraxctl: cannot reach the coordinator at " << ctx.coordinator
+             << "; start a local cluster with `substraxctl local up`, or give the address of a "
+                "running one with --coordinator or "
+             << kCoordinatorEnv << "\n";
+  }
+  return ExitCodeForStatus(code);
+}
+
+FormatOptions FormatOptionsOf(const CommandContext& ctx) {
+  FormatOptions options;
+  options.now = ctx.clock();
+  options.zone = ctx.zone;
+  options.color = ctx.color;
+  return options;
+}
+
+}  // namespace substrax::ctl

@@ -1,0 +1,242 @@
+#include "client/commands.h"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/progress.h"
+#include "client/command_util.h"
+#include "core/job_spec.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+#include "substrax/v1/metrics_service.grpc.pb.h"
+
+namespace substrax::ctl {
+namespace {
+
+// Prints a flag error as the command line parser would and returns the usage exit code.
+int UsageError(const CommandContext& ctx, const absl::Status& status) {
+  *ctx.err << "substraxctl: " << status.message() << "\n";
+  return kExitUsage;
+}
+
+// One unary JobService call with the context's deadline; errors are reported and mapped.
+template <typename Request, typename Response>
+int CallJobService(const CommandContext& ctx,
+                   grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*,
+                                                                const Request&, Response*),
+                   const Request& request, Response* response) {
+  std::shared_ptr<grpc::Channel> channel = Connect(ctx.coordinator);
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(channel);
+  grpc::ClientContext context;
+  SetDeadline(&context, ctx.timeout);
+  const grpc::Status status = (stub.get()->*method)(&context, request, response);
+  if (!status.ok()) return ReportRpcError(ctx, status, channel.get());
+  return kExitOk;
+}
+
+// Prints a command's result: `message` as JSON or YAML, else `table()`, except that an `empty`
+// result in table form is `empty_note` on stderr (so stdout stays empty for scripts).
+int PrintResult(const CommandContext& ctx, const google::protobuf::Message& message,
+                const std::function<std::string()>& table, bool empty = false,
+                absl::string_view empty_note = "") {
+  if (ctx.format != OutputFormat::kTable) {
+    *ctx.out << FormatMessage(message, ctx.format);
+  } else if (empty) {
+    *ctx.err << empty_note << "\n";
+  } else {
+    *ctx.out << table();
+  }
+  ctx.out->flush();
+  return kExitOk;
+}
+
+}  // namespace
+
+int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(UserPath(path, ctx.working_directory));
+  if (!spec.ok()) {
+    if (spec.status().code() == absl::StatusCode::kInvalidArgument) {
+      *ctx.err << "substraxctl: invalid job spec, nothing was submitted:\n"
+               << spec.status().message() << "\n";
+    } else {
+      *ctx.err << "substraxctl: " << spec.status().message() << "\n";
+    }
+    return kExitUsage;
+  }
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *std::move(spec);
+  v1::SubmitJobResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::SubmitJob, request, &response)) {
+    return rc;
+  }
+  PrintResult(ctx, response.job(), [&] { return response.job().id() + "\n"; });
+  return watch ? WatchCommand(ctx, response.job().id()) : kExitOk;
+}
+
+int ListCommand(const CommandContext& ctx, const std::string& states) {
+  absl::StatusOr<std::vector<v1::JobState>> parsed = ParseJobStates(states);
+  if (!parsed.ok()) return UsageError(ctx, parsed.status());
+  v1::ListJobsRequest request;
+  for (v1::JobState s : *parsed) request.add_states(s);
+  request.set_page_size(1000);
+  // Every page: a cluster keeps few enough jobs for one screen of pages.
+  v1::ListJobsResponse all;
+  do {
+    v1::ListJobsResponse page;
+    if (int rc = CallJobService(ctx, &v1::JobService::Stub::ListJobs, request, &page)) return rc;
+    for (v1::Job& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  return PrintResult(
+      ctx, all,
+      [&] { return FormatJobsTable({all.jobs().begin(), all.jobs().end()}, FormatOptionsOf(ctx)); },
+      all.jobs().empty(), "no jobs");
+}
+
+int GetCommand(const CommandContext& ctx, const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::GetJobResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::GetJob, request, &response)) return rc;
+  return PrintResult(ctx, response.job(),
+                     [&] { return FormatJobDetails(response.job(), FormatOptionsOf(ctx)); });
+}
+
+int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
+  std::shared_ptr<grpc::Channel> channel = Connect(ctx.coordinator);
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(channel);
+  // No deadline: a job may run for days. The stream ends when the job does.
+  grpc::ClientContext context;
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientReader<v1::WatchJobResponse>> reader =
+      stub->WatchJob(&context, request);
+
+  const ProgressStyle style{ctx.terminal, ctx.columns};
+  EtaEstimator eta;
+  std::optional<v1::Job> last;
+  bool bar_shown = false;  // a bar is on the current terminal line
+  auto end_bar = [&] {
+    if (bar_shown) *ctx.out << "\n";
+    bar_shown = false;
+  };
+  v1::WatchJobResponse update;
+  while (reader->Read(&update)) {
+    const v1::Job& job = update.job();
+    if (ctx.format != OutputFormat::kTable) {
+      *ctx.out << (ctx.format == OutputFormat::kJson ? ToJsonLine(job)
+                                                     : "---\n" + JsonToYaml(ToJsonLine(job)));
+      ctx.out->flush();
+      last = job;
+      continue;
+    }
+    const bool changed = !last.has_value() || last->state() != job.state() ||
+                         last->attempt() != job.attempt();
+    if (changed && !IsTerminal(job.state())) {
+      end_bar();
+      *ctx.out << RenderStateChange(job) << "\n";
+    }
+    if (job.state() == v1::JOB_STATE_RUNNING && job.progress().total_steps() > 0) {
+      if (changed) eta = EtaEstimator();  // a new attempt restarts the estimate
+      eta.Observe(ctx.clock(), job.progress().step());
+      const std::string line =
+          RenderProgress(job, eta.Remaining(job.progress().total_steps()), style);
+      if (ctx.terminal) {
+        *ctx.out << "\r" << line << "\x1b[K";
+        bar_shown = true;
+      } else if (changed || last->progress().step() != job.progress().step()) {
+        *ctx.out << line << "\n";
+      }
+    }
+    ctx.out->flush();
+    last = job;
+  }
+  end_bar();
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return ReportRpcError(ctx, status, channel.get());
+  if (!last.has_value() || !IsTerminal(last->state())) {
+    *ctx.err << "substraxctl: the coordinator ended the watch before job " << job_id
+             << " ended (last state "
+             << (last.has_value() ? JobStateName(last->state()) : "unknown")
+             << "); run `substraxctl watch " << job_id << "` again\n";
+    return kExitError;
+  }
+  if (ctx.format == OutputFormat::kTable) *ctx.out << FormatJobOutcome(*last);
+  ctx.out->flush();
+  if (last->state() == v1::JOB_STATE_SUCCEEDED) return kExitOk;
+  *ctx.err << "substraxctl: job " << last->id() << " " << JobStateName(last->state());
+  if (!last->error().empty()) *ctx.err << ": " << last->error();
+  *ctx.err << "\n";
+  return kExitError;
+}
+
+int CancelCommand(const CommandContext& ctx, const std::string& job_id,
+                  const std::string& reason) {
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  v1::CancelJobResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::CancelJob, request, &response)) {
+    return rc;
+  }
+  return PrintResult(ctx, response.job(), [&] {
+    return absl::StrCat(response.job().id(), " ", JobStateName(response.job().state()), "\n");
+  });
+}
+
+int WorkersCommand(const CommandContext& ctx) {
+  v1::ListWorkersResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::ListWorkers, v1::ListWorkersRequest(),
+                              &response)) {
+    return rc;
+  }
+  return PrintResult(
+      ctx, response, [&] { return FormatWorkersTable(response, FormatOptionsOf(ctx)); },
+      response.workers().empty(), "no workers have registered");
+}
+
+int MeshCommand(const CommandContext& ctx, const std::string& job_id) {
+  v1::GetMeshRequest request;
+  request.set_job_id(job_id);
+  v1::GetMeshResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::GetMesh, request, &response)) {
+    return rc;
+  }
+  return PrintResult(ctx, response, [&] { return FormatMeshDetails(response); });
+}
+
+int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
+                   const MetricsFlags& flags) {
+  v1::QueryMetricsRequest request;
+  request.set_job_id(job_id);
+  for (const std::string& names : flags.names) {
+    for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
+      request.add_names(std::string(name));
+    }
+  }
+  absl::StatusOr<v1::StepRange> steps = ParseStepRange(flags.steps);
+  if (!steps.ok()) return UsageError(ctx, steps.status());
+  *request.mutable_steps() = *steps;
+  absl::StatusOr<v1::Reduction> reduction = ParseReduction(flags.reduce);
+  if (!reduction.ok()) return UsageError(ctx, reduction.status());
+  request.set_reduction(*reduction);
+  absl::StatusOr<v1::GroupBy> group_by = ParseGroupBy(flags.group_by);
+  if (!group_by.ok()) return UsageError(ctx, group_by.status());
+  request.set_group_by(*group_by);
+
+  std::shared_ptr<grpc::Channel> channel = Connect(ctx.coordinator);
+  std::unique_ptr<v1::MetricsService::Stub> stub = v1::MetricsService::NewStub(channel);
+  grpc::ClientContext context;
+  SetDeadline(&context, ctx.timeout);
+  v1::QueryMetricsResponse response;
+  const grpc::Status status = stub->QueryMetrics(&context, request, &response);
+  if (!status.ok()) return ReportRpcError(ctx, status, channel.get());
+  return PrintResult(
+      ctx, response, [&] { return FormatMetricsTable(response); }, response.series().empty(),
+      absl::StrCat("no metrics for job ", job_id, " in that range"));
+}
+
+}  // namespace substrax::ctl

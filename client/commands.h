@@ -1,0 +1,103 @@
+// substraxctl's commands: each takes the parsed flags, talks to the coordinator over gRPC, writes
+// data to `out` and messages to `err`, and returns the process exit code (client/args.h). main.cc
+// only parses the command line and calls these; tests drive them against a fake server.
+//
+// Every RPC carries a deadline (CommandContext::timeout) except the WatchJob stream.
+// Errors: each gRPC error is printed as "substraxctl: <CODE>: <message>"; an unreachable
+// coordinator adds which address was tried and how to fix it (exit 3).
+#ifndef SUBSTRAX_CLIENT_COMMANDS_H_
+#define SUBSTRAX_CLIENT_COMMANDS_H_
+
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/args.h"
+#include "client/format.h"
+
+namespace substrax::ctl {
+
+struct CommandContext {
+  // The coordinator's "host:port" (ResolveCoordinator).
+  std::string coordinator = kDefaultCoordinator;
+  // Deadline of every unary RPC.
+  absl::Duration timeout = absl::Seconds(10);
+  OutputFormat format = OutputFormat::kTable;
+  // Where data and messages go.
+  std::ostream* out = &std::cout;
+  std::ostream* err = &std::cerr;
+  // stdout is a terminal: `watch` redraws a bar in place instead of printing lines.
+  bool terminal = false;
+  // Width of that terminal.
+  int columns = 80;
+  // ANSI colours in tables (a terminal, NO_COLOR unset).
+  bool color = false;
+  // Times are shown in this zone; ages and ETAs are measured with this clock.
+  absl::TimeZone zone = absl::LocalTimeZone();
+  std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // Directory relative paths on the command line are relative to (BUILD_WORKING_DIRECTORY
+  // under `bazel run`); empty: the current directory.
+  std::string working_directory;
+};
+
+// submit FILE [--watch]: parses and validates FILE locally (a bad spec prints every problem as
+// file:line:column and exits 2 without contacting the coordinator), submits it, prints the job
+// id (table) or the job (json, yaml); with `watch` continues as WatchCommand.
+int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch);
+// list [--state S,...]: jobs newest first (every page).
+int ListCommand(const CommandContext& ctx, const std::string& states);
+// get JOB.
+int GetCommand(const CommandContext& ctx, const std::string& job_id);
+// watch JOB: follows the job until it ends; exit 0 if it SUCCEEDED, 1 if FAILED or CANCELLED.
+int WatchCommand(const CommandContext& ctx, const std::string& job_id);
+// cancel JOB [--reason TEXT].
+int CancelCommand(const CommandContext& ctx, const std::string& job_id,
+                  const std::string& reason);
+// workers.
+int WorkersCommand(const CommandContext& ctx);
+// mesh JOB.
+int MeshCommand(const CommandContext& ctx, const std::string& job_id);
+
+struct MetricsFlags {
+  std::vector<std::string> names;  // --name (repeatable or comma-separated); empty: all
+  std::string reduce;              // --reduce; empty: the job's declared reductions
+  std::string steps;               // --steps; empty: all
+  std::string group_by;            // --group-by; empty: none
+};
+// metrics JOB: malformed flags exit 2 before any RPC.
+int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
+                   const MetricsFlags& flags);
+
+struct LocalFlags {
+  std::string state_dir = kDefaultLocalStateDir;
+  int workers = 2;
+  int cpu_devices = 2;
+  // The coordinator's gRPC port and Prometheus port; 0: any free port.
+  int port = 0;
+  int metrics_port = 0;
+  // Empty: found next to substraxctl or in the Bazel layout.
+  std::string coordinator_binary;
+  std::string worker_binary;
+  // How long `up` waits for the coordinator to answer and every worker to be alive.
+  absl::Duration start_timeout = absl::Seconds(60);
+  // How long `down` waits after SIGTERM before SIGKILL.
+  absl::Duration stop_grace = absl::Seconds(10);
+  // This executable's directory (where sibling binaries are looked for).
+  std::string self_dir;
+};
+// local up: starts the coordinator and the workers; prints `export SUBSTRAX_COORDINATOR=ADDR` on
+// stdout (for eval) and how to use the cluster on stderr. Exit 1 when a cluster already runs in
+// the state dir, a binary is missing, or the cluster does not come up in time (all it started
+// is stopped again; the message shows the end of the log that explains why).
+int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags);
+// local down: stops every process of the cluster and removes its pid and address files.
+int LocalDownCommand(const CommandContext& ctx, const LocalFlags& flags);
+// local status: the processes (alive or dead) and, when the coordinator answers, its workers.
+// Exit 0 when every process is alive, 1 otherwise (also when there is no cluster).
+int LocalStatusCommand(const CommandContext& ctx, const LocalFlags& flags);
+
+}  // namespace substrax::ctl
+
+#endif  // SUBSTRAX_CLIENT_COMMANDS_H_

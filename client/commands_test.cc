@@ -1,0 +1,587 @@
+// Drives substraxctl's command functions against a fake JobService and MetricsService on
+// 127.0.0.1:0, checking stdout, stderr and exit codes. The `local` commands run this test binary
+// itself as a stand-in coordinator (it serves the fake on --listen and writes --address-file)
+// and as stand-in workers (`daemon`: wait for a signal); the end-to-end test with the real
+// binaries lives in tests/.
+#include "client/commands.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/local_cluster.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+#include "substrax/v1/metrics_service.grpc.pb.h"
+
+namespace substrax::ctl {
+namespace {
+
+constexpr char kGoodSpec[] = R"(apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: demo}
+spec:
+  model: {type: linear}
+  data:
+    format: synthetic
+    synthetic: {task: regression, num_train_examples: 100, num_features: 4}
+  optimizer: {type: sgd, learning_rate: 0.01}
+  mesh: {data_parallel_size: 2}
+  batch: {global_batch_size: 10}
+  steps: 100
+)";
+
+v1::Job MakeJob(const std::string& id, v1::JobState state, int64_t step) {
+  v1::Job job;
+  job.set_id(id);
+  job.mutable_spec()->set_name("demo");
+  job.set_state(state);
+  job.set_attempt(state == v1::JOB_STATE_PENDING ? 0 : 1);
+  job.mutable_create_time()->set_seconds(1714564800);
+  job.mutable_update_time()->set_seconds(1714564860);
+  job.mutable_progress()->set_step(step);
+  job.mutable_progress()->set_total_steps(100);
+  (*job.mutable_progress()->mutable_metrics())["loss"] = 1.0 / (1 + step);
+  auto* t = job.add_transitions();
+  t->set_to(v1::JOB_STATE_PENDING);
+  t->set_reason("submitted");
+  if (state != v1::JOB_STATE_PENDING) {
+    t = job.add_transitions();
+    t->set_from(v1::JOB_STATE_PENDING);
+    t->set_to(v1::JOB_STATE_RUNNING);
+    t->set_attempt(1);
+    t->set_reason("scheduled on 2 devices of 1 worker");
+  }
+  return job;
+}
+
+class FakeJobService final : public v1::JobService::Service {
+ public:
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+                         v1::SubmitJobResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++submits_;
+    last_spec_ = request->spec();
+    if (request->spec().name() == "too-big") {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "the mesh needs 64 devices; the cluster has 4");
+    }
+    *response->mutable_job() = MakeJob(request->spec().name() + "-1", v1::JOB_STATE_PENDING, 0);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                      v1::GetJobResponse* response) override {
+    if (request->job_id() != "demo-1") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("job ", request->job_id(), " not found"));
+    }
+    *response->mutable_job() = MakeJob("demo-1", v1::JOB_STATE_RUNNING, 40);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    last_list_ = *request;
+    // Two pages, to check that every page is read.
+    if (request->page_token().empty()) {
+      *response->add_jobs() = MakeJob("demo-2", v1::JOB_STATE_PENDING, 0);
+      response->set_next_page_token("p2");
+    } else {
+      *response->add_jobs() = MakeJob("demo-1", v1::JOB_STATE_RUNNING, 40);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                         v1::CancelJobResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    last_cancel_ = *request;
+    if (request->job_id() == "done-1") {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job done-1 already SUCCEEDED");
+    }
+    *response->mutable_job() = MakeJob(request->job_id(), v1::JOB_STATE_CANCELLED, 40);
+    return grpc::Status::OK;
+  }
+  grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
+    auto send = [&](v1::Job job) {
+      v1::WatchJobResponse update;
+      *update.mutable_job() = std::move(job);
+      writer->Write(update);
+    };
+    const std::string& id = request->job_id();
+    if (id == "nope-1") return grpc::Status(grpc::StatusCode::NOT_FOUND, "job nope-1 not found");
+    send(MakeJob(id, v1::JOB_STATE_PENDING, 0));
+    send(MakeJob(id, v1::JOB_STATE_RUNNING, 0));
+    send(MakeJob(id, v1::JOB_STATE_RUNNING, 50));
+    v1::Job same_step = MakeJob(id, v1::JOB_STATE_RUNNING, 50);
+    same_step.mutable_progress()->set_samples_per_second(99);  // no new plain line
+    send(same_step);
+    if (id == "fails-1") {
+      v1::Job failed = MakeJob(id, v1::JOB_STATE_FAILED, 50);
+      failed.set_error("worker local-1 (host local-1) lease expired");
+      send(failed);
+      return grpc::Status::OK;
+    }
+    if (id == "cut-1") return grpc::Status::OK;  // ends before the job does
+    send(MakeJob(id, v1::JOB_STATE_RUNNING, 100));
+    v1::Job done = MakeJob(id, v1::JOB_STATE_SUCCEEDED, 100);
+    (*done.mutable_progress()->mutable_final_metrics())["test_accuracy"] = 0.88123;
+    send(done);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse* response) override {
+    // The stand-in coordinator of the local-cluster test lists the workers it was told of.
+    const char* local = std::getenv("FAKE_LOCAL_WORKERS");
+    const int n = local == nullptr ? 1 : std::atoi(local);
+    for (int i = 0; i < n; ++i) {
+      v1::Worker* w = response->add_workers();
+      w->set_worker_id(local == nullptr ? "w-0" : absl::StrCat("local-", i));
+      w->set_host(w->worker_id());
+      w->set_state(v1::WORKER_STATE_ALIVE);
+      w->add_devices()->set_name("cpu");
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status GetMesh(grpc::ServerContext*, const v1::GetMeshRequest*,
+                       v1::GetMeshResponse* response) override {
+    v1::Mesh* mesh = response->mutable_mesh();
+    mesh->add_axis_names("data");
+    mesh->add_shape(2);
+    for (int i = 0; i < 2; ++i) {
+      v1::Device* d = mesh->add_devices();
+      d->set_id(i);
+      d->set_host(absl::StrCat("local-", i));
+      d->set_worker_id(d->host());
+      d->set_kind(v1::DEVICE_KIND_CPU);
+    }
+    return grpc::Status::OK;
+  }
+
+  int submits() {
+    absl::MutexLock lock(&mu_);
+    return submits_;
+  }
+  v1::JobSpec last_spec() {
+    absl::MutexLock lock(&mu_);
+    return last_spec_;
+  }
+  v1::ListJobsRequest last_list() {
+    absl::MutexLock lock(&mu_);
+    return last_list_;
+  }
+  v1::CancelJobRequest last_cancel() {
+    absl::MutexLock lock(&mu_);
+    return last_cancel_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int submits_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::JobSpec last_spec_ ABSL_GUARDED_BY(mu_);
+  v1::ListJobsRequest last_list_ ABSL_GUARDED_BY(mu_);
+  v1::CancelJobRequest last_cancel_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeMetricsService final : public v1::MetricsService::Service {
+ public:
+  grpc::Status QueryMetrics(grpc::ServerContext*, const v1::QueryMetricsRequest* request,
+                            v1::QueryMetricsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++queries_;
+    last_ = *request;
+    for (const char* host : {"local-0", "local-1"}) {
+      v1::MetricSeries* s = response->add_series();
+      s->set_name("loss");
+      s->set_group(host);
+      for (int step : {100, 150}) {
+        v1::MetricPoint* p = s->add_points();
+        p->set_step(step);
+        p->set_value(step / 1000.0);
+      }
+    }
+    return grpc::Status::OK;
+  }
+  int queries() {
+    absl::MutexLock lock(&mu_);
+    return queries_;
+  }
+  v1::QueryMetricsRequest last() {
+    absl::MutexLock lock(&mu_);
+    return last_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int queries_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::QueryMetricsRequest last_ ABSL_GUARDED_BY(mu_);
+};
+
+// Starts the fakes on 127.0.0.1:0; `*address` gets the bound address.
+std::unique_ptr<grpc::Server> StartFakes(FakeJobService* jobs, FakeMetricsService* metrics,
+                                         const std::string& host, std::string* address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::StrCat(host, ":0"), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(jobs);
+  builder.RegisterService(metrics);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *address = absl::StrCat(host, ":", port);
+  return server;
+}
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string address;
+    server_ = StartFakes(&jobs_, &metrics_, "127.0.0.1", &address);
+    ctx_.coordinator = address;
+    ctx_.timeout = absl::Seconds(5);
+    ctx_.out = &out_;
+    ctx_.err = &err_;
+    ctx_.zone = absl::UTCTimeZone();
+    // Each reading of the clock is 10 s after the previous one.
+    ctx_.clock = [this] { return absl::FromUnixSeconds(1714564800) + absl::Seconds(10 * ++ticks_); };
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    std::string path = ::testing::TempDir();
+    if (path.back() != '/') path += "/";
+    path += name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  FakeJobService jobs_;
+  FakeMetricsService metrics_;
+  std::unique_ptr<grpc::Server> server_;
+  std::ostringstream out_;
+  std::ostringstream err_;
+  CommandContext ctx_;
+  int ticks_ = 0;
+};
+
+TEST_F(CommandsTest, SubmitSendsTheParsedSpecAndPrintsTheId) {
+  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", kGoodSpec), false), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "demo-1\n");
+  EXPECT_EQ(jobs_.submits(), 1);
+  EXPECT_EQ(jobs_.last_spec().name(), "demo");
+  EXPECT_EQ(jobs_.last_spec().report_every_steps(), 50);  // defaults applied locally
+}
+
+TEST_F(CommandsTest, SubmitOfABadSpecSendsNothingAndNamesFileLineColumn) {
+  std::string bad = kGoodSpec;
+  bad.replace(bad.find("data_parallel_size: 2"), 21, "data_parallel_size: 0");
+  const std::string path = WriteFile("bad.yaml", bad);
+  EXPECT_EQ(SubmitCommand(ctx_, path, false), kExitUsage);
+  EXPECT_EQ(jobs_.submits(), 0);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_NE(err_.str().find("nothing was submitted"), std::string::npos) << err_.str();
+  EXPECT_NE(err_.str().find(path + ":10:"), std::string::npos) << err_.str();
+  EXPECT_NE(err_.str().find("spec.mesh.data_parallel_size"), std::string::npos) << err_.str();
+
+  err_.str("");
+  EXPECT_EQ(SubmitCommand(ctx_, path + ".missing", false), kExitUsage);
+  EXPECT_EQ(jobs_.submits(), 0);
+}
+
+TEST_F(CommandsTest, ServerRejectionIsPrintedWithItsCode) {
+  std::string spec = kGoodSpec;
+  spec.replace(spec.find("name: demo"), 10, "name: too-big");
+  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("big.yaml", spec), false), kExitError);
+  EXPECT_EQ(err_.str(),
+            "substraxctl: RESOURCE_EXHAUSTED: the mesh needs 64 devices; the cluster has 4\n");
+}
+
+TEST_F(CommandsTest, SubmitJsonPrintsTheJob) {
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", kGoodSpec), false), kExitOk);
+  EXPECT_NE(out_.str().find("\"id\": \"demo-1\""), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("\"state\": \"JOB_STATE_PENDING\""), std::string::npos);
+}
+
+TEST_F(CommandsTest, GetShowsTheJobOrNotFound) {
+  EXPECT_EQ(GetCommand(ctx_, "demo-1"), kExitOk);
+  EXPECT_NE(out_.str().find("State:    RUNNING\n"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("Progress: step 40/100 (40.0%)\n"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("scheduled on 2 devices of 1 worker"), std::string::npos);
+  out_.str("");
+  EXPECT_EQ(GetCommand(ctx_, "nope"), kExitError);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_EQ(err_.str(), "substraxctl: NOT_FOUND: job nope not found\n");
+}
+
+TEST_F(CommandsTest, ListReadsEveryPageAndFiltersByState) {
+  EXPECT_EQ(ListCommand(ctx_, "running,pending"), kExitOk) << err_.str();
+  const std::string out = out_.str();
+  EXPECT_EQ(out.rfind("ID       NAME   STATE     ATTEMPT   STEP     DEVICES   AGE\n", 0), 0u)
+      << out;
+  EXPECT_NE(out.find("demo-2   demo   PENDING   0         0/100"), std::string::npos) << out;
+  EXPECT_NE(out.find("demo-1   demo   RUNNING   1         40/100"), std::string::npos) << out;
+  ASSERT_EQ(jobs_.last_list().states_size(), 2);
+  EXPECT_EQ(jobs_.last_list().states(0), v1::JOB_STATE_RUNNING);
+
+  out_.str("");
+  EXPECT_EQ(ListCommand(ctx_, "runing"), kExitUsage);
+  EXPECT_NE(err_.str().find("--state: unknown state 'runing'"), std::string::npos);
+}
+
+TEST_F(CommandsTest, CancelPassesTheReason) {
+  EXPECT_EQ(CancelCommand(ctx_, "demo-1", "wrong learning rate"), kExitOk);
+  EXPECT_EQ(out_.str(), "demo-1 CANCELLED\n");
+  EXPECT_EQ(jobs_.last_cancel().reason(), "wrong learning rate");
+  EXPECT_EQ(CancelCommand(ctx_, "done-1", ""), kExitError);
+  EXPECT_EQ(err_.str(), "substraxctl: FAILED_PRECONDITION: job done-1 already SUCCEEDED\n");
+}
+
+TEST_F(CommandsTest, WatchPlainPrintsALinePerStepThenTheOutcome) {
+  EXPECT_EQ(WatchCommand(ctx_, "demo-1"), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "job demo-1 PENDING: submitted\n"
+            "job demo-1 RUNNING (attempt 1): scheduled on 2 devices of 1 worker\n"
+            "step 0/100 (0.0%)  loss=1\n"
+            "step 50/100 (50.0%)  loss=0.0196  eta 10s\n"
+            "step 100/100 (100.0%)  loss=0.0099  eta 0s\n"
+            "demo-1 SUCCEEDED after 1m00s at step 100/100\n"
+            "test_accuracy=0.8812\n");
+  EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandsTest, WatchOnATerminalRedrawsTheBarInPlace) {
+  ctx_.terminal = true;
+  ctx_.columns = 100;
+  EXPECT_EQ(WatchCommand(ctx_, "demo-1"), kExitOk);
+  const std::string out = out_.str();
+  EXPECT_NE(out.find("\r|"), std::string::npos) << out;
+  EXPECT_NE(out.find("| 50/100 50%  loss=0.0196  99 samples/s  ETA"), std::string::npos) << out;
+  EXPECT_NE(out.find("\x1b[K\ndemo-1 SUCCEEDED"), std::string::npos) << out;
+  EXPECT_NE(out.find("█"), std::string::npos);
+}
+
+TEST_F(CommandsTest, WatchOfAFailedJobExitsOneWithTheError) {
+  EXPECT_EQ(WatchCommand(ctx_, "fails-1"), kExitError);
+  EXPECT_NE(out_.str().find("fails-1 FAILED after 1m00s at step 50/100\n"), std::string::npos)
+      << out_.str();
+  EXPECT_EQ(err_.str(),
+            "substraxctl: job fails-1 FAILED: worker local-1 (host local-1) lease expired\n");
+}
+
+TEST_F(CommandsTest, WatchThatEndsEarlyOrFailsIsAnError) {
+  EXPECT_EQ(WatchCommand(ctx_, "cut-1"), kExitError);
+  EXPECT_NE(err_.str().find("ended the watch before job cut-1 ended (last state RUNNING)"),
+            std::string::npos)
+      << err_.str();
+  err_.str("");
+  EXPECT_EQ(WatchCommand(ctx_, "nope-1"), kExitError);
+  EXPECT_EQ(err_.str(), "substraxctl: NOT_FOUND: job nope-1 not found\n");
+}
+
+TEST_F(CommandsTest, WatchJsonPrintsOneJobPerLine) {
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(WatchCommand(ctx_, "fails-1"), kExitError);
+  const std::string out = out_.str();
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 5) << out;
+  EXPECT_EQ(out.rfind("{\"id\":\"fails-1\"", 0), 0u) << out;
+}
+
+TEST_F(CommandsTest, SubmitWatchContinuesIntoTheWatch) {
+  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", kGoodSpec), true), kExitOk);
+  EXPECT_EQ(out_.str().rfind("demo-1\njob demo-1 PENDING", 0), 0u) << out_.str();
+  EXPECT_NE(out_.str().find("test_accuracy=0.8812\n"), std::string::npos);
+}
+
+TEST_F(CommandsTest, MetricsSendsTheQueryAndTabulatesSeries) {
+  MetricsFlags flags;
+  flags.names = {"loss,accuracy", "step"};
+  flags.steps = "100:";
+  flags.reduce = "max";
+  flags.group_by = "host";
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "STEP   loss/local-0   loss/local-1\n"
+            "100    0.1000         0.1000\n"
+            "150    0.1500         0.1500\n");
+  const v1::QueryMetricsRequest q = metrics_.last();
+  EXPECT_EQ(q.job_id(), "demo-1");
+  EXPECT_EQ(std::vector<std::string>(q.names().begin(), q.names().end()),
+            (std::vector<std::string>{"loss", "accuracy", "step"}));
+  EXPECT_EQ(q.steps().first(), 100);
+  EXPECT_EQ(q.steps().last(), 0);
+  EXPECT_EQ(q.reduction(), v1::REDUCTION_MAX);
+  EXPECT_EQ(q.group_by(), v1::GROUP_BY_HOST);
+}
+
+TEST_F(CommandsTest, MalformedMetricsFlagsAreUsageErrorsWithoutAnRpc) {
+  for (MetricsFlags flags : {MetricsFlags{{}, "", "200:100", ""}, MetricsFlags{{}, "", "x:", ""},
+                             MetricsFlags{{}, "median", "", ""},
+                             MetricsFlags{{}, "", "", "rack"}}) {
+    EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitUsage);
+  }
+  EXPECT_EQ(metrics_.queries(), 0);
+  EXPECT_NE(err_.str().find("substraxctl: --steps: '200:100': the range is empty"),
+            std::string::npos)
+      << err_.str();
+}
+
+TEST_F(CommandsTest, WorkersAndMesh) {
+  EXPECT_EQ(WorkersCommand(ctx_), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "WORKER   HOST   STATE   DEVICES   LAST HEARTBEAT   JOBS\n"
+            "w-0      w-0    ALIVE   1 cpu     0.0s ago         -\n");
+  out_.str("");
+  EXPECT_EQ(MeshCommand(ctx_, "demo-1"), kExitOk);
+  EXPECT_EQ(out_.str().rfind("mesh (data=2): 2 devices on 2 hosts (local-0, local-1)\n", 0), 0u)
+      << out_.str();
+  out_.str("");
+  ctx_.format = OutputFormat::kYaml;
+  EXPECT_EQ(WorkersCommand(ctx_), kExitOk);
+  EXPECT_EQ(out_.str().rfind("workers:\n  - worker_id: w-0\n", 0), 0u) << out_.str();
+}
+
+TEST_F(CommandsTest, UnreachableCoordinatorExitsThreeNamingTheAddress) {
+  server_->Shutdown();
+  const std::string address = ctx_.coordinator;
+  EXPECT_EQ(ListCommand(ctx_, ""), kExitUnreachable);
+  EXPECT_EQ(err_.str().rfind("substraxctl: UNAVAILABLE: ", 0), 0u) << err_.str();
+  EXPECT_NE(err_.str().find("cannot reach the coordinator at " + address +
+                            "; start a local cluster with `substraxctl local up`"),
+            std::string::npos)
+      << err_.str();
+  err_.str("");
+  EXPECT_EQ(WatchCommand(ctx_, "demo-1"), kExitUnreachable);
+  EXPECT_NE(err_.str().find("cannot reach the coordinator"), std::string::npos);
+}
+
+// `local up|status|down` with this binary standing in for the coordinator and the workers.
+TEST(LocalClusterCommandsTest, UpStatusDownAndRestartAfterDeath) {
+  std::string dir = ::testing::TempDir();
+  if (dir.back() != '/') dir += "/";
+  dir += "local";
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(n, 0);
+  setenv("FAKE_LOCAL_WORKERS", "2", 1);
+
+  std::ostringstream out, err;
+  CommandContext ctx;
+  ctx.out = &out;
+  ctx.err = &err;
+  LocalFlags flags;
+  flags.state_dir = dir;
+  flags.coordinator_binary = std::string(self, static_cast<size_t>(n));
+  flags.worker_binary = flags.coordinator_binary;
+  flags.start_timeout = absl::Seconds(30);
+
+  ASSERT_EQ(LocalUpCommand(ctx, flags), kExitOk) << err.str();
+  std::ifstream address_file(AddressFilePath(dir));
+  std::string address;
+  std::getline(address_file, address);
+  EXPECT_EQ(out.str(), absl::StrCat("export SUBSTRAX_COORDINATOR=", address, "\n"));
+  EXPECT_NE(err.str().find("local cluster up: coordinator at " + address), std::string::npos);
+  absl::StatusOr<std::vector<LocalProcess>> processes = ReadPidFile(dir);
+  ASSERT_TRUE(processes.ok()) << processes.status();
+  ASSERT_EQ(processes->size(), 3u);
+  EXPECT_EQ((*processes)[0].name, "coordinator");
+  EXPECT_EQ((*processes)[2].name, "local-1");
+
+  // Already up: says so, changes nothing.
+  out.str("");
+  err.str("");
+  EXPECT_EQ(LocalUpCommand(ctx, flags), kExitError);
+  EXPECT_NE(err.str().find("already running in " + dir + " (coordinator at " + address +
+                           "), 3 of 3 processes alive"),
+            std::string::npos)
+      << err.str();
+
+  out.str("");
+  EXPECT_EQ(LocalStatusCommand(ctx, flags), kExitOk) << err.str();
+  EXPECT_NE(out.str().find("coordinator address: " + address), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("local-1       "), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("alive"), std::string::npos);
+  EXPECT_NE(out.str().find("WORKER    HOST      STATE"), std::string::npos) << out.str();
+
+  // A dead cluster (killed behind our back) is cleaned up by the next `up`.
+  for (const LocalProcess& p : *processes) kill(p.pid, SIGKILL);
+  for (const LocalProcess& p : *processes) {
+    for (int i = 0; i < 500 && IsAlive(p); ++i) usleep(10000);
+  }
+  out.str("");
+  EXPECT_EQ(LocalStatusCommand(ctx, flags), kExitError);
+  EXPECT_NE(out.str().find("dead"), std::string::npos) << out.str();
+  err.str("");
+  ASSERT_EQ(LocalUpCommand(ctx, flags), kExitOk) << err.str();
+  EXPECT_NE(err.str().find("is gone; starting a new one"), std::string::npos) << err.str();
+
+  processes = ReadPidFile(dir);
+  ASSERT_TRUE(processes.ok());
+  err.str("");
+  EXPECT_EQ(LocalDownCommand(ctx, flags), kExitOk);
+  EXPECT_NE(err.str().find("stopped coordinator (pid "), std::string::npos) << err.str();
+  for (const LocalProcess& p : *processes) EXPECT_FALSE(IsAlive(p)) << p.name;
+  EXPECT_EQ(ReadPidFile(dir).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::ifstream(AddressFilePath(dir)).good());
+  err.str("");
+  EXPECT_EQ(LocalDownCommand(ctx, flags), kExitOk);
+  EXPECT_NE(err.str().find("nothing to stop"), std::string::npos);
+}
+
+TEST(LocalClusterCommandsTest, MissingBinaryNamesWhatToBuild) {
+  std::ostringstream out, err;
+  CommandContext ctx;
+  ctx.out = &out;
+  ctx.err = &err;
+  LocalFlags flags;
+  flags.state_dir = std::string(::testing::TempDir()) + "/nobin";
+  flags.self_dir = "/nonexistent/bazel-bin/client";
+  EXPECT_EQ(LocalUpCommand(ctx, flags), kExitError);
+  EXPECT_NE(err.str().find("cannot find substrax-coordinator (looked at "
+                           "/nonexistent/bazel-bin/client/substrax-coordinator, "
+                           "/nonexistent/bazel-bin/coordinator/substrax-coordinator); build it "
+                           "with `bazel build //coordinator:substrax-coordinator`"),
+            std::string::npos)
+      << err.str();
+}
+
+// Stand-in coordinator: serves the fakes on --listen's host, writes the bound address to
+// --address-file, runs until a signal ends it.
+int FakeCoordinatorMain(int argc, char** argv) {
+  std::string address_file;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--address-file") address_file = argv[i + 1];
+  }
+  FakeJobService jobs;
+  FakeMetricsService metrics;
+  std::string address;
+  std::unique_ptr<grpc::Server> server = StartFakes(&jobs, &metrics, "127.0.0.1", &address);
+  {
+    std::ofstream out(address_file + ".tmp");
+    out << address << "\n";
+  }
+  std::rename((address_file + ".tmp").c_str(), address_file.c_str());
+  server->Wait();
+  return 0;
+}
+
+}  // namespace
+}  // namespace substrax::ctl
+
+int main(int argc, char** argv) {
+  // This binary is also the local-cluster test's coordinator and workers.
+  if (argc > 1 && std::string(argv[1]) == "--listen") {
+    return substrax::ctl::FakeCoordinatorMain(argc, argv);
+  }
+  if (argc > 1 && std::string(argv[1]) == "daemon") {
+    pause();  // until SIGTERM
+    return 0;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,466 @@
+#include "client/format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/device_mesh_manager.h"
+#include "core/job_spec.h"
+#include "core/mesh.h"
+#include "core/sharding.h"
+#include "google/protobuf/util/json_util.h"
+#include "yaml-cpp/yaml.h"
+
+namespace substrax::ctl {
+
+size_t DisplayWidth(absl::string_view text) {
+  size_t width = 0;
+  bool in_escape = false;
+  for (char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (in_escape) {
+      if (c >= 0x40 && c <= 0x7e && c != '[') in_escape = false;
+      continue;
+    }
+    if (c == 0x1b) {
+      in_escape = true;
+      continue;
+    }
+    if ((c & 0xC0) != 0x80) ++width;  // not a UTF-8 continuation byte
+  }
+  return width;
+}
+
+Table::Table(std::vector<std::string> header) {
+  std::vector<Cell> row;
+  for (std::string& h : header) row.emplace_back(std::move(h));
+  rows_.push_back(std::move(row));
+}
+
+void Table::AddRow(std::vector<Cell> row) { rows_.push_back(std::move(row)); }
+
+std::string Table::Render(bool color, absl::string_view indent) const {
+  std::vector<size_t> widths;
+  for (const auto& row : rows_) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], DisplayWidth(row[i].text));
+    }
+  }
+  std::string out;
+  for (const auto& row : rows_) {
+    std::string line(indent);
+    for (size_t i = 0; i < row.size(); ++i) {
+      const Cell& cell = row[i];
+      if (color && cell.color != nullptr) {
+        absl::StrAppend(&line, cell.color, cell.text, kReset);
+      } else {
+        absl::StrAppend(&line, cell.text);
+      }
+      if (i + 1 < row.size()) {
+        line.append(widths[i] - DisplayWidth(cell.text) + 3, ' ');
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+std::string JobStateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr absl::string_view kPrefix = "JOB_STATE_";
+  if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
+  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
+}
+
+const char* JobStateColor(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_PENDING:
+      return kYellow;
+    case v1::JOB_STATE_RUNNING:
+      return kCyan;
+    case v1::JOB_STATE_SUCCEEDED:
+      return kGreen;
+    case v1::JOB_STATE_FAILED:
+      return kRed;
+    case v1::JOB_STATE_CANCELLED:
+      return kGrey;
+    default:
+      return nullptr;
+  }
+}
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+std::string FormatShortDuration(absl::Duration d) {
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(d));
+  if (s >= 86400) return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+std::string FormatAge(absl::Duration d) {
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(d));
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < 2 * 3600) return absl::StrCat(s / 60, "m");
+  if (s < 48 * 3600) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+absl::Time ToTime(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
+std::string FormatTimestamp(const google::protobuf::Timestamp& t, absl::TimeZone zone) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", ToTime(t), zone);
+}
+
+std::string FormatMetricValue(double value) {
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 1e15) {
+    return absl::StrFormat("%.0f", value);
+  }
+  if (!std::isfinite(value) || std::fabs(value) >= 1e-3) return absl::StrFormat("%.4f", value);
+  return absl::StrFormat("%.4g", value);
+}
+
+std::string FormatMetricPairs(const google::protobuf::Map<std::string, double>& metrics,
+                              absl::string_view separator, absl::string_view skip) {
+  std::vector<std::pair<std::string, double>> sorted(metrics.begin(), metrics.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    if ((a.first == "loss") != (b.first == "loss")) return a.first == "loss";
+    return a.first < b.first;
+  });
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : sorted) {
+    if (name == skip) continue;
+    parts.push_back(absl::StrCat(name, "=", FormatMetricValue(value)));
+  }
+  return absl::StrJoin(parts, separator);
+}
+
+std::string FormatMeshShape(const v1::Mesh& mesh) {
+  if (mesh.shape().empty()) return "-";
+  std::vector<std::string> dims;
+  for (int i = 0; i < mesh.shape_size(); ++i) {
+    const std::string name = i < mesh.axis_names_size() ? mesh.axis_names(i) : "?";
+    dims.push_back(absl::StrCat(name, "=", mesh.shape(i)));
+  }
+  return absl::StrCat("(", absl::StrJoin(dims, ", "), ")");
+}
+
+namespace {
+
+Cell StateCell(v1::JobState state) { return Cell(JobStateName(state), JobStateColor(state)); }
+
+std::string StepCell(const v1::JobProgress& p) {
+  if (p.total_steps() <= 0) return p.step() > 0 ? absl::StrCat(p.step()) : "-";
+  return absl::StrCat(p.step(), "/", p.total_steps());
+}
+
+std::string SpecSummary(const v1::JobSpec& spec) {
+  std::vector<std::string> parts;
+  std::string model = ModelTypeName(spec.model().type());
+  if (!spec.model().hidden_sizes().empty()) {
+    absl::StrAppend(&model, " [", absl::StrJoin(spec.model().hidden_sizes(), ", "), "]");
+  }
+  parts.push_back(model);
+  parts.push_back(absl::StrCat(OptimizerTypeName(spec.optimizer().type()), " lr=",
+                               FormatMetricValue(spec.optimizer().learning_rate())));
+  parts.push_back(absl::StrCat(DataFormatName(spec.data().format()), " data"));
+  if (spec.batch().global_batch_size() > 0) {
+    parts.push_back(absl::StrCat("batch ", spec.batch().global_batch_size()));
+  }
+  if (spec.has_steps()) parts.push_back(absl::StrCat(spec.steps(), " steps"));
+  if (spec.has_epochs()) parts.push_back(absl::StrCat(spec.epochs(), " epochs"));
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string MeshLine(const v1::Mesh& mesh) {
+  if (mesh.devices().empty()) return "-";
+  std::vector<std::string> hosts;
+  for (const v1::Device& d : mesh.devices()) {
+    if (std::find(hosts.begin(), hosts.end(), d.host()) == hosts.end()) hosts.push_back(d.host());
+  }
+  return absl::StrCat(FormatMeshShape(mesh), " on ", mesh.devices_size(), " devices of ",
+                      hosts.size(), hosts.size() == 1 ? " host (" : " hosts (",
+                      absl::StrJoin(hosts, ", "), ")");
+}
+
+}  // namespace
+
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOptions& options) {
+  Table table({"ID", "NAME", "STATE", "ATTEMPT", "STEP", "DEVICES", "AGE"});
+  for (const v1::Job& job : jobs) {
+    const int64_t devices = job.mesh().devices_size();
+    table.AddRow({job.id(), job.spec().name(), StateCell(job.state()),
+                  absl::StrCat(job.attempt()), StepCell(job.progress()),
+                  devices > 0 ? absl::StrCat(devices) : "-",
+                  job.has_create_time() ? FormatAge(options.now - ToTime(job.create_time()))
+                                        : "-"});
+  }
+  return table.Render(options.color);
+}
+
+std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  auto timestamp = [&](const google::protobuf::Timestamp& t) {
+    if (t.seconds() == 0 && t.nanos() == 0) return std::string("-");
+    return absl::StrCat(FormatTimestamp(t, options.zone), " (",
+                        FormatAge(options.now - ToTime(t)), " ago)");
+  };
+  const v1::JobProgress& p = job.progress();
+  std::string state = JobStateName(job.state());
+  if (options.color && JobStateColor(job.state()) != nullptr) {
+    state = absl::StrCat(JobStateColor(job.state()), state, kReset);
+  }
+  fields.emplace_back("ID", job.id());
+  fields.emplace_back("Name", job.spec().name());
+  fields.emplace_back("State", state);
+  fields.emplace_back("Attempt", absl::StrCat(job.attempt()));
+  fields.emplace_back("Created", timestamp(job.create_time()));
+  fields.emplace_back("Updated", timestamp(job.update_time()));
+  fields.emplace_back("Spec", SpecSummary(job.spec()));
+  fields.emplace_back("Mesh", MeshLine(job.mesh()));
+  std::string progress = "-";
+  if (p.total_steps() > 0) {
+    progress = absl::StrFormat("step %d/%d (%.1f%%)", p.step(), p.total_steps(),
+                               100.0 * p.step() / p.total_steps());
+    if (p.samples_per_second() > 0) {
+      absl::StrAppendFormat(&progress, ", %.0f samples/s", p.samples_per_second());
+    }
+  }
+  fields.emplace_back("Progress", progress);
+  const std::string metrics = FormatMetricPairs(p.metrics(), "  ", "step");
+  fields.emplace_back("Metrics", metrics.empty() ? "-" : metrics);
+  if (!p.final_metrics().empty()) {
+    fields.emplace_back("Final", FormatMetricPairs(p.final_metrics(), "  "));
+  }
+  if (!job.error().empty()) fields.emplace_back("Error", job.error());
+
+  std::string out;
+  for (const auto& [name, value] : fields) {
+    absl::StrAppend(&out, absl::StrFormat("%-10s", absl::StrCat(name, ":")), value, "\n");
+  }
+  absl::StrAppend(&out, "Transitions:\n");
+  Table transitions({"TIME", "FROM", "TO", "ATTEMPT", "REASON"});
+  for (const v1::JobTransition& t : job.transitions()) {
+    transitions.AddRow({FormatTimestamp(t.time(), options.zone),
+                        t.from() == v1::JOB_STATE_UNSPECIFIED ? "-" : JobStateName(t.from()),
+                        StateCell(t.to()), absl::StrCat(t.attempt()), t.reason()});
+  }
+  absl::StrAppend(&out, transitions.Render(options.color, "  "));
+  return out;
+}
+
+std::string FormatJobOutcome(const v1::Job& job) {
+  std::string out = absl::StrCat(job.id(), " ", JobStateName(job.state()));
+  if (job.has_create_time() && job.has_update_time()) {
+    absl::StrAppend(&out, " after ",
+                    FormatShortDuration(ToTime(job.update_time()) - ToTime(job.create_time())));
+  }
+  if (job.progress().total_steps() > 0) {
+    absl::StrAppend(&out, " at step ", job.progress().step(), "/", job.progress().total_steps());
+  }
+  absl::StrAppend(&out, "\n");
+  const std::string final_metrics = FormatMetricPairs(job.progress().final_metrics(), "\n");
+  if (!final_metrics.empty()) absl::StrAppend(&out, final_metrics, "\n");
+  return out;
+}
+
+std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
+                               const FormatOptions& options) {
+  Table table({"WORKER", "HOST", "STATE", "DEVICES", "LAST HEARTBEAT", "JOBS"});
+  for (const v1::Worker& w : workers.workers()) {
+    // "2 cpu", "8 NVIDIA H200", "2 cpu, 1 NVIDIA H200": devices counted by model name.
+    std::vector<std::pair<std::string, int>> kinds;
+    for (const v1::Device& d : w.devices()) {
+      std::string name = d.name();
+      if (name.empty()) name = d.kind() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
+      auto it = std::find_if(kinds.begin(), kinds.end(),
+                             [&](const auto& k) { return k.first == name; });
+      if (it == kinds.end()) {
+        kinds.emplace_back(name, 1);
+      } else {
+        ++it->second;
+      }
+    }
+    std::vector<std::string> devices;
+    for (const auto& [name, count] : kinds) devices.push_back(absl::StrCat(count, " ", name));
+    const double s = w.seconds_since_heartbeat();
+    const std::string heartbeat = s < 10 ? absl::StrFormat("%.1fs ago", std::max(0.0, s))
+                                         : absl::StrCat(FormatAge(absl::Seconds(s)), " ago");
+    Cell state("-");
+    if (w.state() == v1::WORKER_STATE_ALIVE) state = Cell("ALIVE", kGreen);
+    if (w.state() == v1::WORKER_STATE_DEAD) state = Cell("DEAD", kRed);
+    table.AddRow({w.worker_id(), w.host(), state,
+                  devices.empty() ? "0" : absl::StrJoin(devices, ", "), heartbeat,
+                  w.job_ids().empty() ? "-" : absl::StrJoin(w.job_ids(), ",")});
+  }
+  return table.Render(options.color);
+}
+
+std::string FormatMetricsTable(const v1::QueryMetricsResponse& response) {
+  std::vector<std::string> header = {"STEP"};
+  std::set<int64_t> steps;
+  std::vector<std::map<int64_t, double>> columns;
+  for (const v1::MetricSeries& series : response.series()) {
+    header.push_back(series.group().empty() ? series.name()
+                                            : absl::StrCat(series.name(), "/", series.group()));
+    std::map<int64_t, double>& column = columns.emplace_back();
+    for (const v1::MetricPoint& point : series.points()) {
+      column[point.step()] = point.value();
+      steps.insert(point.step());
+    }
+  }
+  Table table(std::move(header));
+  for (int64_t step : steps) {
+    std::vector<Cell> row = {absl::StrCat(step)};
+    for (const auto& column : columns) {
+      auto it = column.find(step);
+      row.emplace_back(it == column.end() ? "-" : FormatMetricValue(it->second));
+    }
+    table.AddRow(std::move(row));
+  }
+  return table.Render(false);
+}
+
+std::string FormatMeshDetails(const v1::GetMeshResponse& response) {
+  std::string out;
+  absl::StatusOr<Mesh> mesh = Mesh::FromProto(response.mesh());
+  if (mesh.ok()) {
+    out = DeviceMeshManager::GetMeshInfo(*mesh).ToString();
+  } else {
+    // Still show what arrived; the coordinator should never send this.
+    out = absl::StrCat("mesh ", FormatMeshShape(response.mesh()), " (cannot be shown: ",
+                       mesh.status().message(), ")\n");
+  }
+  if (response.layouts().empty()) return out;
+  std::vector<std::string> names;
+  for (const auto& entry : response.layouts()) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
+  absl::StrAppend(&out, "\nlayouts:\n");
+  Table summary({"ARRAY", "GLOBAL SHAPE", "SPEC", "REPLICAS", "SHARD SHAPE"});
+  for (const std::string& name : names) {
+    const v1::ShardLayout& layout = response.layouts().at(name);
+    std::string shard_shape = "-";
+    if (!layout.shards().empty()) {
+      std::vector<int64_t> shape;
+      for (const v1::IndexRange& r : layout.shards(0).index()) shape.push_back(r.limit() - r.start());
+      shard_shape = ShapeToString(shape);
+    }
+    summary.AddRow({name, ShapeToString(layout.global_shape()),
+                    PartitionSpec::FromProto(layout.spec()).ToString(),
+                    absl::StrCat(layout.num_replicas()), shard_shape});
+  }
+  absl::StrAppend(&out, summary.Render(false, "  "));
+  for (const std::string& name : names) {
+    const v1::ShardLayout& layout = response.layouts().at(name);
+    absl::StrAppend(&out, "\n", name, ":\n");
+    Table shards({"DEVICE", "SLICE", "REPLICA"});
+    for (const v1::ShardSlice& s : layout.shards()) {
+      std::vector<std::string> ranges;
+      for (const v1::IndexRange& r : s.index()) {
+        ranges.push_back(absl::StrCat(r.start(), ":", r.limit()));
+      }
+      shards.AddRow({absl::StrCat("d", s.device_id()),
+                     absl::StrCat("[", absl::StrJoin(ranges, ", "), "]"),
+                     absl::StrCat(s.replica_id())});
+    }
+    absl::StrAppend(&out, shards.Render(false, "  "));
+  }
+  return out;
+}
+
+namespace {
+
+std::string ToJsonWith(const google::protobuf::Message& message, bool whitespace) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = whitespace;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  // Serialising a valid message to JSON cannot fail (no Any fields with unknown types here).
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+// Plain scalars YAML 1.1 readers take for booleans or null.
+bool ReadsAsNonString(const std::string& s) {
+  static const std::set<std::string>* const kWords = new std::set<std::string>{
+      "true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"};
+  return kWords->count(absl::AsciiStrToLower(s)) > 0;
+}
+
+void EmitYaml(YAML::Emitter& out, const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      if (node.size() == 0) {
+        out << YAML::Flow << YAML::BeginMap << YAML::EndMap;
+        return;
+      }
+      out << YAML::BeginMap;
+      for (const auto& entry : node) {
+        out << YAML::Key << entry.first.Scalar() << YAML::Value;
+        EmitYaml(out, entry.second);
+      }
+      out << YAML::EndMap;
+      return;
+    case YAML::NodeType::Sequence:
+      if (node.size() == 0) {
+        out << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;
+        return;
+      }
+      out << YAML::BeginSeq;
+      for (const auto& item : node) EmitYaml(out, item);
+      out << YAML::EndSeq;
+      return;
+    case YAML::NodeType::Scalar:
+      // A JSON string (tag "!") that YAML would read as a boolean or null stays a string.
+      if (node.Tag() == "!" && ReadsAsNonString(node.Scalar())) {
+        out << YAML::DoubleQuoted << node.Scalar();
+      } else {
+        out << node.Scalar();
+      }
+      return;
+    default:
+      out << YAML::Null;
+  }
+}
+
+}  // namespace
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string json = ToJsonWith(message, true);
+  if (json.empty() || json.back() != '\n') json.push_back('\n');
+  return json;
+}
+
+std::string ToJsonLine(const google::protobuf::Message& message) {
+  return ToJsonWith(message, false) + "\n";
+}
+
+std::string JsonToYaml(const std::string& json) {
+  YAML::Emitter out;
+  EmitYaml(out, YAML::Load(json));
+  return absl::StrCat(out.c_str(), "\n");
+}
+
+std::string FormatMessage(const google::protobuf::Message& message, OutputFormat format) {
+  if (format == OutputFormat::kYaml) return JsonToYaml(ToJsonWith(message, false));
+  return ToJson(message);
+}
+
+}  // namespace substrax::ctl

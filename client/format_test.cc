@@ -1,0 +1,223 @@
+#include "client/format.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace substrax::ctl {
+namespace {
+
+template <typename T>
+T Parse(const std::string& text) {
+  T message;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &message)) << text;
+  return message;
+}
+
+// 2024-05-01 12:00:00 UTC.
+constexpr int64_t kT0 = 1714564800;
+
+FormatOptions At(int64_t unix_seconds) {
+  FormatOptions options;
+  options.now = absl::FromUnixSeconds(unix_seconds);
+  return options;
+}
+
+v1::Job RunningJob() {
+  return Parse<v1::Job>(absl::StrCat(R"pb(
+    id: "mnist-3" state: JOB_STATE_RUNNING attempt: 1
+    spec { name: "mnist" model { type: MODEL_TYPE_MLP hidden_sizes: [ 512, 512 ] num_classes: 10 }
+           optimizer { type: OPTIMIZER_TYPE_ADAM learning_rate: 0.001 }
+           data { format: DATA_FORMAT_IDX } batch { global_batch_size: 256 } epochs: 3 }
+    create_time { seconds: )pb", kT0, R"pb( }
+    update_time { seconds: )pb", kT0 + 90, R"pb( }
+    mesh { axis_names: "data" shape: 4
+           devices { id: 0 host: "a" } devices { id: 1 host: "a" }
+           devices { id: 2 host: "b" } devices { id: 3 host: "b" } }
+    progress { step: 120 total_steps: 1000 samples_per_second: 1234.4
+               metrics { key: "loss" value: 0.51234 } metrics { key: "accuracy" value: 0.81 }
+               metrics { key: "step" value: 120 } }
+    transitions { to: JOB_STATE_PENDING reason: "submitted" time { seconds: )pb", kT0, R"pb( } }
+    transitions { from: JOB_STATE_PENDING to: JOB_STATE_RUNNING attempt: 1
+                  reason: "scheduled on 4 devices of 2 workers" time { seconds: )pb", kT0 + 2,
+                                     R"pb( } }
+  )pb"));
+}
+
+TEST(TableTest, AlignsColumnsIgnoringColourAndUnicode) {
+  Table table({"A", "LONG HEADER", "C"});
+  table.AddRow({"xxxx", Cell("ok", kGreen), "z"});
+  table.AddRow({"█▉", "", ""});
+  EXPECT_EQ(table.Render(false),
+            "A      LONG HEADER   C\n"
+            "xxxx   ok            z\n"
+            "█▉\n");
+  // Colour wraps the cell but the padding after it is the same.
+  EXPECT_EQ(table.Render(true),
+            "A      LONG HEADER   C\n"
+            "xxxx   \x1b[32mok\x1b[0m            z\n"
+            "█▉\n");
+  EXPECT_EQ(DisplayWidth("\x1b[32mok\x1b[0m"), 2u);
+}
+
+TEST(FormatTest, DurationsAgesAndValues) {
+  EXPECT_EQ(FormatShortDuration(absl::Seconds(42)), "42s");
+  EXPECT_EQ(FormatShortDuration(absl::Seconds(185)), "3m05s");
+  EXPECT_EQ(FormatShortDuration(absl::Seconds(3720)), "1h02m");
+  EXPECT_EQ(FormatShortDuration(absl::Hours(51)), "2d03h");
+  EXPECT_EQ(FormatShortDuration(-absl::Seconds(5)), "0s");
+  EXPECT_EQ(FormatAge(absl::Seconds(95)), "95s");
+  EXPECT_EQ(FormatAge(absl::Minutes(5)), "5m");
+  EXPECT_EQ(FormatAge(absl::Hours(3)), "3h");
+  EXPECT_EQ(FormatAge(absl::Hours(50)), "2d");
+  EXPECT_EQ(FormatMetricValue(0.88123), "0.8812");
+  EXPECT_EQ(FormatMetricValue(120), "120");
+  EXPECT_EQ(FormatMetricValue(0.0000123), "1.23e-05");
+  EXPECT_EQ(FormatMetricValue(12345.678), "12345.6780");
+}
+
+TEST(FormatTest, JobsTable) {
+  v1::Job pending = Parse<v1::Job>(absl::StrCat(
+      R"pb(id: "lin-1" state: JOB_STATE_PENDING spec { name: "lin" }
+           create_time { seconds: )pb", kT0 + 280, " }"));
+  EXPECT_EQ(FormatJobsTable({RunningJob(), pending}, At(kT0 + 300)),
+            "ID        NAME    STATE     ATTEMPT   STEP       DEVICES   AGE\n"
+            "mnist-3   mnist   RUNNING   1         120/1000   4         5m\n"
+            "lin-1     lin     PENDING   0         -          -         20s\n");
+}
+
+TEST(FormatTest, JobDetailsShowEveryPart) {
+  v1::Job job = RunningJob();
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_error("worker local-1 (host b) lease expired");
+  (*job.mutable_progress()->mutable_final_metrics())["test_accuracy"] = 0.8812;
+  EXPECT_EQ(FormatJobDetails(job, At(kT0 + 300)),
+            "ID:       mnist-3\n"
+            "Name:     mnist\n"
+            "State:    FAILED\n"
+            "Attempt:  1\n"
+            "Created:  2024-05-01 12:00:00 (5m ago)\n"
+            "Updated:  2024-05-01 12:01:30 (3m ago)\n"
+            "Spec:     mlp [512, 512], adam lr=0.0010, idx data, batch 256, 3 epochs\n"
+            "Mesh:     (data=4) on 4 devices of 2 hosts (a, b)\n"
+            "Progress: step 120/1000 (12.0%), 1234 samples/s\n"
+            "Metrics:  loss=0.5123  accuracy=0.8100\n"
+            "Final:    test_accuracy=0.8812\n"
+            "Error:    worker local-1 (host b) lease expired\n"
+            "Transitions:\n"
+            "  TIME                  FROM      TO        ATTEMPT   REASON\n"
+            "  2024-05-01 12:00:00   -         PENDING   0         submitted\n"
+            "  2024-05-01 12:00:02   PENDING   RUNNING   1         scheduled on 4 devices of 2 "
+            "workers\n");
+}
+
+TEST(FormatTest, OutcomeHasFinalMetricsOneALine) {
+  v1::Job job = RunningJob();
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  job.mutable_progress()->set_step(1000);
+  (*job.mutable_progress()->mutable_final_metrics())["test_accuracy"] = 0.88123;
+  (*job.mutable_progress()->mutable_final_metrics())["test_loss"] = 0.331;
+  EXPECT_EQ(FormatJobOutcome(job),
+            "mnist-3 SUCCEEDED after 1m30s at step 1000/1000\n"
+            "test_accuracy=0.8812\n"
+            "test_loss=0.3310\n");
+}
+
+TEST(FormatTest, WorkersTable) {
+  auto workers = Parse<v1::ListWorkersResponse>(R"pb(
+    workers { worker_id: "local-0" host: "local-0" state: WORKER_STATE_ALIVE
+              seconds_since_heartbeat: 0.43 job_ids: [ "mnist-3", "lin-1" ]
+              devices { kind: DEVICE_KIND_CPU name: "cpu" } devices { kind: DEVICE_KIND_CPU } }
+    workers { worker_id: "gpu-7" host: "gpu-7" state: WORKER_STATE_DEAD
+              seconds_since_heartbeat: 300
+              devices { kind: DEVICE_KIND_CUDA name: "NVIDIA H200" } }
+  )pb");
+  EXPECT_EQ(FormatWorkersTable(workers, At(kT0)),
+            "WORKER    HOST      STATE   DEVICES         LAST HEARTBEAT   JOBS\n"
+            "local-0   local-0   ALIVE   2 cpu           0.4s ago         mnist-3,lin-1\n"
+            "gpu-7     gpu-7     DEAD    1 NVIDIA H200   5m ago           -\n");
+}
+
+TEST(FormatTest, MetricsTableHasAColumnPerSeriesAndDashesForGaps) {
+  auto response = Parse<v1::QueryMetricsResponse>(R"pb(
+    series { name: "loss" points { step: 50 value: 0.9 } points { step: 100 value: 0.5 } }
+    series { name: "loss" group: "host-a" points { step: 100 value: 0.45 } }
+    series { name: "step" points { step: 50 value: 50 } points { step: 100 value: 100 } }
+  )pb");
+  EXPECT_EQ(FormatMetricsTable(response),
+            "STEP   loss     loss/host-a   step\n"
+            "50     0.9000   -             50\n"
+            "100    0.5000   0.4500        100\n");
+}
+
+TEST(FormatTest, MeshShowsTheGridWithHostsAndTheLayouts) {
+  auto response = Parse<v1::GetMeshResponse>(R"pb(
+    mesh { axis_names: "data" shape: 2
+           devices { id: 0 host: "a" worker_id: "w" local_index: 0 kind: DEVICE_KIND_CPU }
+           devices { id: 1 host: "b" worker_id: "v" local_index: 0 kind: DEVICE_KIND_CPU } }
+    layouts { key: "batch" value {
+      global_shape: [ 256, 784 ] spec { dims { axes: "data" } } num_replicas: 1
+      shards { device_id: 0 index { start: 0 limit: 128 } index { start: 0 limit: 784 } }
+      shards { device_id: 1 index { start: 128 limit: 256 } index { start: 0 limit: 784 } } } }
+  )pb");
+  const std::string out = FormatMeshDetails(response);
+  EXPECT_EQ(out.rfind("mesh (data=2): 2 devices on 2 hosts (a, b)\n", 0), 0u) << out;
+  EXPECT_NE(out.find("d0 a/"), std::string::npos) << out;
+  EXPECT_NE(out.find("d1 b/"), std::string::npos) << out;
+  EXPECT_NE(out.find("layouts:\n"
+                     "  ARRAY   GLOBAL SHAPE   SPEC        REPLICAS   SHARD SHAPE\n"
+                     "  batch   (256, 784)     ('data',)   1          (128, 784)\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("batch:\n"
+                     "  DEVICE   SLICE              REPLICA\n"
+                     "  d0       [0:128, 0:784]     0\n"
+                     "  d1       [128:256, 0:784]   0\n"),
+            std::string::npos)
+      << out;
+}
+
+TEST(FormatTest, JsonUsesProtoNamesEnumNamesAndZeroValues) {
+  v1::Job job;
+  job.set_id("x-1");
+  job.set_state(v1::JOB_STATE_PENDING);
+  const std::string json = ToJson(job);
+  EXPECT_NE(json.find("\"id\": \"x-1\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"state\": \"JOB_STATE_PENDING\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"attempt\": 0"), std::string::npos) << json;
+  EXPECT_EQ(json.back(), '\n');
+  EXPECT_EQ(ToJsonLine(job).find('\n'), ToJsonLine(job).size() - 1);
+}
+
+TEST(FormatTest, YamlIsBlockStyleAndKeepsStringsStrings) {
+  v1::ListWorkersResponse workers = Parse<v1::ListWorkersResponse>(R"pb(
+    workers { worker_id: "true" host: "h: 1" seconds_since_heartbeat: 1.5 job_ids: "j-1"
+              devices { id: 3 } }
+  )pb");
+  EXPECT_EQ(FormatMessage(workers, OutputFormat::kYaml),
+            "workers:\n"
+            "  - worker_id: \"true\"\n"
+            "    host: \"h: 1\"\n"
+            "    address: \"\"\n"
+            "    incarnation: \"\"\n"
+            "    state: WORKER_STATE_UNSPECIFIED\n"
+            "    devices:\n"
+            "      - id: 3\n"
+            "        host: \"\"\n"
+            "        worker_id: \"\"\n"
+            "        local_index: 0\n"
+            "        kind: DEVICE_KIND_UNSPECIFIED\n"
+            "        name: \"\"\n"
+            "        memory_bytes: 0\n"
+            "        pci_bus_id: \"\"\n"
+            "    seconds_since_heartbeat: 1.5\n"
+            "    job_ids:\n"
+            "      - j-1\n");
+  EXPECT_EQ(FormatMessage(v1::ListJobsResponse(), OutputFormat::kYaml),
+            "jobs: []\nnext_page_token: \"\"\n");
+}
+
+}  // namespace
+}  // namespace substrax::ctl

@@ -1,0 +1,307 @@
+// substraxctl local up|down|status: an embedded cluster of one coordinator and N worker daemons
+// on this machine, recorded in a state directory (client/local_cluster.h).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "client/commands.h"
+#include "client/local_cluster.h"
+#include "client/command_util.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+
+namespace substrax::ctl {
+namespace {
+
+constexpr char kCoordinatorName[] = "coordinator";
+
+std::string WorkerName(int i) { return absl::StrCat("local-", i); }
+
+std::string ReadAddress(const std::string& state_dir) {
+  std::ifstream in(AddressFilePath(state_dir));
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  return std::string(absl::StripAsciiWhitespace(line));
+}
+
+// The state dir as an absolute path, so the pid file, the logs and every message agree on it.
+std::string StateDir(const CommandContext& ctx, const LocalFlags& flags) {
+  std::error_code ec;
+  std::filesystem::path path =
+      std::filesystem::absolute(UserPath(flags.state_dir, ctx.working_directory), ec);
+  return ec ? flags.state_dir : path.lexically_normal().string();
+}
+
+// " --state-dir DIR" as the user gave it, or "" for the default: for the commands we suggest.
+std::string StateDirFlag(const LocalFlags& flags) {
+  return flags.state_dir == kDefaultLocalStateDir ? ""
+                                                   : absl::StrCat(" --state-dir ", flags.state_dir);
+}
+
+// ListWorkers with a short deadline: the liveness probe of `up` and the table of `status`.
+grpc::Status ListWorkers(const std::string& address, absl::Duration timeout,
+                         v1::ListWorkersResponse* response) {
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(Connect(address));
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  return stub->ListWorkers(&context, v1::ListWorkersRequest(), response);
+}
+
+// Polls `ready` with exponential backoff (20 ms up to 500 ms) until it returns true, `failed`
+// returns a non-empty reason, or `deadline` passes. Returns "" on success, else why not.
+template <typename Ready, typename Failed>
+std::string PollUntil(absl::Time deadline, Ready ready, Failed failed) {
+  absl::Duration delay = absl::Milliseconds(20);
+  while (true) {
+    if (ready()) return "";
+    std::string reason = failed();
+    if (!reason.empty()) return reason;
+    if (absl::Now() >= deadline) return "timed out";
+    absl::SleepFor(std::min(delay, std::max(absl::ZeroDuration(), deadline - absl::Now())));
+    delay = std::min(delay * 2, absl::Milliseconds(500));
+  }
+}
+
+// What happened to a process that should be running, or "" while it runs.
+std::string ExitedReason(const LocalProcess& p, const std::string& state_dir) {
+  if (IsAlive(p)) return "";
+  return absl::StrCat(p.name, " (pid ", p.pid, ") exited; the end of its log ",
+                      LogPath(state_dir, p.name), ":\n", TailFile(LogPath(state_dir, p.name), 15));
+}
+
+}  // namespace
+
+int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
+  const std::string dir = StateDir(ctx, flags);
+  absl::StatusOr<std::vector<LocalProcess>> existing = ReadPidFile(dir);
+  if (existing.ok()) {
+    const int alive = static_cast<int>(std::count_if(existing->begin(), existing->end(),
+                                                     [](const auto& p) { return IsAlive(p); }));
+    if (alive > 0) {
+      const std::string address = ReadAddress(dir);
+      *ctx.err << "substraxctl: a local cluster is already running in " << dir
+               << (address.empty() ? "" : absl::StrCat(" (coordinator at ", address, ")")) << ", "
+               << alive << " of " << existing->size()
+               << " processes alive; `substraxctl local down" << StateDirFlag(flags)
+               << "` stops it\n";
+      return kExitError;
+    }
+    *ctx.err << "the cluster recorded in " << dir << " is gone; starting a new one\n";
+  } else if (existing.status().code() != absl::StatusCode::kNotFound) {
+    *ctx.err << "substraxctl: " << existing.status().message() << "\n";
+    return kExitError;
+  }
+  RemoveClusterFiles(dir);
+
+  absl::StatusOr<std::string> coordinator_binary = FindBinary(
+      "substrax-coordinator", flags.coordinator_binary,
+      SiblingCandidates(flags.self_dir, "coordinator", "substrax-coordinator"),
+      "bazel build //coordinator:substrax-coordinator", "--coordinator-binary");
+  absl::StatusOr<std::string> worker_binary =
+      FindBinary("substrax-worker", flags.worker_binary,
+                 SiblingCandidates(flags.self_dir, "worker", "substrax-worker"),
+                 "bazel build //worker:substrax-worker", "--worker-binary");
+  for (const auto* found : {&coordinator_binary, &worker_binary}) {
+    if (!found->ok()) {
+      *ctx.err << "substraxctl: " << found->status().message() << "\n";
+      return kExitError;
+    }
+  }
+  std::error_code ec;
+  for (const std::string& sub : {std::string("logs"), std::string("coordinator"),
+                                 std::string("workers")}) {
+    std::filesystem::create_directories(absl::StrCat(dir, "/", sub), ec);
+    if (ec) {
+      *ctx.err << "substraxctl: cannot create " << dir << "/" << sub << ": " << ec.message()
+               << "\n";
+      return kExitError;
+    }
+  }
+
+  std::vector<LocalProcess> processes;
+  // Records what runs so far (so `local down` can clean up even after a failed start), or on
+  // failure stops it all again and explains why.
+  auto fail = [&](const std::string& why) {
+    *ctx.err << "substraxctl: the local cluster did not start: " << why << "\n";
+    StopProcesses(processes, flags.stop_grace);
+    RemoveClusterFiles(dir);
+    return kExitError;
+  };
+  auto start = [&](const std::string& name, std::vector<std::string> argv) -> absl::Status {
+    absl::StatusOr<pid_t> pid = SpawnDaemon(argv, LogPath(dir, name));
+    if (!pid.ok()) return pid.status();
+    processes.push_back({name, *pid, argv[0]});
+    return WritePidFile(dir, processes);
+  };
+
+  const absl::Time deadline = absl::Now() + flags.start_timeout;
+  absl::Status started =
+      start(kCoordinatorName,
+            {*coordinator_binary, "--listen", absl::StrCat("127.0.0.1:", flags.port),
+             "--address-file", AddressFilePath(dir), "--metrics-listen",
+             absl::StrCat("127.0.0.1:", flags.metrics_port), "--state-dir",
+             absl::StrCat(dir, "/coordinator")});
+  if (!started.ok()) return fail(std::string(started.message()));
+  // The coordinator writes its address once it serves.
+  std::string address;
+  std::string why = PollUntil(
+      deadline, [&] { return !(address = ReadAddress(dir)).empty(); },
+      [&] { return ExitedReason(processes[0], dir); });
+  if (!why.empty()) {
+    return fail(absl::StrCat("waiting for the coordinator to write ", AddressFilePath(dir), ": ",
+                             why));
+  }
+  for (int i = 0; i < flags.workers; ++i) {
+    const std::string name = WorkerName(i);
+    std::filesystem::create_directories(absl::StrCat(dir, "/workers/", name), ec);
+    // Each worker poses as its own host, so meshes look like those of a multi-host cluster.
+    started = start(name, {*worker_binary, "daemon", "--coordinator", address, "--cpu-devices",
+                           absl::StrCat(flags.cpu_devices), "--worker-id", name, "--host", name,
+                           "--listen-host", "127.0.0.1", "--work-dir",
+                           absl::StrCat(dir, "/workers/", name)});
+    if (!started.ok()) return fail(std::string(started.message()));
+  }
+  // Healthy: the coordinator answers ListWorkers and lists every worker of ours as ALIVE.
+  int alive_workers = 0;
+  grpc::Status last_error;
+  why = PollUntil(
+      deadline,
+      [&] {
+        v1::ListWorkersResponse response;
+        last_error = ListWorkers(address, absl::Seconds(2), &response);
+        if (!last_error.ok()) return false;
+        alive_workers = 0;
+        for (const v1::Worker& w : response.workers()) {
+          if (w.state() != v1::WORKER_STATE_ALIVE) continue;
+          for (const LocalProcess& p : processes) alive_workers += (p.name == w.worker_id());
+        }
+        return alive_workers == flags.workers;
+      },
+      [&] {
+        for (const LocalProcess& p : processes) {
+          std::string reason = ExitedReason(p, dir);
+          if (!reason.empty()) return reason;
+        }
+        return std::string();
+      });
+  if (!why.empty()) {
+    if (!last_error.ok()) {
+      absl::StrAppend(&why, " (the coordinator at ", address, " answered ListWorkers with ",
+                      last_error.error_message(), ")");
+    }
+    return fail(absl::StrCat("waiting for ", flags.workers, " workers to register (",
+                             alive_workers, " alive): ", why, "; logs are in ", dir, "/logs"));
+  }
+  *ctx.out << "export " << kCoordinatorEnv << "=" << address << "\n";
+  ctx.out->flush();
+  *ctx.err << "local cluster up: coordinator at " << address << ", " << flags.workers
+           << " workers with " << flags.cpu_devices << " CPU devices each; state and logs in "
+           << dir << "\n"
+           << "use it:   export " << kCoordinatorEnv << "=" << address
+           << "   (or eval \"$(substraxctl local up)\"; from the directory holding "
+           << kDefaultLocalStateDir << " no setting is needed)\n"
+           << "          substraxctl workers\n"
+           << "stop it:  substraxctl local down" << StateDirFlag(flags) << "\n";
+  return kExitOk;
+}
+
+int LocalDownCommand(const CommandContext& ctx, const LocalFlags& flags) {
+  const std::string dir = StateDir(ctx, flags);
+  absl::StatusOr<std::vector<LocalProcess>> processes = ReadPidFile(dir);
+  if (!processes.ok()) {
+    if (processes.status().code() == absl::StatusCode::kNotFound) {
+      *ctx.err << "no local cluster in " << dir << ": nothing to stop\n";
+      return kExitOk;
+    }
+    *ctx.err << "substraxctl: " << processes.status().message() << "\n";
+    return kExitError;
+  }
+  std::vector<std::string> running;
+  for (const LocalProcess& p : *processes) {
+    if (IsAlive(p)) running.push_back(absl::StrCat(p.name, " (pid ", p.pid, ")"));
+  }
+  const std::vector<std::string> killed = StopProcesses(*processes, flags.stop_grace);
+  RemoveClusterFiles(dir);
+  if (running.empty()) {
+    *ctx.err << "the local cluster in " << dir << " was not running; removed its pid file\n";
+  } else {
+    *ctx.err << "stopped " << absl::StrJoin(running, ", ") << "\n";
+  }
+  if (!killed.empty()) {
+    *ctx.err << "killed with SIGKILL after " << absl::FormatDuration(flags.stop_grace) << ": "
+             << absl::StrJoin(killed, ", ") << "\n";
+  }
+  return kExitOk;
+}
+
+int LocalStatusCommand(const CommandContext& ctx, const LocalFlags& flags) {
+  const std::string dir = StateDir(ctx, flags);
+  absl::StatusOr<std::vector<LocalProcess>> processes = ReadPidFile(dir);
+  if (!processes.ok()) {
+    *ctx.err << "substraxctl: " << processes.status().message()
+             << (processes.status().code() == absl::StatusCode::kNotFound
+                     ? "; start one with `substraxctl local up`"
+                     : "")
+             << "\n";
+    return kExitError;
+  }
+  const std::string address = ReadAddress(dir);
+  bool all_alive = true;
+  std::vector<bool> alive;
+  for (const LocalProcess& p : *processes) {
+    alive.push_back(IsAlive(p));
+    all_alive = all_alive && alive.back();
+  }
+  v1::ListWorkersResponse workers;
+  grpc::Status workers_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no address");
+  if (!address.empty()) workers_status = ListWorkers(address, ctx.timeout, &workers);
+
+  if (ctx.format != OutputFormat::kTable) {
+    google::protobuf::Struct status;
+    auto& fields = *status.mutable_fields();
+    fields["state_dir"].set_string_value(dir);
+    fields["address"].set_string_value(address);
+    auto* list = fields["processes"].mutable_list_value();
+    for (size_t i = 0; i < processes->size(); ++i) {
+      auto& p = *list->add_values()->mutable_struct_value()->mutable_fields();
+      p["name"].set_string_value((*processes)[i].name);
+      p["pid"].set_number_value((*processes)[i].pid);
+      p["alive"].set_bool_value(alive[i]);
+      p["log"].set_string_value(LogPath(dir, (*processes)[i].name));
+    }
+    if (workers_status.ok()) {
+      std::string json;
+      (void)google::protobuf::util::MessageToJsonString(workers, &json);
+      (void)google::protobuf::util::JsonStringToMessage(json, &fields["workers"]);
+    }
+    *ctx.out << FormatMessage(status, ctx.format);
+    return all_alive ? kExitOk : kExitError;
+  }
+  *ctx.out << "state dir: " << dir << "\n"
+           << "coordinator address: " << (address.empty() ? "-" : address) << "\n\n";
+  Table table({"NAME", "PID", "STATE", "LOG"});
+  for (size_t i = 0; i < processes->size(); ++i) {
+    const LocalProcess& p = (*processes)[i];
+    table.AddRow({p.name, absl::StrCat(p.pid),
+                  alive[i] ? Cell("alive", kGreen) : Cell("dead", kRed), LogPath(dir, p.name)});
+  }
+  *ctx.out << table.Render(ctx.color);
+  if (workers_status.ok()) {
+    *ctx.out << "\n" << FormatWorkersTable(workers, FormatOptionsOf(ctx));
+  } else {
+    *ctx.err << "the coordinator does not answer"
+             << (address.empty() ? "" : absl::StrCat(" at ", address)) << ": "
+             << workers_status.error_message() << "\n";
+  }
+  return all_alive ? kExitOk : kExitError;
+}
+
+}  // namespace substrax::ctl

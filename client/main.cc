@@ -1,0 +1,210 @@
+// substraxctl: the command-line client of substrax (docs/cli.md). This file only parses the
+// command line (CLI11) and the environment; the commands live in client/commands.h.
+//
+// Exit status: 0 ok; 1 the job failed or an error; 2 usage (bad flags, bad spec file);
+// 3 the coordinator is unreachable.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/args.h"
+#include "client/commands.h"
+#include "client/local_cluster.h"
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
+
+int TerminalColumns() {
+  struct winsize ws;
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  int columns = 0;
+  if (absl::SimpleAtoi(Env("COLUMNS"), &columns) && columns > 0) return columns;
+  return 80;
+}
+
+constexpr char kFooter[] =
+    "Exit status: 0 ok; 1 the job failed or an error; 2 usage (bad flags, bad job spec); 3 the "
+    "coordinator is unreachable.\n"
+    "Coordinator address: --coordinator, else $SUBSTRAX_COORDINATOR, else the address in "
+    "./.substrax-local/address (a `substraxctl local up` cluster), else 127.0.0.1:7070.\n"
+    "Reference: docs/cli.md\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using substrax::ctl::CommandContext;
+  namespace ctl = substrax::ctl;
+
+  CLI::App app{"substraxctl: submit, watch and inspect substrax training jobs"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may also follow the subcommand
+  app.footer(kFooter);
+  std::string coordinator;
+  std::string timeout = "10s";
+  std::string output = "table";
+  app.add_option("--coordinator", coordinator,
+                 "Coordinator address host:port (default: $SUBSTRAX_COORDINATOR, a local "
+                 "cluster's address, or 127.0.0.1:7070)");
+  app.add_option("--timeout", timeout, "Deadline of each RPC (e.g. 10s, 500ms); not `watch`")
+      ->capture_default_str();
+  auto add_output = [&output](CLI::App* sub) {
+    sub->add_option("-o,--output", output, "Output format: table, json or yaml")
+        ->check(CLI::IsMember({"table", "json", "yaml"}))
+        ->capture_default_str();
+  };
+
+  std::function<int(const CommandContext&)> run;
+  std::string job;
+  auto add_job = [&job](CLI::App* sub) {
+    sub->add_option("JOB", job, "Job id (as `substraxctl list` shows it)")->required();
+  };
+
+  CLI::App* submit = app.add_subcommand(
+      "submit", "Validate a job spec locally and submit it; prints the job id");
+  std::string spec_file;
+  bool watch = false;
+  submit->add_option("FILE", spec_file, "TrainJob YAML (docs/job-spec.md)")->required();
+  submit->add_flag("-w,--watch", watch, "Then follow the job as `watch` does");
+  add_output(submit);
+  submit->callback([&] { run = [&](auto& ctx) { return ctl::SubmitCommand(ctx, spec_file, watch); }; });
+
+  CLI::App* list = app.add_subcommand("list", "List jobs, newest first");
+  std::string states;
+  list->add_option("--state", states,
+                   "Only jobs in these states: pending,running,succeeded,failed,cancelled");
+  add_output(list);
+  list->callback([&] { run = [&](auto& ctx) { return ctl::ListCommand(ctx, states); }; });
+
+  CLI::App* get = app.add_subcommand(
+      "get", "Show a job: state, attempt, mesh, progress, final metrics, error, transitions");
+  add_job(get);
+  add_output(get);
+  get->callback([&] { run = [&](auto& ctx) { return ctl::GetCommand(ctx, job); }; });
+
+  CLI::App* watch_cmd = app.add_subcommand(
+      "watch", "Follow a job until it ends (a progress bar on a terminal, lines otherwise); "
+               "exit 0 if it succeeded, 1 if it failed or was cancelled");
+  add_job(watch_cmd);
+  add_output(watch_cmd);
+  watch_cmd->callback([&] { run = [&](auto& ctx) { return ctl::WatchCommand(ctx, job); }; });
+
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a pending or running job");
+  std::string reason;
+  add_job(cancel);
+  cancel->add_option("--reason", reason, "Recorded in the job's transition");
+  add_output(cancel);
+  cancel->callback([&] { run = [&](auto& ctx) { return ctl::CancelCommand(ctx, job, reason); }; });
+
+  CLI::App* workers = app.add_subcommand(
+      "workers", "List worker daemons: host, lease state, devices, last heartbeat, jobs");
+  add_output(workers);
+  workers->callback([&] { run = [](auto& ctx) { return ctl::WorkersCommand(ctx); }; });
+
+  CLI::App* mesh = app.add_subcommand(
+      "mesh", "Show a job's device mesh (grid with hosts) and its arrays' shard layouts");
+  add_job(mesh);
+  add_output(mesh);
+  mesh->callback([&] { run = [&](auto& ctx) { return ctl::MeshCommand(ctx, job); }; });
+
+  CLI::App* metrics = app.add_subcommand(
+      "metrics", "Query a job's metric series: one row per step, one column per series");
+  ctl::MetricsFlags metrics_flags;
+  add_job(metrics);
+  metrics->add_option("--name", metrics_flags.names,
+                      "Metric names (repeat or comma-separate); default: all the job has")
+      ->allow_extra_args(false);
+  metrics->add_option("--reduce", metrics_flags.reduce,
+                      "mean, sum, max, min or none (one series per device); default: the "
+                      "reduction the job spec declares");
+  metrics->add_option("--steps", metrics_flags.steps,
+                      "Step range A:B (inclusive), A: (to the latest), :B or A; default: all");
+  metrics->add_option("--group-by", metrics_flags.group_by, "device or host; default: none");
+  add_output(metrics);
+  metrics->callback(
+      [&] { run = [&](auto& ctx) { return ctl::MetricsCommand(ctx, job, metrics_flags); }; });
+
+  CLI::App* local = app.add_subcommand(
+      "local", "An embedded cluster on this machine: a coordinator and worker daemons");
+  local->require_subcommand(1);
+  ctl::LocalFlags local_flags;
+  std::string start_timeout = "60s";
+  auto add_state_dir = [&local_flags](CLI::App* sub) {
+    sub->add_option("--state-dir", local_flags.state_dir,
+                    "Directory for the pid file, address, logs and state")
+        ->capture_default_str();
+  };
+  CLI::App* up = local->add_subcommand(
+      "up", "Start a coordinator and worker daemons in the background and wait until all are "
+            "alive; prints `export SUBSTRAX_COORDINATOR=ADDR`");
+  add_state_dir(up);
+  up->add_option("--workers", local_flags.workers, "Worker daemons to start")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  up->add_option("--cpu-devices", local_flags.cpu_devices, "CPU devices of each worker")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  up->add_option("--port", local_flags.port, "Coordinator gRPC port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  up->add_option("--metrics-port", local_flags.metrics_port,
+                 "Coordinator Prometheus port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  up->add_option("--coordinator-binary", local_flags.coordinator_binary,
+                 "substrax-coordinator to run (default: next to substraxctl or in bazel-bin)");
+  up->add_option("--worker-binary", local_flags.worker_binary,
+                 "substrax-worker to run (default: next to substraxctl or in bazel-bin)");
+  up->add_option("--start-timeout", start_timeout, "How long to wait for the cluster to come up")
+      ->capture_default_str();
+  up->callback([&] { run = [&](auto& ctx) { return ctl::LocalUpCommand(ctx, local_flags); }; });
+  CLI::App* down = local->add_subcommand(
+      "down", "Stop the local cluster (SIGTERM, SIGKILL after 10s) and remove its pid file");
+  add_state_dir(down);
+  down->callback([&] { run = [&](auto& ctx) { return ctl::LocalDownCommand(ctx, local_flags); }; });
+  CLI::App* status = local->add_subcommand(
+      "status", "Show the local cluster's processes and, if the coordinator answers, workers");
+  add_state_dir(status);
+  add_output(status);
+  status->callback(
+      [&] { run = [&](auto& ctx) { return ctl::LocalStatusCommand(ctx, local_flags); }; });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? ctl::kExitOk : ctl::kExitUsage;
+  }
+
+  CommandContext ctx;
+  ctx.working_directory = Env("BUILD_WORKING_DIRECTORY");
+  ctx.coordinator = ctl::ResolveCoordinator(
+      coordinator, Env(ctl::kCoordinatorEnv),
+      ctl::UserPath(ctl::AddressFilePath(ctl::kDefaultLocalStateDir), ctx.working_directory));
+  absl::StatusOr<absl::Duration> parsed_timeout = ctl::ParseTimeout(timeout);
+  absl::StatusOr<absl::Duration> parsed_start = ctl::ParseTimeout(start_timeout);
+  for (const auto* d : {&parsed_timeout, &parsed_start}) {
+    if (!d->ok()) {
+      std::cerr << "substraxctl: " << d->status().message() << "\n";
+      return ctl::kExitUsage;
+    }
+  }
+  ctx.timeout = *parsed_timeout;
+  local_flags.start_timeout = *parsed_start;
+  local_flags.self_dir = ctl::SelfDirectory();
+  ctx.format = *ctl::ParseOutputFormat(output);
+  ctx.terminal = isatty(STDOUT_FILENO) == 1;
+  ctx.columns = TerminalColumns();
+  ctx.color = ctx.terminal && Env("NO_COLOR").empty() && Env("TERM") != "dumb";
+  return run(ctx);
+}

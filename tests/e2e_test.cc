@@ -1,0 +1,230 @@
+// End to end with the real binaries: a coordinator, two worker daemons with two CPU devices
+// each, and substraxctl. A data-parallel job trains to SUCCEEDED and its metrics can be queried;
+// a worker killed with SIGKILL mid-job fails the job with a message naming it within 15 s; a
+// coordinator restarted after a job finished still answers get and metrics with the same data.
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "substrax/v1/job.pb.h"
+#include "tests/process.h"
+
+namespace substrax::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kJob[] = R"(apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: NAME}
+spec:
+  model: {type: mlp, hidden_sizes: [32, 32], num_classes: 4}
+  data:
+    format: synthetic
+    synthetic: {task: classification, num_train_examples: 4096, num_test_examples: 512,
+                num_features: 16, noise: 0.3}
+  optimizer: {type: adam, learning_rate: 0.01}
+  mesh: {data_parallel_size: 4}
+  batch: {global_batch_size: 64}
+  steps: STEPS
+  report_every_steps: 10
+)";
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(const std::string& name) : dir_(TempDir(name)) {
+    StartCoordinator();
+    for (int w = 0; w < 2; ++w) StartWorker(w);
+  }
+
+  void StartCoordinator() {
+    std::remove((dir_ + "/address").c_str());
+    coordinator_ = std::make_unique<Process>(
+        std::vector<std::string>{Runfile("coordinator/substrax-coordinator"), "--listen",
+                                 "127.0.0.1:0", "--metrics-listen", "", "--state-dir",
+                                 dir_ + "/state", "--address-file", dir_ + "/address"},
+        dir_ + "/coordinator.log");
+    EXPECT_TRUE(PollUntil(
+        [&] {
+          std::ifstream in(dir_ + "/address");
+          return static_cast<bool>(std::getline(in, address_)) && !address_.empty();
+        },
+        absl::Seconds(30)))
+        << coordinator_->Log();
+  }
+
+  void StartWorker(int w) {
+    workers_[w] = std::make_unique<Process>(
+        std::vector<std::string>{Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+                                 address_, "--cpu-devices", "2", "--worker-id",
+                                 absl::StrCat("w-", w + 1), "--host",
+                                 std::string("host-") + char('a' + w), "--work-dir",
+                                 absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
+                                 "20s"},
+        absl::StrCat(dir_, "/worker-", w + 1, ".log"));
+  }
+
+  CommandResult Ctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60)) {
+    args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", address_});
+    return Run(args, timeout);
+  }
+
+  std::string WriteJob(const std::string& name, int steps) {
+    const std::string path = absl::StrCat(dir_, "/", name, ".yaml");
+    std::ofstream(path) << absl::StrReplaceAll(kJob, {{"NAME", name},
+                                                      {"STEPS", std::to_string(steps)}});
+    return path;
+  }
+
+  // The job as `substraxctl get -o json` prints it.
+  std::optional<v1::Job> Get(const std::string& id) {
+    CommandResult r = Ctl({"get", id, "-o", "json"});
+    if (r.exit_code != 0) return std::nullopt;
+    v1::Job job;
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = true;
+    if (!google::protobuf::util::JsonStringToMessage(r.out, &job, options).ok()) return std::nullopt;
+    return job;
+  }
+
+  bool WorkersAlive(int n) {
+    CommandResult r = Ctl({"workers", "-o", "json"}, absl::Seconds(10));
+    size_t alive = 0, pos = 0;
+    while ((pos = r.out.find("WORKER_STATE_ALIVE", pos)) != std::string::npos) ++alive, ++pos;
+    return r.exit_code == 0 && static_cast<int>(alive) >= n;
+  }
+
+  std::string Logs() {
+    std::string all = "--- coordinator ---\n" + coordinator_->Log();
+    for (int w = 0; w < 2; ++w) {
+      if (workers_[w]) absl::StrAppend(&all, "\n--- worker ", w + 1, " ---\n", workers_[w]->Log());
+    }
+    return all;
+  }
+
+  Process& coordinator() { return *coordinator_; }
+  Process& worker(int w) { return *workers_[w]; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<Process> coordinator_;
+  std::unique_ptr<Process> workers_[2];
+};
+
+std::string SubmittedId(const CommandResult& r) {
+  return std::string(absl::StripAsciiWhitespace(r.out.substr(0, r.out.find('\n'))));
+}
+
+TEST(EndToEndTest, TrainsToSucceededAndServesMetricsAcrossARestart) {
+  LocalCluster cluster("e2e_success");
+  ASSERT_TRUE(PollUntil([&] { return cluster.WorkersAlive(2); }, absl::Seconds(30)))
+      << cluster.Logs();
+  CommandResult submit = cluster.Ctl({"submit", cluster.WriteJob("mlp", 60)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err << cluster.Logs();
+  const std::string id = SubmittedId(submit);
+  ASSERT_FALSE(id.empty());
+  CommandResult watch = cluster.Ctl({"watch", id}, absl::Seconds(120));
+  ASSERT_EQ(watch.exit_code, 0) << watch.out << watch.err << cluster.Logs();
+  EXPECT_THAT(watch.out + watch.err, HasSubstr("test_accuracy="));
+
+  std::optional<v1::Job> job = cluster.Get(id);
+  ASSERT_TRUE(job.has_value()) << cluster.Logs();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job->mesh().devices_size(), 4);
+  EXPECT_GT(job->progress().final_metrics().at("test_accuracy"), 0.5);
+  // The mesh spans both workers' devices.
+  EXPECT_NE(job->mesh().devices(0).host(), job->mesh().devices(3).host());
+
+  CommandResult metrics = cluster.Ctl({"metrics", id, "--name", "loss", "-o", "json"});
+  ASSERT_EQ(metrics.exit_code, 0) << metrics.err;
+  EXPECT_THAT(metrics.out, HasSubstr("\"step\""));
+  CommandResult by_host =
+      cluster.Ctl({"metrics", id, "--name", "loss", "--group-by", "host", "-o", "json"});
+  ASSERT_EQ(by_host.exit_code, 0) << by_host.err;
+  EXPECT_THAT(by_host.out, HasSubstr("host-a"));
+  EXPECT_THAT(by_host.out, HasSubstr("host-b"));
+
+  // Restart the coordinator: what it acknowledged is still there, byte for byte.
+  const CommandResult get_before = cluster.Ctl({"get", id, "-o", "json"});
+  cluster.coordinator().Signal(SIGTERM);
+  ASSERT_EQ(cluster.coordinator().Wait(absl::Seconds(20)), 0) << cluster.Logs();
+  cluster.StartCoordinator();
+  const CommandResult get_after = cluster.Ctl({"get", id, "-o", "json"});
+  ASSERT_EQ(get_after.exit_code, 0) << get_after.err << cluster.Logs();
+  std::optional<v1::Job> again = cluster.Get(id);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(again->transitions_size(), job->transitions_size());
+  EXPECT_EQ(again->progress().final_metrics().at("test_accuracy"),
+            job->progress().final_metrics().at("test_accuracy"));
+  const CommandResult metrics_after = cluster.Ctl({"metrics", id, "--name", "loss", "-o", "json"});
+  EXPECT_EQ(metrics_after.out, metrics.out);
+}
+
+TEST(EndToEndTest, KilledWorkerFailsTheJobNamingIt) {
+  LocalCluster cluster("e2e_kill");
+  ASSERT_TRUE(PollUntil([&] { return cluster.WorkersAlive(2); }, absl::Seconds(30)))
+      << cluster.Logs();
+  CommandResult submit = cluster.Ctl({"submit", cluster.WriteJob("long", 1000000)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id = SubmittedId(submit);
+  // Wait until it trains (a first report has arrived).
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        std::optional<v1::Job> job = cluster.Get(id);
+        return job.has_value() && job->state() == v1::JOB_STATE_RUNNING &&
+               job->progress().step() > 0;
+      },
+      absl::Seconds(60)))
+      << cluster.Logs();
+  const absl::Time killed = absl::Now();
+  cluster.worker(1).Signal(SIGKILL);
+  std::optional<v1::Job> job;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        job = cluster.Get(id);
+        return job.has_value() && job->state() == v1::JOB_STATE_FAILED;
+      },
+      absl::Seconds(15)))
+      << "job not FAILED within 15 s of the kill\n"
+      << cluster.Logs();
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(15));
+  EXPECT_THAT(job->error(), HasSubstr("w-2")) << job->error();
+  // Nothing hangs: the surviving worker is free again and the daemons are alive.
+  EXPECT_TRUE(cluster.worker(0).Running());
+  EXPECT_TRUE(cluster.coordinator().Running());
+}
+
+TEST(EndToEndTest, BadSpecsAreRejectedAndTheCoordinatorKeepsServing) {
+  LocalCluster cluster("e2e_bad");
+  const std::string good = cluster.WriteJob("ok", 10);
+  for (const auto& [from, to, fragment] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"data_parallel_size: 4", "data_parallel_size: 0", "spec.mesh.data_parallel_size"},
+           {"global_batch_size: 64", "global_batch_size: 66", "spec.batch.global_batch_size"},
+           {"type: mlp", "type: cnn", "spec.model.type"},
+           {"learning_rate: 0.01", "learning_rate: -1", "spec.optimizer.learning_rate"},
+       }) {
+    std::ifstream in(good);
+    std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string path = cluster.dir() + "/bad.yaml";
+    std::ofstream(path) << absl::StrReplaceAll(yaml, {{from, to}});
+    CommandResult r = cluster.Ctl({"submit", path});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(fragment));
+  }
+  EXPECT_TRUE(cluster.coordinator().Running());
+  EXPECT_EQ(cluster.Ctl({"list"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace substrax::testing

@@ -1,0 +1,72 @@
+// Real processes for integration tests: start a binary with arguments, capture its output to a
+// file, signal it, and wait for it with a deadline (never forever).
+#ifndef SUBSTRAX_TESTS_PROCESS_H_
+#define SUBSTRAX_TESTS_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace substrax::testing {
+
+// A path inside the test's runfiles tree ("coordinator/substrax-coordinator").
+std::string Runfile(const std::string& path);
+// A fresh directory under TEST_TMPDIR.
+std::string TempDir(const std::string& name);
+
+class Process {
+ public:
+  // Starts argv[0] with argv; stdout and stderr go to `log_path`. Extra environment: `env`
+  // ("NAME=value").
+  Process(std::vector<std::string> argv, std::string log_path,
+          std::vector<std::string> env = {});
+  ~Process();  // SIGKILLs the process if it is still running
+
+  pid_t pid() const { return pid_; }
+  void Signal(int signal);
+  // The exit status (0-255, or 128 + signal) once it has ended, or nothing at the deadline.
+  std::optional<int> Wait(absl::Duration timeout);
+  bool Running();
+  std::string Log() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+  std::optional<int> status_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // -1: did not finish in time (then killed)
+  std::string out;
+  std::string err;
+};
+
+// Runs a command to completion (killing it at the timeout).
+CommandResult Run(const std::vector<std::string>& argv, absl::Duration timeout,
+                  const std::vector<std::string>& env = {});
+
+// Polls `condition` every 50 ms until it holds or `timeout` passes; true if it held.
+template <typename F>
+bool PollUntil(F condition, absl::Duration timeout);
+
+}  // namespace substrax::testing
+
+#include "absl/time/clock.h"
+
+namespace substrax::testing {
+template <typename F>
+bool PollUntil(F condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (condition()) return true;
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(50));  // polling with a deadline
+  }
+}
+}  // namespace substrax::testing
+
+#endif  // SUBSTRAX_TESTS_PROCESS_H_

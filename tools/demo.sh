@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# make demo: a data-parallel Fashion-MNIST job on a local cluster of 2 worker daemons x 2 CPU
+# devices, from a fresh machine. Installs what it needs, builds, starts the cluster, submits
+# examples/fashion_mnist_mlp.yaml, shows its progress and a metrics table, ends with
+# "test_accuracy=<value>", and stops the cluster (also when interrupted).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tools/install_deps.sh
+echo "demo: building (optimised)..." >&2
+bazel build -c opt --noshow_progress //coordinator:substrax-coordinator //worker:substrax-worker \
+  //client:substraxctl 2>&1 | grep -vE '^(INFO|Loading|Analyzing|Target|  bazel-bin)' >&2 || true
+BIN=$(bazel info -c opt bazel-bin 2>/dev/null)
+CTL="$BIN/client/substraxctl"
+[ -x "$CTL" ] || { echo "demo: the build failed (see above)" >&2; exit 1; }
+
+STATE=$(mktemp -d "${TMPDIR:-/tmp}/substrax-demo.XXXXXX")
+stop_cluster() {
+  "$CTL" local down --state-dir "$STATE" >/dev/null 2>&1 || true
+}
+trap stop_cluster EXIT
+trap 'echo "demo: interrupted; stopping the cluster" >&2; exit 130' INT TERM
+
+"$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" \
+  --coordinator-binary "$BIN/coordinator/substrax-coordinator" \
+  --worker-binary "$BIN/worker/substrax-worker"
+export SUBSTRAX_COORDINATOR
+SUBSTRAX_COORDINATOR=$(cat "$STATE/address")
+"$CTL" workers
+
+JOB=$("$CTL" submit examples/fashion_mnist_mlp.yaml)
+echo "demo: submitted $JOB; training data-parallel over 4 devices on 2 workers" >&2
+"$CTL" mesh "$JOB" || true
+status=0
+"$CTL" watch "$JOB" >/dev/null || status=$?
+echo
+echo "Loss and accuracy per report, mean over the 4 devices:"
+"$CTL" metrics "$JOB" --name loss --name accuracy --reduce mean
+echo
+if [ "$status" -ne 0 ]; then
+  "$CTL" get "$JOB" >&2 || true
+  echo "demo: the job did not succeed" >&2
+  exit 1
+fi
+accuracy=$("$CTL" get "$JOB" -o json | grep -o '"test_accuracy": *[0-9.eE+-]*' | head -1 | sed 's/.*: *//')
+echo "test_accuracy=$accuracy"
