@@ -21,7 +21,7 @@ stop_cluster() {
 trap stop_cluster EXIT
 trap 'echo "demo: interrupted; stopping the cluster" >&2; exit 130' INT TERM
 
-"$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" \
+"$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" >/dev/null \
   --coordinator-binary "$BIN/coordinator/substrax-coordinator" \
   --worker-binary "$BIN/worker/substrax-worker"
 export SUBSTRAX_COORDINATOR
@@ -32,7 +32,7 @@ JOB=$("$CTL" submit examples/fashion_mnist_mlp.yaml)
 echo "demo: submitted $JOB; training data-parallel over 4 devices on 2 workers" >&2
 "$CTL" mesh "$JOB" || true
 status=0
-"$CTL" watch "$JOB" >/dev/null || status=$?
+"$CTL" watch "$JOB" || status=$?
 echo
 echo "Loss and accuracy per report, mean over the 4 devices:"
 "$CTL" metrics "$JOB" --name loss --name accuracy --reduce mean

@@ -210,6 +210,12 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   const v1::JobSpec& spec = options.spec;
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
   const Mesh& mesh = options.mesh;
+  if (absl::StatusOr<int64_t> mp = mesh.AxisSize(kModelAxis); mp.ok() && *mp > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "spec.mesh: mesh ", mesh.ShapeString(), " has a model axis of size ", *mp,
+        "; training over a model axis needs tensor parallelism, which this version does not "
+        "have yet. Use a data-parallel mesh."));
+  }
   if (static_cast<int64_t>(options.process_of_position.size()) != mesh.size()) {
     return absl::InvalidArgumentError(absl::StrCat("process table has ",
                                                    options.process_of_position.size(),

@@ -212,6 +212,16 @@ TEST(TrainerTest, ReportsProgressAndEvaluates) {
   EXPECT_GT(result->evaluation.at("test_accuracy"), 0.5);  // 5 classes: chance is 0.2
 }
 
+TEST(TrainerTest, AModelAxisIsRejectedUntilTensorParallelismExists) {
+  v1::JobSpec spec = Spec("{type: sgd, learning_rate: 0.1}", 2);
+  spec.mutable_mesh()->set_type(v1::MESH_TYPE_HYBRID);
+  spec.mutable_mesh()->set_model_parallel_size(2);
+  spec.mutable_model()->set_hidden_sizes(0, 32);
+  absl::StatusOr<TrainResult> result = TrainInProcess(spec, 4);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("tensor parallelism"));
+}
+
 TEST(TrainerTest, BadOptionsAreRejected) {
   const v1::JobSpec spec = Spec("{type: sgd, learning_rate: 0.1}", 2);
   auto mesh = CreateMeshForJob(spec.mesh(), MakeUniformCluster(1, 2));
