@@ -9,8 +9,20 @@ int64_t ModelOutputSize(const v1::ModelSpec& model) {
   return IsClassification(model.type()) ? model.num_classes() : model.output_size();
 }
 
+std::vector<LayerSplit> LayerSplits(const v1::ModelSpec& model, int64_t model_axis_size) {
+  const int layers = model.type() == v1::MODEL_TYPE_MLP ? model.hidden_sizes_size() + 1 : 1;
+  std::vector<LayerSplit> splits(layers, LayerSplit::kReplicated);
+  if (model.type() != v1::MODEL_TYPE_MLP || model_axis_size <= 1) return splits;
+  for (int layer = 0; layer + 1 < layers; layer += 2) {
+    splits[layer] = LayerSplit::kColumn;
+    splits[layer + 1] = LayerSplit::kRow;
+  }
+  return splits;
+}
+
 absl::StatusOr<std::vector<ParamSpec>> ModelParams(const v1::ModelSpec& model,
-                                                   int64_t num_features) {
+                                                   int64_t num_features,
+                                                   int64_t model_axis_size) {
   if (num_features < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("a model needs at least one input feature, got ", num_features));
@@ -37,6 +49,7 @@ absl::StatusOr<std::vector<ParamSpec>> ModelParams(const v1::ModelSpec& model,
         ": must be >= 1, got ", outputs));
   }
   widths.push_back(outputs);
+  const std::vector<LayerSplit> splits = LayerSplits(model, model_axis_size);
   std::vector<ParamSpec> params;
   for (size_t layer = 0; layer + 1 < widths.size(); ++layer) {
     const int64_t in = widths[layer], out = widths[layer + 1];
@@ -44,9 +57,22 @@ absl::StatusOr<std::vector<ParamSpec>> ModelParams(const v1::ModelSpec& model,
       return absl::InvalidArgumentError(
           absl::StrCat("spec.model.hidden_sizes: layer widths must be >= 1, got ", in, " -> ", out));
     }
+    PartitionSpec kernel, bias;
+    if (splits[layer] == LayerSplit::kColumn) {
+      // The split dimension is hidden layer `layer`'s width, shared with the row-parallel partner.
+      if (out % model_axis_size != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "spec.model.hidden_sizes[", layer, "]: ", out,
+            " does not divide over the model axis of size ", model_axis_size));
+      }
+      kernel = PartitionSpec({{}, {kModelAxis}});
+      bias = PartitionSpec({{kModelAxis}});
+    } else if (splits[layer] == LayerSplit::kRow) {
+      kernel = PartitionSpec({{kModelAxis}, {}});
+    }
     const std::string prefix = absl::StrCat("dense_", layer, "/");
-    params.push_back({prefix + "kernel", {in, out}, PartitionSpec(), in, out});
-    params.push_back({prefix + "bias", {out}, PartitionSpec(), in, out});
+    params.push_back({prefix + "kernel", {in, out}, kernel, in, out});
+    params.push_back({prefix + "bias", {out}, bias, in, out});
   }
   return params;
 }

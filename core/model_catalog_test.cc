@@ -43,6 +43,31 @@ TEST(ModelCatalogTest, SingleLayerModels) {
   EXPECT_EQ((*ModelParams(softmax, 4))[1].shape, (std::vector<int64_t>{3}));
 }
 
+TEST(ModelCatalogTest, TensorParallelPairsColumnThenRow) {
+  v1::ModelSpec mlp;
+  mlp.set_type(v1::MODEL_TYPE_MLP);
+  for (int h : {8, 6, 4}) mlp.add_hidden_sizes(h);
+  mlp.set_num_classes(3);
+  EXPECT_EQ(LayerSplits(mlp, 2), (std::vector<LayerSplit>{LayerSplit::kColumn, LayerSplit::kRow,
+                                                          LayerSplit::kColumn, LayerSplit::kRow}));
+  auto params = ModelParams(mlp, 5, 2);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ((*params)[0].partition.ToString(), "(None, 'model')");  // dense_0/kernel
+  EXPECT_EQ((*params)[1].partition.ToString(), "('model',)");       // dense_0/bias
+  EXPECT_EQ((*params)[2].partition.ToString(), "('model', None)");  // dense_1/kernel
+  EXPECT_EQ((*params)[3].partition, PartitionSpec());              // dense_1/bias
+  // Three hidden layers: dense_3 (the output) pairs with dense_2.
+  EXPECT_EQ((*params)[6].partition.ToString(), "('model', None)");
+  mlp.clear_hidden_sizes();
+  mlp.add_hidden_sizes(8);
+  mlp.add_hidden_sizes(8);
+  EXPECT_EQ(LayerSplits(mlp, 2).back(), LayerSplit::kReplicated);  // unpaired output layer
+  EXPECT_EQ(LayerSplits(mlp, 1).front(), LayerSplit::kReplicated);
+  mlp.set_hidden_sizes(0, 7);
+  EXPECT_THAT(ModelParams(mlp, 5, 2).status().message(),
+              HasSubstr("spec.model.hidden_sizes[0]: 7 does not divide over the model axis of size 2"));
+}
+
 TEST(ModelCatalogTest, RejectsWhatCannotBeBuilt) {
   v1::ModelSpec none;
   EXPECT_THAT(ModelParams(none, 4).status().message(), HasSubstr("unknown model"));
