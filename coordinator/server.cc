@@ -5,7 +5,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/job_spec.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/counter.h"
@@ -144,16 +143,6 @@ struct CoordinatorServer::Impl {
 
     grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
                            v1::SubmitJobResponse* response) override {
-      // Runners cannot train over a model axis yet; say so at submit rather than at run time.
-      v1::JobSpec defaulted = request->spec();
-      ApplyJobSpecDefaults(&defaulted);
-      if (ValidateJobSpec(defaulted).ok() && ModelAxisSize(defaulted) > 1) {
-        return grpc::Status(
-            grpc::StatusCode::UNIMPLEMENTED,
-            absl::StrCat("spec.mesh: a model axis of size ", ModelAxisSize(defaulted),
-                         " needs tensor parallelism, which this version does not have yet; use "
-                         "a data-parallel mesh"));
-      }
       absl::StatusOr<v1::Job> job = impl_->cluster->SubmitJob(request->spec());
       if (!job.ok()) return ToGrpc(job.status());
       if (impl_->jobs_submitted != nullptr) impl_->jobs_submitted->Increment();

@@ -210,19 +210,6 @@ TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.fragment;
     EXPECT_THAT(status.error_message(), HasSubstr(c.fragment));
   }
-  // A model axis is refused with UNIMPLEMENTED until runners can train over it.
-  v1::SubmitJobRequest hybrid;
-  *hybrid.mutable_spec() = good;
-  hybrid.mutable_spec()->mutable_mesh()->set_type(v1::MESH_TYPE_HYBRID);
-  hybrid.mutable_spec()->mutable_mesh()->set_data_parallel_size(2);
-  hybrid.mutable_spec()->mutable_mesh()->set_model_parallel_size(2);
-  hybrid.mutable_spec()->mutable_batch()->clear_per_device_batch_size();
-  v1::SubmitJobResponse refused;
-  grpc::Status unimplemented = jobs_->SubmitJob(Context().get(), hybrid, &refused);
-  EXPECT_EQ(unimplemented.error_code(), grpc::StatusCode::UNIMPLEMENTED)
-      << unimplemented.error_message();
-  EXPECT_THAT(unimplemented.error_message(), HasSubstr("tensor parallelism"));
-
   v1::ListJobsResponse list;
   ASSERT_TRUE(jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 0);

@@ -1,5 +1,6 @@
 #include "worker/compute/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/job_spec.h"
+#include "core/mesh.h"
 #include "core/status.h"
 #include "worker/compute/init.h"
 
@@ -31,11 +33,17 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
-// One dense layer's parameters, checked against the model's shapes.
+// One dense layer's parameters (this device's shards), checked against the model's shapes.
 struct Layer {
-  ConstMatrixMap kernel;   // [in, out]
-  ConstRowVectorMap bias;  // [out]
+  ConstMatrixMap kernel;   // [in, out], or its block of columns / rows
+  ConstRowVectorMap bias;  // [out], or its block
+  LayerSplit split;
 };
+
+// Sums `m` in place over the model axis (RowMatrix storage is contiguous).
+absl::Status AllReduce(const TensorParallelism& tp, RowMatrix& m) {
+  return tp.all_reduce_sum(absl::MakeSpan(m.data(), static_cast<size_t>(m.size())));
+}
 
 // What the loss head makes of the model's outputs.
 struct HeadResult {
@@ -47,9 +55,10 @@ struct HeadResult {
 // built-in model is one.
 class DenseStack final : public Model {
  public:
-  DenseStack(std::vector<ParamSpec> params, bool classification, int64_t num_features,
-             int64_t num_outputs)
-      : Model(std::move(params), classification),
+  DenseStack(std::vector<ParamSpec> params, bool classification, TensorParallelism tp,
+             std::vector<LayerSplit> splits, int64_t num_features, int64_t num_outputs)
+      : Model(std::move(params), classification, std::move(tp)),
+        splits_(std::move(splits)),
         loss_(classification ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError),
         num_features_(num_features),
         num_outputs_(num_outputs) {
@@ -58,6 +67,7 @@ class DenseStack final : public Model {
       SUBSTRAX_CHECK(absl::EndsWith(this->params()[i].name, i % 2 == 0 ? "/kernel" : "/bias"),
                      this->params()[i].name);
     }
+    SUBSTRAX_CHECK(splits_.size() * 2 == this->params().size(), absl::StrCat(splits_.size()));
   }
 
   absl::StatusOr<LossAndGrads> LossAndGradients(const TensorTree& params,
@@ -69,7 +79,7 @@ class DenseStack final : public Model {
       return absl::InvalidArgumentError(
           "batch.inputs: the batch is empty; the mean loss of no examples is undefined");
     }
-    const std::vector<RowMatrix> acts = Forward(layers, batch);
+    SUBSTRAX_ASSIGN_OR_RETURN(const std::vector<RowMatrix> acts, Forward(layers, batch));
     // d is the gradient of the mean loss with respect to the current layer's pre-activations.
     RowMatrix d;
     const HeadResult head = Head(acts.back(), batch, labels, &d);
@@ -82,15 +92,21 @@ class DenseStack final : public Model {
     for (int l = static_cast<int>(layers.size()) - 1; l >= 0; --l) {
       const ParamSpec& kernel_spec = this->params()[2 * l];
       const ParamSpec& bias_spec = this->params()[2 * l + 1];
-      Tensor& dw = result.grads[kernel_spec.name] = Tensor(kernel_spec.shape);
-      Tensor& db = result.grads[bias_spec.name] = Tensor(bias_spec.shape);
+      Tensor& dw = result.grads[kernel_spec.name] = Tensor(LocalShape(kernel_spec));
+      Tensor& db = result.grads[bias_spec.name] = Tensor(LocalShape(bias_spec));
       MatrixMap(dw.data(), dw.dim(0), dw.dim(1)).noalias() =
           LayerInput(batch, acts, l).transpose() * d;
       RowVectorMap(db.data(), db.dim(0)).noalias() = d.colwise().sum();
       if (l > 0) {
         // Through the kernel, then through the ReLU that made this layer's input: its
         // derivative is 1 where the output was positive, 0 elsewhere (0 at the kink, as in JAX).
+        // A column-parallel kernel's block of columns gives a partial sum of the input gradient
+        // (this device's outputs' share); the first layer needs none, so the first pair has no
+        // backward all-reduce.
         RowMatrix d_input = d * layers[l].kernel.transpose();
+        if (layers[l].split == LayerSplit::kColumn) {
+          SUBSTRAX_RETURN_IF_ERROR(AllReduce(tensor_parallelism(), d_input));
+        }
         d = (acts[l - 1].array() > 0.0f).select(d_input, 0.0f);
       }
     }
@@ -103,7 +119,7 @@ class DenseStack final : public Model {
     EvalResult result;
     result.count = batch.size();
     if (result.count == 0) return result;
-    const std::vector<RowMatrix> acts = Forward(layers, batch);
+    SUBSTRAX_ASSIGN_OR_RETURN(const std::vector<RowMatrix> acts, Forward(layers, batch));
     const HeadResult head = Head(acts.back(), batch, labels, nullptr);
     result.loss_sum = head.loss_sum;
     result.correct = head.correct;
@@ -112,17 +128,23 @@ class DenseStack final : public Model {
 
  private:
   // The model's parameters in `params`, layer by layer. Errors: INVALID_ARGUMENT naming a
-  // parameter that is missing, unexpected, or of the wrong shape.
+  // parameter that is missing, unexpected, or of the wrong (local) shape.
   absl::StatusOr<std::vector<Layer>> CheckParams(const TensorTree& params) const {
     for (const ParamSpec& spec : this->params()) {
       auto it = params.find(spec.name);
       if (it == params.end()) {
         return absl::InvalidArgumentError(absl::StrCat("parameter '", spec.name, "' is missing"));
       }
-      if (it->second.shape() != spec.shape) {
-        return absl::InvalidArgumentError(absl::StrCat("parameter '", spec.name, "' has shape ",
-                                                       it->second.ShapeString(), ", expected ",
-                                                       ShapeString(spec.shape)));
+      const std::vector<int64_t> local = LocalShape(spec);
+      if (it->second.shape() != local) {
+        const TensorParallelism& tp = tensor_parallelism();
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", spec.name, "' has shape ", it->second.ShapeString(), ", expected ",
+            ShapeString(local),
+            local == spec.shape
+                ? ""
+                : absl::StrCat(": the local shard (model-axis index ", tp.index, " of ",
+                               tp.axis_size, ") of the global ", ShapeString(spec.shape))));
       }
     }
     if (params.size() != this->params().size()) {
@@ -139,8 +161,8 @@ class DenseStack final : public Model {
     for (size_t i = 0; i + 1 < this->params().size(); i += 2) {
       const Tensor& w = params.at(this->params()[i].name);
       const Tensor& b = params.at(this->params()[i + 1].name);
-      layers.push_back(
-          {ConstMatrixMap(w.data(), w.dim(0), w.dim(1)), ConstRowVectorMap(b.data(), b.dim(0))});
+      layers.push_back({ConstMatrixMap(w.data(), w.dim(0), w.dim(1)),
+                        ConstRowVectorMap(b.data(), b.dim(0)), splits_[i / 2]});
     }
     return layers;
   }
@@ -189,13 +211,19 @@ class DenseStack final : public Model {
     return ConstMatrixMap(acts[l - 1].data(), acts[l - 1].rows(), acts[l - 1].cols());
   }
 
-  // Every layer's output, ReLU applied on all but the last (whose outputs are the model's).
-  static std::vector<RowMatrix> Forward(const std::vector<Layer>& layers, const Batch& batch) {
+  // Every layer's output (this device's columns of a column-parallel one), ReLU applied on all
+  // but the last (whose outputs are the model's). Errors: those of the all-reduce.
+  absl::StatusOr<std::vector<RowMatrix>> Forward(const std::vector<Layer>& layers,
+                                                 const Batch& batch) const {
     std::vector<RowMatrix> acts;
     acts.reserve(layers.size());
     for (size_t l = 0; l < layers.size(); ++l) {
       RowMatrix z;
       z.noalias() = LayerInput(batch, acts, static_cast<int>(l)) * layers[l].kernel;
+      // A row-parallel kernel's block of rows gives a partial sum; its bias is added once, after.
+      if (layers[l].split == LayerSplit::kRow) {
+        SUBSTRAX_RETURN_IF_ERROR(AllReduce(tensor_parallelism(), z));
+      }
       z.rowwise() += layers[l].bias;
       if (l + 1 < layers.size()) z = z.cwiseMax(0.0f);
       acts.push_back(std::move(z));
@@ -235,6 +263,7 @@ class DenseStack final : public Model {
     return head;
   }
 
+  std::vector<LayerSplit> splits_;
   LossKind loss_;
   int64_t num_features_;
   int64_t num_outputs_;
@@ -243,12 +272,63 @@ class DenseStack final : public Model {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const v1::ModelSpec& spec,
-                                                     int64_t num_features) {
-  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<ParamSpec> params, ModelParams(spec, num_features));
+                                                     int64_t num_features, TensorParallelism tp) {
+  if (tp.axis_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor parallelism: the model axis has ", tp.axis_size,
+                     " devices; it needs at least 1"));
+  }
+  if (tp.axis_size > 1 && spec.type() != v1::MODEL_TYPE_MLP) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor parallelism: only an mlp splits over the model axis; ",
+        v1::ModelType_Name(spec.type()), " cannot use a model axis of size ", tp.axis_size,
+        " (use a mesh without one)"));
+  }
+  if (tp.index < 0 || tp.index >= tp.axis_size) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallelism: index ", tp.index,
+                                                   " is outside the model axis [0, ",
+                                                   tp.axis_size, ")"));
+  }
+  if (tp.axis_size > 1 && !tp.all_reduce_sum) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor parallelism: a model axis of size ", tp.axis_size,
+        " needs an all_reduce_sum callback (the worker's collective over the model axis)"));
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<ParamSpec> params,
+                            ModelParams(spec, num_features, tp.axis_size));
+  std::vector<LayerSplit> splits = LayerSplits(spec, tp.axis_size);
   return std::make_unique<DenseStack>(std::move(params), IsClassification(spec.type()),
-                                      num_features, ModelOutputSize(spec));
+                                      std::move(tp), std::move(splits), num_features,
+                                      ModelOutputSize(spec));
 }
 
-TensorTree Model::Init(uint64_t seed) const { return InitParams(seed, params_); }
+std::vector<std::pair<int64_t, int64_t>> Model::LocalBlock(const ParamSpec& p) const {
+  std::vector<std::pair<int64_t, int64_t>> block;
+  for (size_t d = 0; d < p.shape.size(); ++d) {
+    const auto& dims = p.partition.dims();
+    const bool split = d < dims.size() && std::find(dims[d].begin(), dims[d].end(), kModelAxis) != dims[d].end();
+    // ModelParams checked that split widths divide by the axis size.
+    const int64_t size = split ? p.shape[d] / tp_.axis_size : p.shape[d];
+    const int64_t start = split ? tp_.index * size : 0;
+    block.emplace_back(start, start + size);
+  }
+  return block;
+}
+
+std::vector<int64_t> Model::LocalShape(const ParamSpec& p) const {
+  std::vector<int64_t> shape;
+  for (const auto& [start, limit] : LocalBlock(p)) shape.push_back(limit - start);
+  return shape;
+}
+
+TensorTree Model::Init(uint64_t seed) const {
+  TensorTree tree;
+  for (const ParamSpec& p : params_) {
+    absl::StatusOr<Tensor> shard = InitParamSlice(seed, p, LocalBlock(p));
+    SUBSTRAX_CHECK(shard.ok(), shard.status().ToString());  // LocalBlock lies within the shape
+    tree[p.name] = *std::move(shard);
+  }
+  return tree;
+}
 
 }  // namespace substrax

@@ -6,8 +6,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -434,6 +440,251 @@ TEST_F(ModelErrorTest, EmptyBatchHasNoMeanLoss) {
   auto result = model_->LossAndGradients(params_, Batch{Tensor({0, 5}), Tensor({0})});
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(result.status().message(), HasSubstr("empty"));
+}
+
+// ---- Tensor parallelism ----
+
+// The fake of the collective layer: `size` threads sum equal-length spans in place, one round per
+// call. Contributions are summed in index order, so every participant gets bitwise the same sum
+// whatever the arrival order. Every wait has a deadline, so a test whose threads diverge fails
+// instead of hanging.
+class FakeAllReduce {
+ public:
+  explicit FakeAllReduce(int64_t size) : size_(size), contributions_(size) {}
+
+  // The callback of the device at `index`.
+  std::function<absl::Status(absl::Span<float>)> For(int64_t index) {
+    return [this, index](absl::Span<float> values) { return Sum(index, values); };
+  }
+
+ private:
+  absl::Status Sum(int64_t index, absl::Span<float> values) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    absl::MutexLock lock(&mu_);
+    // The previous round must be handed out to everyone before a new one starts.
+    if (!mu_.AwaitWithDeadline(absl::Condition(this, &FakeAllReduce::AcceptingLocked),
+                               deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat("device ", index, ": previous round stuck"));
+    }
+    contributions_[index].assign(values.begin(), values.end());
+    const uint64_t round = round_;
+    if (++arrived_ == size_) {
+      sum_.assign(values.size(), 0.0f);
+      for (const std::vector<float>& c : contributions_) {
+        if (c.size() != sum_.size()) return absl::InvalidArgumentError("sizes differ");
+        for (size_t i = 0; i < c.size(); ++i) sum_[i] += c[i];
+      }
+      ++round_;
+    } else {
+      auto done = [this, round]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return round_ != round; };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("device ", index, ": peers did not join the all-reduce"));
+      }
+    }
+    std::copy(sum_.begin(), sum_.end(), values.begin());
+    if (++departed_ == size_) arrived_ = departed_ = 0;
+    return absl::OkStatus();
+  }
+
+  bool AcceptingLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return arrived_ < size_; }
+
+  const int64_t size_;
+  absl::Mutex mu_;
+  std::vector<std::vector<float>> contributions_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
+  int64_t arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t departed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+std::unique_ptr<Model> MakeParallel(const v1::ModelSpec& spec, int64_t features, int64_t m,
+                                    int64_t index, FakeAllReduce* reducer) {
+  auto model = Model::Create(spec, features, {m, index, reducer->For(index)});
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+// The block of every parameter of `full` that `device` holds.
+TensorTree Shards(const Model& device, const TensorTree& full) {
+  TensorTree shards;
+  for (const ParamSpec& p : device.params()) {
+    auto block = full.at(p.name).Slice(device.LocalBlock(p));
+    EXPECT_TRUE(block.ok()) << block.status();
+    if (block.ok()) shards[p.name] = *std::move(block);
+  }
+  return shards;
+}
+
+constexpr int64_t kFeatures = 5;
+constexpr int64_t kClasses = 3;
+
+// {model-axis size, hidden sizes}: one hidden layer (a column-row pair), two (a pair and a
+// replicated output layer), three (two pairs, the second with a row-parallel output layer).
+using ParallelCase = std::pair<int64_t, std::vector<int64_t>>;
+
+class TensorParallelTest : public ::testing::TestWithParam<ParallelCase> {
+ protected:
+  void SetUp() override {
+    m_ = GetParam().first;
+    spec_ = Mlp(GetParam().second, kClasses);
+    single_ = Make(spec_, kFeatures);
+    reducer_ = std::make_unique<FakeAllReduce>(m_);
+    for (int64_t i = 0; i < m_; ++i) {
+      devices_.push_back(MakeParallel(spec_, kFeatures, m_, i, reducer_.get()));
+    }
+  }
+
+  // Runs LossAndGradients, then Evaluate, on m threads (device i with its shards of `full`), and
+  // compares them with the single-device results on the same batch.
+  void ExpectMatchesSingleDevice(const TensorTree& full, const Batch& batch) {
+    auto want = single_->LossAndGradients(full, batch);
+    auto want_eval = single_->Evaluate(full, batch);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(want_eval.ok()) << want_eval.status();
+    std::vector<absl::StatusOr<LossAndGrads>> got(m_, absl::UnknownError("not run"));
+    std::vector<absl::StatusOr<EvalResult>> got_eval(m_, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int64_t i = 0; i < m_; ++i) {
+      threads.emplace_back([&, i] {
+        const TensorTree shards = Shards(*devices_[i], full);
+        got[i] = devices_[i]->LossAndGradients(shards, batch);
+        got_eval[i] = devices_[i]->Evaluate(shards, batch);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+
+    const double loss_tol = 1e-6 * std::abs(want->loss);
+    for (int64_t i = 0; i < m_; ++i) {
+      SCOPED_TRACE(absl::StrCat("device ", i, " of ", m_));
+      ASSERT_TRUE(got[i].ok()) << got[i].status();
+      ASSERT_TRUE(got_eval[i].ok()) << got_eval[i].status();
+      EXPECT_NEAR(got[i]->loss, want->loss, loss_tol);
+      EXPECT_NEAR(got[i]->accuracy, want->accuracy, 1e-6 * want->accuracy);
+      EXPECT_NEAR(got_eval[i]->loss_sum, want_eval->loss_sum, 1e-6 * want_eval->loss_sum);
+      EXPECT_EQ(got_eval[i]->correct, want_eval->correct);
+      EXPECT_EQ(got_eval[i]->count, want_eval->count);
+      // The loss is the same on every device of the model axis, bit for bit.
+      EXPECT_EQ(got[i]->loss, got[0]->loss);
+      EXPECT_EQ(got_eval[i]->loss_sum, got_eval[0]->loss_sum);
+
+      auto diff = CompareTrees(got[i]->grads, Shards(*devices_[i], want->grads));
+      ASSERT_TRUE(diff.ok()) << diff.status();
+      // Normwise: the shards sum in another order than one device does, so an element that
+      // cancels can differ by more, relative to itself, than the tensor does.
+      EXPECT_LT(diff->max_normwise, 1e-5) << diff->normwise_where;
+      EXPECT_LT(diff->max_relative, 1e-4) << diff->where;
+      for (const ParamSpec& p : devices_[i]->params()) {
+        if (p.partition.dims().empty()) {
+          EXPECT_EQ(got[i]->grads.at(p.name), got[0]->grads.at(p.name)) << p.name;
+        }
+      }
+    }
+  }
+
+  int64_t m_ = 1;
+  v1::ModelSpec spec_;
+  std::unique_ptr<Model> single_;
+  std::unique_ptr<FakeAllReduce> reducer_;
+  std::vector<std::unique_ptr<Model>> devices_;
+};
+
+TEST_P(TensorParallelTest, MatchesOneDeviceFromTheSameInit) {
+  Rng rng(7);
+  ExpectMatchesSingleDevice(single_->Init(11), RandomBatch(*single_, 7, kFeatures, kClasses, rng));
+}
+
+// Non-zero biases too, so that a bias added on every device (or not at all) shows.
+TEST_P(TensorParallelTest, MatchesOneDeviceForRandomParameters) {
+  Rng rng(8);
+  const TensorTree full = RandomParams(*single_, rng, 1.0f);
+  ExpectMatchesSingleDevice(full, RandomBatch(*single_, 7, kFeatures, kClasses, rng));
+}
+
+TEST_P(TensorParallelTest, InitShardsAreSlicesOfTheSingleDeviceInit) {
+  const TensorTree full = single_->Init(5);
+  for (int64_t i = 0; i < m_; ++i) {
+    const TensorTree shards = devices_[i]->Init(5);
+    EXPECT_EQ(shards, Shards(*devices_[i], full)) << "device " << i;
+    for (const ParamSpec& p : devices_[i]->params()) {
+      EXPECT_EQ(shards.at(p.name).shape(), devices_[i]->LocalShape(p)) << p.name;
+    }
+  }
+  // The split is real: the first layer's kernel holds out/m columns, the second's in/m rows;
+  // the row-parallel bias is whole.
+  const int64_t h = GetParam().second[0];
+  const std::vector<ParamSpec>& p = devices_[0]->params();
+  EXPECT_EQ(devices_[0]->LocalShape(p[0]), (std::vector<int64_t>{kFeatures, h / m_}));
+  EXPECT_EQ(devices_[0]->LocalShape(p[1]), (std::vector<int64_t>{h / m_}));
+  EXPECT_EQ(devices_[0]->LocalShape(p[2]), (std::vector<int64_t>{h / m_, p[2].shape[1]}));
+  EXPECT_EQ(devices_[0]->LocalShape(p[3]), p[3].shape);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AxisSizesAndDepths, TensorParallelTest,
+    ::testing::Values(ParallelCase{2, {8}}, ParallelCase{2, {8, 6}}, ParallelCase{2, {8, 6, 12}},
+                      ParallelCase{4, {8}}, ParallelCase{4, {8, 6}},
+                      ParallelCase{4, {8, 6, 12}}),
+    [](const auto& info) {
+      return absl::StrCat("m", info.param.first, "_", info.param.second.size(), "hidden");
+    });
+
+TEST(TensorParallelErrorTest, CreateRejectsBadParallelism) {
+  auto ok = [](absl::Span<float>) { return absl::OkStatus(); };
+  auto softmax = Model::Create(SoftmaxRegression(4), 5, {2, 0, ok});
+  EXPECT_EQ(softmax.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(softmax.status().message(), HasSubstr("MODEL_TYPE_SOFTMAX_REGRESSION"));
+  for (int64_t index : {-1, 2}) {
+    auto out_of_range = Model::Create(Mlp({8}, 3), 5, {2, index, ok});
+    EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(out_of_range.status().message(),
+                HasSubstr(absl::StrCat("index ", index, " is outside the model axis [0, 2)")));
+  }
+  auto no_callback = Model::Create(Mlp({8}, 3), 5, {2, 0, nullptr});
+  EXPECT_EQ(no_callback.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_callback.status().message(), HasSubstr("all_reduce_sum"));
+  auto no_axis = Model::Create(Mlp({8}, 3), 5, {0, 0, ok});
+  EXPECT_EQ(no_axis.status().code(), absl::StatusCode::kInvalidArgument);
+  auto indivisible = Model::Create(Mlp({6}, 3), 5, {4, 0, ok});
+  EXPECT_EQ(indivisible.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(indivisible.status().message(), HasSubstr("spec.model.hidden_sizes[0]"));
+}
+
+TEST(TensorParallelErrorTest, WrongLocalShapeNamesTheShard) {
+  int calls = 0;
+  auto model = Model::Create(Mlp({8}, 3), 5, {2, 1, [&calls](absl::Span<float>) {
+                                                ++calls;
+                                                return absl::OkStatus();
+                                              }});
+  ASSERT_TRUE(model.ok()) << model.status();
+  Rng rng(9);
+  const Batch batch = RandomBatch(**model, 3, 5, 3, rng);
+  TensorTree params = (*model)->Init(0);
+  params["dense_0/kernel"] = Tensor({5, 8});  // the global shape
+  const std::string want =
+      "'dense_0/kernel' has shape (5, 8), expected (5, 4): the local shard (model-axis index 1 "
+      "of 2) of the global (5, 8)";
+  auto train = (*model)->LossAndGradients(params, batch);
+  EXPECT_EQ(train.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(train.status().message(), HasSubstr(want));
+  auto eval = (*model)->Evaluate(params, batch);
+  EXPECT_EQ(eval.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(eval.status().message(), HasSubstr(want));
+  EXPECT_EQ(calls, 0) << "the shapes are checked before any all-reduce";
+}
+
+TEST(TensorParallelErrorTest, AllReduceErrorsPassThrough) {
+  auto model = Model::Create(Mlp({8}, 3), 5, {2, 0, [](absl::Span<float>) {
+                                                return absl::UnavailableError("peer w-1 died");
+                                              }});
+  ASSERT_TRUE(model.ok()) << model.status();
+  Rng rng(10);
+  const Batch batch = RandomBatch(**model, 3, 5, 3, rng);
+  const TensorTree params = (*model)->Init(0);
+  auto train = (*model)->LossAndGradients(params, batch);
+  EXPECT_EQ(train.status(), absl::UnavailableError("peer w-1 died"));
+  auto eval = (*model)->Evaluate(params, batch);
+  EXPECT_EQ(eval.status(), absl::UnavailableError("peer w-1 died"));
 }
 
 }  // namespace

@@ -219,6 +219,75 @@ absl::Status ReduceGradientTree(DeviceContext& ctx, TensorTree* grads, ReduceTyp
                        options.bucket_bytes, "reduce_gradient_tree");
 }
 
+absl::Status ReduceGradientsBySharding(DeviceContext& ctx, TensorTree* grads,
+                                       const std::map<std::string, PartitionSpec>& specs,
+                                       const GradientReductionOptions& options) {
+  // One pass per mesh axis: the gradients of the parameters that are replicated along it.
+  for (const std::string& axis : ctx.mesh->axis_names()) {
+    TensorTree replicated;
+    for (auto& [name, grad] : *grads) {
+      auto spec = specs.find(name);
+      bool split = false;
+      if (spec != specs.end()) {
+        for (const auto& dim : spec->second.dims()) {
+          split |= std::find(dim.begin(), dim.end(), axis) != dim.end();
+        }
+      }
+      if (!split) replicated[name] = std::move(grad);
+    }
+    SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(axis));
+    absl::Status status = AllReduceTree(*comm, &replicated, ReduceOp::kMean, options.bucket_bytes,
+                                        "reduce_gradients_by_sharding");
+    for (auto& [name, grad] : replicated) (*grads)[name] = std::move(grad);
+    SUBSTRAX_RETURN_IF_ERROR(status);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorTree> AllGatherState(DeviceContext& ctx, const TensorTree& local,
+                                          const std::map<std::string, PartitionSpec>& specs) {
+  TensorTree full;
+  for (const auto& [name, shard] : local) {
+    Tensor gathered = shard;
+    auto spec = specs.find(name);
+    if (spec != specs.end()) {
+      const auto& dims = spec->second.dims();
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d].empty()) continue;
+        if (dims[d].size() != 1) {
+          return absl::UnimplementedError(absl::StrCat(
+              "all_gather_state: '", name, "' splits dimension ", d, " over several axes"));
+        }
+        SUBSTRAX_ASSIGN_OR_RETURN(Tensor stacked, AllGather(ctx, gathered, dims[d][0]));
+        // stacked is [n, ...shard]; concatenate the n blocks along dimension d.
+        const int64_t n = stacked.dim(0);
+        std::vector<int64_t> shape = gathered.shape();
+        int64_t outer = 1, inner = 1;
+        for (size_t k = 0; k < d; ++k) outer *= shape[k];
+        for (size_t k = d + 1; k < shape.size(); ++k) inner *= shape[k];
+        const int64_t block = shape[d] * inner;
+        shape[d] *= n;
+        Tensor out(shape);
+        for (int64_t o = 0; o < outer; ++o) {
+          for (int64_t b = 0; b < n; ++b) {
+            std::memcpy(out.data() + (o * n + b) * block,
+                        stacked.data() + b * gathered.size() + o * block, block * sizeof(float));
+          }
+        }
+        gathered = std::move(out);
+      }
+    }
+    full[name] = std::move(gathered);
+  }
+  return full;
+}
+
+std::map<std::string, PartitionSpec> PartitionSpecs(const Model& model) {
+  std::map<std::string, PartitionSpec> specs;
+  for (const ParamSpec& p : model.params()) specs[p.name] = p.partition;
+  return specs;
+}
+
 absl::StatusOr<Batch> PlaceBatchOnShards(const Batch& global, const NamedSharding& sharding,
                                          int device_id) {
   Batch local;
@@ -248,17 +317,28 @@ absl::StatusOr<StepResult> SpmdTrainStep(DeviceContext& ctx, const Model& model,
                                          Optimizer& optimizer, TensorTree* params,
                                          const Batch& batch,
                                          const GradientReductionOptions& options) {
-  // Replicated parameters on the data axis: their gradient is the mean over the data axis.
+  const std::map<std::string, PartitionSpec> specs = PartitionSpecs(model);
   return TrainStep(model, optimizer, params, batch, [&](TensorTree* grads) {
-    return ReduceGradientTree(ctx, grads, ReduceType::kMean, options);
+    return ReduceGradientsBySharding(ctx, grads, specs, options);
   });
 }
 
 absl::StatusOr<StepResult> CollectiveTrainStep(DeviceContext& ctx, const Model& model,
                                                Optimizer& optimizer, TensorTree* params,
-                                               const Batch& batch, absl::string_view axis) {
-  return TrainStep(model, optimizer, params, batch, [&](TensorTree* grads) {
-    return ReduceMeanCollective(ctx, grads, axis);
+                                               const Batch& batch) {
+  return TrainStep(model, optimizer, params, batch, [&](TensorTree* grads) -> absl::Status {
+    if (ctx.mesh->HasAxis(kDataAxis)) {
+      SUBSTRAX_RETURN_IF_ERROR(ReduceMeanCollective(ctx, grads, kDataAxis));
+    }
+    if (!ctx.mesh->HasAxis(kModelAxis)) return absl::OkStatus();
+    // Tensor parallelism replicates some parameters along "model": average those there too.
+    TensorTree replicated;
+    for (const ParamSpec& p : model.params()) {
+      if (p.partition == PartitionSpec()) replicated[p.name] = std::move((*grads)[p.name]);
+    }
+    absl::Status status = ReduceMeanCollective(ctx, &replicated, kModelAxis);
+    for (auto& [name, grad] : replicated) (*grads)[name] = std::move(grad);
+    return status;
   });
 }
 

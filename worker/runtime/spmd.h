@@ -82,6 +82,15 @@ struct GradientReductionOptions {
 absl::Status ReduceGradientTree(DeviceContext& ctx, TensorTree* grads, ReduceType type,
                                 const GradientReductionOptions& options = {});
 
+// The reduction the shardings imply: each gradient is averaged over exactly the mesh axes its
+// parameter is not sharded on (its replicas): over "data" for every parameter of a data-parallel
+// job, and also over "model" for the parameters tensor parallelism replicates. A sharded
+// parameter's gradient is never reduced over the axis it is split on, and nothing is reduced
+// twice. `specs`: partition spec by parameter name (missing: replicated).
+absl::Status ReduceGradientsBySharding(DeviceContext& ctx, TensorTree* grads,
+                                       const std::map<std::string, PartitionSpec>& specs,
+                                       const GradientReductionOptions& options = {});
+
 // --- Placement ------------------------------------------------------------------------------
 // The device's part of a global batch: inputs and targets split along their leading (batch)
 // dimension as `sharding` lays it out (CreateDataParallelSharding: over the data axis).
@@ -95,6 +104,15 @@ absl::StatusOr<TensorTree> PlaceStateOnShards(const TensorTree& state, const Mes
                                               const std::map<std::string, PartitionSpec>& specs,
                                               int device_id);
 
+// The inverse of PlaceStateOnShards: every tensor at its full (global) shape, gathered over the
+// axes its spec splits it on. Every device of the mesh must call it. Errors: INVALID_ARGUMENT
+// for a spec the mesh cannot hold; collective errors.
+absl::StatusOr<TensorTree> AllGatherState(DeviceContext& ctx, const TensorTree& local,
+                                          const std::map<std::string, PartitionSpec>& specs);
+
+// The partition specs of a model's parameters, by name.
+std::map<std::string, PartitionSpec> PartitionSpecs(const Model& model);
+
 // --- Training steps -------------------------------------------------------------------------
 struct StepResult {
   double loss = 0;      // this device's batch
@@ -104,19 +122,21 @@ struct StepResult {
   double collective_seconds = 0;
 };
 
-// The guide's spmd_train_step: loss and gradients on the device's batch, gradients reduced
-// over the data axis (parameters are replicated on it, so the shardings imply a mean there),
-// then one optimizer update. Every device ends with identical replicated parameters.
+// The guide's spmd_train_step: loss and gradients on the device's batch (tensor-parallel
+// collectives inside the model when it has a model axis), gradients reduced as the shardings
+// imply (ReduceGradientsBySharding), then one optimizer update. Replicas of a parameter end
+// identical on every device.
 absl::StatusOr<StepResult> SpmdTrainStep(DeviceContext& ctx, const Model& model,
                                          Optimizer& optimizer, TensorTree* params,
                                          const Batch& batch,
                                          const GradientReductionOptions& options = {});
 
-// The pmap path: the step calls the collective itself, ReduceMeanCollective(grads, axis),
-// exactly as the guide's explicit example does with axis_name.
+// The pmap path: the step calls the collectives itself, as the guide's explicit example does
+// with axis_name: ReduceMeanCollective(grads, "data") for every gradient, then
+// ReduceMeanCollective(replicated_grads, "model") on a mesh with a model axis.
 absl::StatusOr<StepResult> CollectiveTrainStep(DeviceContext& ctx, const Model& model,
                                                Optimizer& optimizer, TensorTree* params,
-                                               const Batch& batch, absl::string_view axis);
+                                               const Batch& batch);
 
 }  // namespace substrax
 

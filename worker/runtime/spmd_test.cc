@@ -110,6 +110,38 @@ TEST(SpmdTest, BucketedGradientReductionEqualsPerTensorMean) {
   });
 }
 
+// On (data=2, model=2): a gradient sharded on "model" is averaged over "data" only; a replicated
+// one over both axes; nothing twice.
+TEST(SpmdTest, GradientReductionFollowsTheShardings) {
+  OnDevices(Hybrid(), [](DeviceContext& ctx) {
+    const float id = ctx.device.id;  // row-major (data, model): 0 1 / 2 3
+    TensorTree grads = {{"sharded", Tensor({1}, {id})}, {"replicated", Tensor({1}, {id})}};
+    const std::map<std::string, PartitionSpec> specs = {
+        {"sharded", PartitionSpec::Of({"model"})}};
+    ASSERT_TRUE(ReduceGradientsBySharding(ctx, &grads, specs).ok());
+    // Over data: mean of ids (c, c + 2) for model coordinate c.
+    EXPECT_FLOAT_EQ(grads["sharded"].data()[0], ctx.coords[1] + 1);
+    EXPECT_FLOAT_EQ(grads["replicated"].data()[0], 1.5);  // mean of 0..3
+  });
+}
+
+TEST(SpmdTest, AllGatherStateInvertsPlaceStateOnShards) {
+  const Mesh mesh = Hybrid();
+  TensorTree full = {{"w", Tensor({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7})},
+                     {"v", Tensor({4, 2}, {0, 1, 2, 3, 4, 5, 6, 7})},
+                     {"b", Tensor({2}, {1, 2})}};
+  const std::map<std::string, PartitionSpec> specs = {
+      {"w", PartitionSpec::Of({"", "model"})}, {"v", PartitionSpec::Of({"model"})}};
+  OnDevices(mesh, [&](DeviceContext& ctx) {
+    auto local = PlaceStateOnShards(full, mesh, specs, ctx.device.id);
+    ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_EQ((*local)["w"].shape(), (std::vector<int64_t>{2, 2}));
+    auto gathered = AllGatherState(ctx, *local, specs);
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    for (const auto& [name, t] : full) EXPECT_EQ((*gathered)[name], t) << name;
+  });
+}
+
 TEST(SpmdTest, PlacementOnShards) {
   const Mesh mesh = Hybrid();
   auto sharding = CreateDataParallelSharding(mesh);

@@ -27,7 +27,7 @@ struct Shared {
   const TrainerOptions* options = nullptr;
   Dataset train;
   std::optional<Dataset> test;
-  std::unique_ptr<Model> model;
+  int64_t num_features = 0;
   std::unique_ptr<BatchSampler> sampler;
   int64_t total_steps = 0;
   const PeerMonitor* monitor = nullptr;
@@ -48,13 +48,15 @@ absl::StatusOr<IndexRange> BatchRows(const Mesh& mesh, int device_id, int64_t gl
   return shard.index[0];
 }
 
-// Evaluates the split on every device (each takes a contiguous share by world rank) and sums.
+// Evaluates the split: the devices of the data axis each take a contiguous share (devices along
+// the model axis evaluate the same share together, as tensor parallelism needs), and the sums
+// are added over the data axis.
 absl::StatusOr<Metrics> Evaluate(DeviceContext& ctx, const Model& model, const TensorTree& params,
                                  const Dataset& data, const std::string& prefix) {
-  Communicator& world = ctx.comms->world();
   const int64_t n = data.num_examples();
-  const int64_t begin = n * world.rank() / world.size();
-  const int64_t end = n * (world.rank() + 1) / world.size();
+  const int64_t shards = ctx.data_size(), shard = ctx.data_index();
+  const int64_t begin = n * shard / shards;
+  const int64_t end = n * (shard + 1) / shards;
   std::vector<double> sums = {0, 0, 0};  // loss_sum, correct, count
   constexpr int64_t kChunk = 1024;
   for (int64_t start = begin; start < end; start += kChunk) {
@@ -65,8 +67,11 @@ absl::StatusOr<Metrics> Evaluate(DeviceContext& ctx, const Model& model, const T
     sums[1] += static_cast<double>(r.correct);
     sums[2] += static_cast<double>(r.count);
   }
-  SUBSTRAX_RETURN_IF_ERROR(Annotate(world.AllReduce(absl::MakeSpan(sums), ReduceOp::kSum),
-                                    "evaluation"));
+  if (ctx.mesh->HasAxis(kDataAxis)) {
+    SUBSTRAX_ASSIGN_OR_RETURN(Communicator * data, ctx.comms->Axis(kDataAxis));
+    SUBSTRAX_RETURN_IF_ERROR(
+        Annotate(data->AllReduce(absl::MakeSpan(sums), ReduceOp::kSum), "evaluation"));
+  }
   Metrics out;
   if (sums[2] == 0) return out;
   out[prefix + "_loss"] = sums[0] / sums[2];
@@ -78,8 +83,6 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
   const TrainerOptions& options = *shared.options;
   const v1::JobSpec& spec = options.spec;
   const Mesh& mesh = options.mesh;
-  const Model& model = *shared.model;
-
   DeviceContext ctx;
   ctx.mesh = &mesh;
   SUBSTRAX_ASSIGN_OR_RETURN(ctx.coords, mesh.CoordinatesOf(device_id));
@@ -94,10 +97,24 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
                                 shared.monitor, gloo));
   ctx.comms = comms.get();
 
+  // This device's part of tensor parallelism: its coordinate on the model axis, and the
+  // all-reduce the model's layer pairs need.
+  TensorParallelism tp;
+  if (absl::StatusOr<int> axis = mesh.AxisIndex(kModelAxis); axis.ok()) {
+    tp.axis_size = mesh.shape()[*axis];
+    tp.index = ctx.coords[*axis];
+    SUBSTRAX_ASSIGN_OR_RETURN(Communicator * model_comm, comms->Axis(kModelAxis));
+    tp.all_reduce_sum = [model_comm](absl::Span<float> values) {
+      return Annotate(model_comm->AllReduce(values, ReduceOp::kSum), "tensor-parallel all-reduce");
+    };
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<Model> model_ptr,
+                            Model::Create(spec.model(), shared.num_features, tp));
+  const Model& model = *model_ptr;
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                             Optimizer::Create(spec.optimizer()));
-  SUBSTRAX_ASSIGN_OR_RETURN(TensorTree params,
-                            PlaceStateOnShards(model.Init(spec.seed()), mesh, {}, device_id));
+  // Each device initialises only its shards; each equals the slice of the full initialisation.
+  TensorTree params = model.Init(spec.seed());
 
   const int64_t global_batch = spec.batch().global_batch_size();
   SUBSTRAX_ASSIGN_OR_RETURN(IndexRange rows, BatchRows(mesh, device_id, global_batch));
@@ -134,7 +151,7 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
     timing.data += absl::ToDoubleSeconds(absl::Now() - t);
     absl::StatusOr<StepResult> r =
         options.explicit_collectives
-            ? CollectiveTrainStep(ctx, model, *optimizer, &params, *batch, kDataAxis)
+            ? CollectiveTrainStep(ctx, model, *optimizer, &params, *batch)
             : SpmdTrainStep(ctx, model, *optimizer, &params, *batch);
     if (!r.ok()) return Annotate(r.status(), absl::StrCat("step ", step + 1));
     timing.compute += r->compute_seconds;
@@ -200,7 +217,8 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
   SUBSTRAX_ASSIGN_OR_RETURN(
       result.evaluation,
       Evaluate(ctx, model, params, eval_data, shared.test.has_value() ? "test" : "train"));
-  result.params = std::move(params);
+  // Full-shape parameters: gathered over the axes they are split on.
+  SUBSTRAX_ASSIGN_OR_RETURN(result.params, AllGatherState(ctx, params, PartitionSpecs(model)));
   return result;
 }
 
@@ -210,12 +228,6 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   const v1::JobSpec& spec = options.spec;
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
   const Mesh& mesh = options.mesh;
-  if (absl::StatusOr<int64_t> mp = mesh.AxisSize(kModelAxis); mp.ok() && *mp > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "spec.mesh: mesh ", mesh.ShapeString(), " has a model axis of size ", *mp,
-        "; training over a model axis needs tensor parallelism, which this version does not "
-        "have yet. Use a data-parallel mesh."));
-  }
   if (static_cast<int64_t>(options.process_of_position.size()) != mesh.size()) {
     return absl::InvalidArgumentError(absl::StrCat("process table has ",
                                                    options.process_of_position.size(),
@@ -254,8 +266,9 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
         shared.train.num_classes - 1, ", more than the ", spec.model().num_classes(),
         " classes the model has"));
   }
-  SUBSTRAX_ASSIGN_OR_RETURN(shared.model,
-                            Model::Create(spec.model(), shared.train.num_features()));
+  shared.num_features = shared.train.num_features();
+  // Fail before any thread starts if the model cannot be built at all.
+  SUBSTRAX_RETURN_IF_ERROR(Model::Create(spec.model(), shared.num_features).status());
   SUBSTRAX_ASSIGN_OR_RETURN(
       BatchSampler sampler,
       BatchSampler::Create(shared.train.num_examples(), spec.batch().global_batch_size(),

@@ -82,7 +82,7 @@ struct TrainerOptions {
 };
 
 struct TrainResult {
-  // This process's parameters after the last step (full shape: parameters are replicated).
+  // This process's parameters after the last step, gathered to their full shape.
   TensorTree params;
   int64_t steps = 0;
   // The last report's metrics.

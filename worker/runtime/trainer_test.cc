@@ -35,19 +35,22 @@ spec:
     synthetic: {task: classification, num_train_examples: 2048, num_test_examples: 256,
                 num_features: 20, noise: 0.5}
   optimizer: OPTIMIZER
-  mesh: {data_parallel_size: DP}
+  mesh: MESH
   batch: {global_batch_size: 64}
   steps: 20
   seed: 42
   report_every_steps: 10
 )";
 
-v1::JobSpec Spec(const std::string& optimizer, int dp) {
-  const std::string yaml =
-      absl::StrReplaceAll(kSpec, {{"OPTIMIZER", optimizer}, {"DP", std::to_string(dp)}});
+v1::JobSpec Spec(const std::string& optimizer, const std::string& mesh) {
+  const std::string yaml = absl::StrReplaceAll(kSpec, {{"OPTIMIZER", optimizer}, {"MESH", mesh}});
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml, "equivalence.yaml");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
+}
+
+v1::JobSpec Spec(const std::string& optimizer, int dp) {
+  return Spec(optimizer, absl::StrCat("{data_parallel_size: ", dp, "}"));
 }
 
 std::string TempPath(const std::string& name) {
@@ -106,13 +109,16 @@ absl::StatusOr<TrainResult> TrainInProcess(const v1::JobSpec& spec, int devices,
 // Child: process `p` of 2, devices 2p and 2p+1 of a 4-device data-parallel mesh.
 [[noreturn]] void RunChild(const v1::JobSpec& spec, int p, const std::string& dir) {
   std::vector<Device> devices;
-  for (int i = 0; i < 4; ++i) devices.push_back({i, "localhost", i, DeviceKind::kCpu, absl::StrCat("w", i / 2)});
+  for (int i = 0; i < 4; ++i) {
+    devices.push_back({i, absl::StrCat("host-", i / 2), i % 2, DeviceKind::kCpu, absl::StrCat("w", i / 2)});
+  }
   auto mesh = CreateMeshForJob(spec.mesh(), devices);
   auto store = FileStore::Create(dir + "/store");
   if (!mesh.ok() || !store.ok()) _exit(2);
   TrainerOptions options(*mesh);
   options.spec = spec;
-  options.process_of_position = {0, 0, 1, 1};
+  options.process_of_position.clear();
+  for (const Device& d : mesh->devices()) options.process_of_position.push_back(d.id / 2);
   options.process_index = p;
   options.store = store->get();
   options.collective_timeout = absl::Seconds(60);
@@ -125,12 +131,18 @@ absl::StatusOr<TrainResult> TrainInProcess(const v1::JobSpec& spec, int devices,
   _exit(0);
 }
 
-class EquivalenceTest : public ::testing::TestWithParam<const char*> {};
+struct EquivalenceCase {
+  const char* name;
+  const char* optimizer;
+  const char* mesh;
+};
+
+class EquivalenceTest : public ::testing::TestWithParam<EquivalenceCase> {};
 
 TEST_P(EquivalenceTest, FourDevicesInTwoProcessesEqualOneDevice) {
-  const std::string optimizer = GetParam();
-  const std::string dir = TempPath("equivalence_" + optimizer.substr(7, optimizer.find(',') - 7));
-  const v1::JobSpec distributed = Spec(optimizer, 4);
+  const EquivalenceCase& c = GetParam();
+  const std::string dir = TempPath(absl::StrCat("equivalence_", c.name));
+  const v1::JobSpec distributed = Spec(c.optimizer, c.mesh);
   std::vector<pid_t> children;
   for (int p = 0; p < 2; ++p) {
     const pid_t pid = fork();
@@ -138,7 +150,7 @@ TEST_P(EquivalenceTest, FourDevicesInTwoProcessesEqualOneDevice) {
     if (pid == 0) RunChild(distributed, p, dir);
     children.push_back(pid);
   }
-  absl::StatusOr<TrainResult> single = TrainInProcess(Spec(optimizer, 1), 1);
+  absl::StatusOr<TrainResult> single = TrainInProcess(Spec(c.optimizer, 1), 1);
   ASSERT_TRUE(single.ok()) << single.status();
   EXPECT_EQ(single->steps, 20);
 
@@ -149,7 +161,7 @@ TEST_P(EquivalenceTest, FourDevicesInTwoProcessesEqualOneDevice) {
       absl::SleepFor(absl::Milliseconds(20));  // polling the child's exit with a deadline
     }
     if (absl::Now() >= deadline) {
-      for (pid_t c : children) kill(c, SIGKILL);
+      for (pid_t child : children) kill(child, SIGKILL);
       FAIL() << "process " << p << " did not finish in time";
     }
     std::ifstream error(absl::StrCat(dir, "/error", p));
@@ -157,31 +169,43 @@ TEST_P(EquivalenceTest, FourDevicesInTwoProcessesEqualOneDevice) {
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << "process " << p << " failed: " << message;
   }
+  // Parameters gathered to full shape on every process.
   const TensorTree p0 = ReadTree(dir + "/params0");
   const TensorTree p1 = ReadTree(dir + "/params1");
-  // Replicas agree exactly: every device applied the same reduced gradients.
   auto replicas = CompareTrees(p0, p1);
   ASSERT_TRUE(replicas.ok()) << replicas.status();
   EXPECT_EQ(replicas->max_relative, 0) << replicas->where;
-  // Summation orders differ (4 per-device means averaged vs one mean of 64), so the results
-  // agree to float32 rounding, not bit for bit: within 1e-5 relative in each tensor's max
-  // norm, and elementwise within 1e-4 of max(|value|, 1e-3).
+  // Summation orders differ (per-device means averaged, partial products summed over the model
+  // axis, vs one device), so the results agree to float32 rounding, not bit for bit: within
+  // 1e-5 relative in each tensor's max norm, and elementwise within 1e-4 of
+  // max(|value|, 1e-3).
   auto diff = CompareTrees(p0, single->params);
   ASSERT_TRUE(diff.ok()) << diff.status();
   EXPECT_LE(diff->max_normwise, 1e-5) << "in " << diff->normwise_where;
   EXPECT_LE(diff->max_relative, 1e-4) << "at " << diff->where;
   // And training moved the parameters: the comparison is not between two initialisations.
-  v1::JobSpec untrained = Spec(optimizer, 1);
+  v1::JobSpec untrained = Spec(c.optimizer, 1);
   untrained.set_steps(1);
   auto moved = CompareTrees(single->params, TrainInProcess(untrained, 1)->params);
   ASSERT_TRUE(moved.ok());
   EXPECT_GT(moved->max_relative, 1e-3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, EquivalenceTest,
-                         ::testing::Values("{type: sgd, learning_rate: 0.1}",
-                                           "{type: adam, learning_rate: 0.003}",
-                                           "{type: momentum, learning_rate: 0.05, nesterov: true}"));
+INSTANTIATE_TEST_SUITE_P(
+    OptimizersAndMeshes, EquivalenceTest,
+    ::testing::Values(
+        EquivalenceCase{"sgd_dp4", "{type: sgd, learning_rate: 0.1}", "{data_parallel_size: 4}"},
+        EquivalenceCase{"momentum_dp4", "{type: momentum, learning_rate: 0.05, nesterov: true}",
+                        "{data_parallel_size: 4}"},
+        EquivalenceCase{"adam_dp4", "{type: adam, learning_rate: 0.003}",
+                        "{data_parallel_size: 4}"},
+        EquivalenceCase{"adam_dp2_mp2", "{type: adam, learning_rate: 0.003}",
+                        "{type: hybrid, data_parallel_size: 2, model_parallel_size: 2}"},
+        EquivalenceCase{"adam_mp4_cross_host", "{type: adam, learning_rate: 0.003}",
+                        "{type: model_parallel, num_devices: 4, allow_cross_host_model_axis: true}"},
+        EquivalenceCase{"sgd_dp2_mp2", "{type: sgd, learning_rate: 0.1}",
+                        "{type: hybrid, data_parallel_size: 2, model_parallel_size: 2}"}),
+    [](const ::testing::TestParamInfo<EquivalenceCase>& info) { return std::string(info.param.name); });
 
 TEST(TrainerTest, ExplicitCollectivePathEqualsSpmdPath) {
   const v1::JobSpec spec = Spec("{type: adam, learning_rate: 0.003}", 2);
@@ -212,14 +236,16 @@ TEST(TrainerTest, ReportsProgressAndEvaluates) {
   EXPECT_GT(result->evaluation.at("test_accuracy"), 0.5);  // 5 classes: chance is 0.2
 }
 
-TEST(TrainerTest, AModelAxisIsRejectedUntilTensorParallelismExists) {
-  v1::JobSpec spec = Spec("{type: sgd, learning_rate: 0.1}", 2);
-  spec.mutable_mesh()->set_type(v1::MESH_TYPE_HYBRID);
-  spec.mutable_mesh()->set_model_parallel_size(2);
-  spec.mutable_model()->set_hidden_sizes(0, 32);
-  absl::StatusOr<TrainResult> result = TrainInProcess(spec, 4);
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(result.status().message()), HasSubstr("tensor parallelism"));
+TEST(TrainerTest, ExplicitCollectivePathEqualsSpmdPathWithTensorParallelism) {
+  const v1::JobSpec spec = Spec("{type: adam, learning_rate: 0.003}",
+                                "{type: hybrid, data_parallel_size: 2, model_parallel_size: 2}");
+  auto spmd = TrainInProcess(spec, 4, false);
+  auto pmap = TrainInProcess(spec, 4, true);
+  ASSERT_TRUE(spmd.ok()) << spmd.status();
+  ASSERT_TRUE(pmap.ok()) << pmap.status();
+  auto diff = CompareTrees(pmap->params, spmd->params);
+  ASSERT_TRUE(diff.ok());
+  EXPECT_EQ(diff->max_relative, 0) << diff->where;
 }
 
 TEST(TrainerTest, BadOptionsAreRejected) {
