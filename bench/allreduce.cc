@@ -1,0 +1,472 @@
+// allreduce: all-reduce bandwidth of our GlooCommunicator next to what it wraps (raw Gloo) and
+// next to Open MPI, 2 processes on this machine, sum of float32, every result verified.
+//
+//   bazel run -c opt //bench:allreduce [-- --max_bytes=... --mpirun=... --mpi_binary=...]
+//
+// Forks two worker processes that rendezvous through a FileStore in a fresh temporary
+// directory; each connects a GlooCommunicator (through a PrefixStore, with a PeerMonitor, as the
+// runtime does) and a raw Gloo context (gloo::rendezvous::FileStore, its own TCP device on
+// 127.0.0.1), and for each size runs the two taking turns iteration by iteration
+// (allreduce_common.h says how a size is timed and why). The workers leave their per-iteration
+// times in the store; this process summarises them. Then it runs //bench:allreduce_mpi under mpirun
+// with the same plan and reads its summary lines. See README.md for how to read the table.
+//
+// Exit status: 0 when every peer ran and every result was exact; 1 when a peer failed or a
+// result was wrong; non-zero from CLI11 for a bad command line. A missing mpirun or MPI binary
+// skips the MPI column with a message instead of failing.
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/allreduce_common.h"
+#include "core/status.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/transport/tcp/device.h"
+#include "worker/collectives/gloo_communicator.h"
+
+namespace substrax::bench {
+namespace {
+
+constexpr int kRanks = 2;
+const char* const kPeerNames[] = {"ours", "gloo"};
+
+struct Options {
+  PlanOptions plan;
+  // The mpirun to launch the MPI peer with: a path, or a name looked up in PATH.
+  std::string mpirun = "mpirun";
+  // //bench:allreduce_mpi; empty: the runfiles copy (bazel run), else the one beside this binary.
+  std::string mpi_binary;
+};
+
+// Median time and wrong elements of one peer at one size.
+struct Result {
+  double seconds = 0;
+  int64_t wrong = 0;
+};
+
+std::string SamplesKey(const char* peer, int64_t bytes, int rank) {
+  return absl::StrCat("samples/", peer, "/", bytes, "/", rank);
+}
+
+// "<wrong elements> <nanoseconds of each timed iteration>..."
+std::string Serialize(const Samples& samples) {
+  std::string out = absl::StrCat(samples.wrong_elements);
+  for (double s : samples.seconds) absl::StrAppend(&out, " ", static_cast<int64_t>(s * 1e9));
+  return out;
+}
+
+absl::StatusOr<Samples> Parse(const std::string& text) {
+  Samples samples;
+  const std::vector<absl::string_view> fields = absl::StrSplit(text, ' ', absl::SkipEmpty());
+  for (size_t i = 0; i < fields.size(); ++i) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(fields[i], &value)) {
+      return absl::InternalError(absl::StrCat("bad samples field '", fields[i], "'"));
+    }
+    if (i == 0) {
+      samples.wrong_elements = value;
+    } else {
+      samples.seconds.push_back(static_cast<double>(value) * 1e-9);
+    }
+  }
+  return samples;
+}
+
+// A raw Gloo context as a Gloo user would make one: Gloo's own FileStore, a TCP device.
+absl::StatusOr<std::shared_ptr<gloo::Context>> ConnectRawGloo(int rank, const std::string& dir,
+                                                              std::chrono::milliseconds timeout) {
+  try {
+    gloo::rendezvous::FileStore store(dir);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, kRanks);
+    context->setTimeout(timeout);
+    context->connectFullMesh(store, device);
+    return context;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("connecting raw Gloo: ", e.what()));
+  }
+}
+
+// Gloo reports errors by throwing.
+template <typename Fn>
+absl::Status GlooCall(const char* what, Fn&& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("raw gloo ", what, ": ", e.what()));
+  }
+}
+
+// One worker process: both peers, every size, samples into the store.
+absl::Status RunWorker(int rank, const std::string& dir, const PlanOptions& options) {
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::Create(dir));
+  PeerMonitor::Options monitor_options;
+  monitor_options.process_index = rank;
+  monitor_options.num_processes = kRanks;
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor,
+                            PeerMonitor::Start(monitor_options, store.get()));
+  PrefixStore ours_store(store.get(), "ours");
+  const GlooCommunicatorOptions ours_options;
+  std::vector<RankInfo> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    RankInfo& info = ranks.emplace_back();
+    info.process_index = r;
+    info.description = absl::StrCat("bench process ", r);
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      std::unique_ptr<GlooCommunicator> comm,
+      GlooCommunicator::Create(ours_options, &ours_store, rank, ranks, monitor.get()));
+  // The same collective timeout as ours, so that neither waits differently.
+  const std::chrono::milliseconds timeout(absl::ToInt64Milliseconds(ours_options.timeout));
+  SUBSTRAX_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> context,
+                            ConnectRawGloo(rank, dir + "/gloo", timeout));
+
+  const AllReducePeer ours{
+      kPeerNames[0],
+      [&](absl::Span<float> data) { return comm->AllReduce(data, ReduceOp::kSum); },
+      [&] { return comm->Barrier(); },
+  };
+  // What GlooCommunicator::AllReduce does, minus its tags, status translation and checks.
+  const AllReducePeer raw_gloo{
+      kPeerNames[1],
+      [&](absl::Span<float> data) {
+        return GlooCall("allreduce", [&] {
+          gloo::AllreduceOptions opts(context);
+          opts.setOutput(data.data(), data.size());
+          opts.setReduceFunction(
+              static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+          opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+          gloo::allreduce(opts);
+        });
+      },
+      [&] {
+        return GlooCall("barrier", [&] {
+          gloo::BarrierOptions opts(context);
+          gloo::barrier(opts);
+        });
+      },
+  };
+
+  const std::vector<SizePlan> plan = MakePlan(options);
+  std::vector<float> buffer(plan.empty() ? 0 : plan.back().elements());
+  int iteration = 0;
+  std::vector<Samples> samples;
+  for (const SizePlan& size : plan) {
+    SUBSTRAX_RETURN_IF_ERROR(RunSize({&ours, &raw_gloo}, options, size, rank, kRanks, &iteration,
+                                     absl::MakeSpan(buffer).subspan(0, size.elements()), &samples));
+    for (int p = 0; p < 2; ++p) {
+      SUBSTRAX_RETURN_IF_ERROR(
+          store->Set(SamplesKey(kPeerNames[p], size.bytes, rank), Serialize(samples[p])));
+    }
+  }
+  // Neither rank tears its connections down while the other still runs its last call.
+  SUBSTRAX_RETURN_IF_ERROR(ours.barrier());
+  return raw_gloo.barrier();
+}
+
+// Forks the two workers and waits for them. Errors: INTERNAL naming the worker that failed (its
+// own message is on stderr).
+absl::Status RunWorkers(const std::string& dir, const PlanOptions& options) {
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+    if (pid == 0) {
+      const absl::Status status = RunWorker(rank, dir, options);
+      if (!status.ok()) {
+        std::fprintf(stderr, "allreduce worker rank %d (pid %d): %s\n", rank, getpid(),
+                     status.ToString().c_str());
+      }
+      std::fflush(nullptr);
+      _exit(status.ok() ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  // Bounded: every collective and connection in the workers has a timeout.
+  absl::Status result;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    int status = 0;
+    waitpid(pids[rank], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      result.Update(absl::InternalError(absl::StrCat("worker rank ", rank, " failed (wait status ",
+                                                     status, "); its error is above")));
+    }
+  }
+  return result;
+}
+
+// results[peer][bytes] from what the workers left in the store.
+absl::Status CollectWorkerResults(const std::string& dir, const std::vector<SizePlan>& plan,
+                                  std::map<std::string, std::map<int64_t, Result>>* results) {
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::Create(dir));
+  for (const char* peer : kPeerNames) {
+    for (const SizePlan& size : plan) {
+      std::vector<std::vector<double>> per_rank;
+      Result& result = (*results)[peer][size.bytes];
+      for (int rank = 0; rank < kRanks; ++rank) {
+        SUBSTRAX_ASSIGN_OR_RETURN(
+            std::string text, store->Get(SamplesKey(peer, size.bytes, rank), absl::ZeroDuration()));
+        SUBSTRAX_ASSIGN_OR_RETURN(Samples samples, Parse(text));
+        result.wrong += samples.wrong_elements;
+        per_rank.push_back(std::move(samples.seconds));
+      }
+      result.seconds = MedianOfSlowestRank(per_rank);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `name` itself if it holds a '/', else its first executable match in PATH; nullopt if none.
+std::optional<std::string> FindExecutable(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    return access(name.c_str(), X_OK) == 0 ? std::optional<std::string>(name) : std::nullopt;
+  }
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(dir, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> FindMpiBinary(const std::string& flag) {
+  std::vector<std::string> candidates;
+  if (!flag.empty()) {
+    candidates.push_back(flag);
+  } else {
+    candidates.push_back("bench/allreduce_mpi");  // bazel run: the cwd is our runfiles root
+    char self[PATH_MAX] = {};
+    if (readlink("/proc/self/exe", self, sizeof(self) - 1) > 0) {
+      candidates.push_back((std::filesystem::path(self).parent_path() / "allreduce_mpi").string());
+    }
+  }
+  for (const std::string& candidate : candidates) {
+    if (access(candidate.c_str(), X_OK) == 0) return std::filesystem::absolute(candidate).string();
+  }
+  return std::nullopt;
+}
+
+// Runs the MPI peer and reads its "result" lines into results["mpi"]. Returns a reason when the
+// column is skipped (no mpirun, no binary), or an error when MPI ran and failed.
+absl::StatusOr<std::string> RunMpi(const Options& options,
+                                   std::map<std::string, std::map<int64_t, Result>>* results) {
+  const std::optional<std::string> mpirun = FindExecutable(options.mpirun);
+  if (!mpirun) {
+    return absl::StrCat("'", options.mpirun,
+                        "' is not installed or not in PATH (Debian package openmpi-bin)");
+  }
+  const std::optional<std::string> binary = FindMpiBinary(options.mpi_binary);
+  if (!binary) {
+    return std::string(
+        "allreduce_mpi not found (not in runfiles, not beside this binary; pass --mpi_binary)");
+  }
+  std::vector<std::string> args = {
+      *mpirun, "--allow-run-as-root", "--oversubscribe", "-np", absl::StrCat(kRanks),
+      // Unbound, like the forked workers of the other two columns.
+      "--bind-to", "none",
+      // TCP over loopback only (no shared memory, no other fabrics), like Gloo's transport.
+      "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca",
+      "oob_tcp_if_include", "lo",
+      // mpirun ends the job if it runs longer than this (seconds).
+      "--timeout", "900", *binary};
+  for (std::string& arg : ToArgs(options.plan)) args.push_back(std::move(arg));
+
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    setenv("OMPI_MCA_btl", "self,tcp", 1);
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  std::string output;
+  char chunk[4096];
+  for (ssize_t n; (n = read(pipe_fds[0], chunk, sizeof(chunk))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    output.append(chunk, n);
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("mpirun ", absl::StrJoin(args, " "),
+                                            " failed (wait status ", status,
+                                            "); its errors are above. Output:\n", output));
+  }
+  for (absl::string_view line : absl::StrSplit(output, '\n', absl::SkipEmpty())) {
+    if (!absl::ConsumePrefix(&line, "result ")) continue;
+    const std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+    int64_t bytes = 0, count = 0;
+    Result result;
+    if (f.size() != 4 || !absl::SimpleAtoi(f[0], &bytes) || !absl::SimpleAtoi(f[1], &count) ||
+        !absl::SimpleAtod(f[2], &result.seconds) || !absl::SimpleAtoi(f[3], &result.wrong)) {
+      return absl::InternalError(absl::StrCat("bad line from allreduce_mpi: '", line, "'"));
+    }
+    (*results)["mpi"][bytes] = result;
+  }
+  return std::string();
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    absl::string_view rest = line;
+    if (absl::ConsumePrefix(&rest, "model name")) {
+      return std::string(absl::StripAsciiWhitespace(rest.substr(rest.find(':') + 1)));
+    }
+  }
+  return "unknown CPU";
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five;
+  in >> one >> five;
+  return absl::StrCat(one, " ", five);
+}
+
+// "12.3" or "-" when the peer has no result for this size.
+std::string Cell(const std::map<int64_t, Result>& peer, int64_t bytes, bool bandwidth) {
+  auto it = peer.find(bytes);
+  if (it == peer.end()) return "-";
+  if (bandwidth)
+    return absl::StrFormat("%.2f", BusBandwidthGBps(bytes, it->second.seconds, kRanks));
+  return absl::StrFormat("%.1f", it->second.seconds * 1e6);
+}
+
+std::string RatioCell(const std::map<int64_t, Result>& ours, const std::map<int64_t, Result>& other,
+                      int64_t bytes, double* ratio) {
+  auto a = ours.find(bytes), b = other.find(bytes);
+  if (a == ours.end() || b == other.end() || a->second.seconds <= 0) return "-";
+  *ratio = b->second.seconds / a->second.seconds;  // busbw ratio: the same bytes and ranks
+  return absl::StrFormat("%.3f", *ratio);
+}
+
+int Main(const Options& options) {
+  const std::vector<SizePlan> plan = MakePlan(options.plan);
+  if (plan.empty()) {
+    std::fprintf(stderr, "no sizes between --min_bytes and --max_bytes\n");
+    return 1;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir_template = absl::StrCat(tmp ? tmp : "/tmp", "/substrax_bench_allreduce.XXXXXX");
+  if (mkdtemp(dir_template.data()) == nullptr ||
+      !std::filesystem::create_directory(dir_template + "/gloo")) {
+    std::fprintf(stderr, "cannot make a temporary directory %s: %s\n", dir_template.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  const std::string dir = dir_template;
+
+  std::printf(
+      "host: %ld CPUs (%s), load average %s at start; %d processes over 127.0.0.1 "
+      "TCP; sizes %s..%s doubling; timed iterations per size and peer %d..%d after %d "
+      "warm-up, ours and raw Gloo taking turns; time = median over iterations of the "
+      "slowest rank\n",
+      sysconf(_SC_NPROCESSORS_ONLN), CpuModel().c_str(), LoadAverage().c_str(), kRanks,
+      FormatBytes(plan.front().bytes).c_str(), FormatBytes(plan.back().bytes).c_str(),
+      plan.back().iterations, plan.front().iterations, options.plan.warmup);
+  std::fflush(stdout);
+
+  std::map<std::string, std::map<int64_t, Result>> results;
+  absl::Status status = RunWorkers(dir, options.plan);
+  if (status.ok()) status = CollectWorkerResults(dir, plan, &results);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  if (!status.ok()) {
+    std::fprintf(stderr, "ours/raw Gloo: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  const absl::StatusOr<std::string> skipped = RunMpi(options, &results);
+  if (!skipped.ok()) {
+    std::fprintf(stderr, "MPI peer: %s\n", skipped.status().ToString().c_str());
+    return 1;
+  }
+  if (!skipped->empty()) std::printf("MPI column skipped: %s\n", skipped->c_str());
+
+  std::printf("%8s %6s | %9s %8s | %9s %8s | %9s %8s | %9s %8s\n", "size", "iters", "ours_us",
+              "ours_bus", "gloo_us", "gloo_bus", "mpi_us", "mpi_bus", "ours/gloo", "ours/mpi");
+  int64_t wrong = 0;
+  double min_ratio_1mib = std::numeric_limits<double>::infinity();
+  for (const SizePlan& size : plan) {
+    double vs_gloo = 0, vs_mpi = 0;
+    const std::string gloo_ratio =
+        RatioCell(results["ours"], results["gloo"], size.bytes, &vs_gloo);
+    const std::string mpi_ratio = RatioCell(results["ours"], results["mpi"], size.bytes, &vs_mpi);
+    std::printf("%8s %6d", FormatBytes(size.bytes).c_str(), size.iterations);
+    for (const char* peer : {"ours", "gloo", "mpi"}) {
+      std::printf(" | %9s %8s", Cell(results[peer], size.bytes, false).c_str(),
+                  Cell(results[peer], size.bytes, true).c_str());
+      if (auto it = results[peer].find(size.bytes); it != results[peer].end()) {
+        if (it->second.wrong > 0) {
+          std::fprintf(stderr, "%s at %s: %lld wrong elements\n", peer,
+                       FormatBytes(size.bytes).c_str(), static_cast<long long>(it->second.wrong));
+        }
+        wrong += it->second.wrong;
+      }
+    }
+    std::printf(" | %9s %8s\n", gloo_ratio.c_str(), mpi_ratio.c_str());
+    if (size.bytes >= (int64_t{1} << 20)) min_ratio_1mib = std::min(min_ratio_1mib, vs_gloo);
+  }
+  std::printf(
+      "times in microseconds; *_bus = bus bandwidth in GB/s (= algbw for 2 ranks); "
+      "ratios are of bus bandwidth; wrong elements: %lld\n",
+      static_cast<long long>(wrong));
+  if (std::isinf(min_ratio_1mib)) {
+    std::printf("ratio_vs_gloo_min_1MiB=n/a\n");
+  } else {
+    std::printf("ratio_vs_gloo_min_1MiB=%.3f\n", min_ratio_1mib);
+  }
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace substrax::bench
+
+int main(int argc, char** argv) {
+  substrax::bench::Options options;
+  CLI::App app{"all-reduce bandwidth: substrax GlooCommunicator vs raw Gloo vs Open MPI"};
+  substrax::bench::AddPlanFlags(app, &options.plan);
+  app.add_option("--mpirun", options.mpirun, "mpirun to launch the MPI peer with")
+      ->capture_default_str();
+  app.add_option("--mpi_binary", options.mpi_binary,
+                 "path of //bench:allreduce_mpi (default: runfiles, then beside this binary)");
+  CLI11_PARSE(app, argc, argv);
+  return substrax::bench::Main(options);
+}
