@@ -136,6 +136,22 @@ absl::StatusOr<absl::Duration> ParseTimeout(absl::string_view text) {
   return d;
 }
 
+absl::StatusOr<WorkersShape> ParseWorkersShape(absl::string_view text) {
+  constexpr int64_t kMax = 65536;
+  const std::string lower = absl::AsciiStrToLower(text);
+  const std::vector<absl::string_view> parts = absl::StrSplit(lower, 'x');
+  int64_t n = 0, d = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &n) || !absl::SimpleAtoi(parts[1], &d)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--workers: '", text, "' is not WORKERSxDEVICES, e.g. 2x2 for 2 workers of 2 devices"));
+  }
+  if (n < 1 || d < 1 || n > kMax || d > kMax || n * d > kMax) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--workers: '", text, "': each number must be 1 to ", kMax, " and so must their product"));
+  }
+  return WorkersShape{static_cast<int>(n), static_cast<int>(d)};
+}
+
 std::string ResolveCoordinator(absl::string_view flag, absl::string_view env,
                                const std::string& local_address_file) {
   if (!flag.empty()) return std::string(flag);

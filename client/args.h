@@ -59,6 +59,15 @@ absl::StatusOr<v1::GroupBy> ParseGroupBy(absl::string_view text);
 // --timeout: a positive duration such as "10s", "500ms", "2m". Errors: INVALID_ARGUMENT.
 absl::StatusOr<absl::Duration> ParseTimeout(absl::string_view text);
 
+// --workers NxD of `plan`: N worker daemons (one host each) with D CPU devices each.
+struct WorkersShape {
+  int workers = 0;
+  int devices_per_worker = 0;
+};
+// "2x2" (also "2X2"). Each number is 1 to 65536 and so is their product (the largest mesh axis).
+// Errors: INVALID_ARGUMENT naming the flag and what is wrong.
+absl::StatusOr<WorkersShape> ParseWorkersShape(absl::string_view text);
+
 // Where the coordinator is: `flag` when non-empty, else `env` (SUBSTRAX_COORDINATOR) when
 // non-empty, else the first line of `local_address_file` (a local cluster's address, written by
 // `substraxctl local up`) when that file exists and is not empty, else kDefaultCoordinator.

@@ -136,5 +136,18 @@ TEST(UserPathTest, RelativeToTheDirectoryBazelRunWasTypedIn) {
   EXPECT_EQ(UserPath("job.yaml", ""), "job.yaml");
 }
 
+TEST(ParseWorkersShapeTest, WorkersTimesDevices) {
+  absl::StatusOr<WorkersShape> shape = ParseWorkersShape("2x4");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->workers, 2);
+  EXPECT_EQ(shape->devices_per_worker, 4);
+  EXPECT_EQ(ParseWorkersShape("1X1")->workers, 1);
+  for (const char* bad : {"", "2", "2x", "x2", "2x2x2", "0x2", "2x-1", "a x b", "300x300"}) {
+    absl::StatusOr<WorkersShape> r = ParseWorkersShape(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(r.status().message().rfind("--workers: '", 0), 0u) << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace substrax::ctl

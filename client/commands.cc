@@ -9,7 +9,10 @@
 #include "absl/strings/str_split.h"
 #include "client/progress.h"
 #include "client/command_util.h"
+#include "core/device.h"
+#include "core/input_shape.h"
 #include "core/job_spec.h"
+#include "core/plan.h"
 #include "substrax/v1/job_service.grpc.pb.h"
 #include "substrax/v1/metrics_service.grpc.pb.h"
 
@@ -53,21 +56,72 @@ int PrintResult(const CommandContext& ctx, const google::protobuf::Message& mess
   return kExitOk;
 }
 
-}  // namespace
-
-int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch) {
-  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(UserPath(path, ctx.working_directory));
-  if (!spec.ok()) {
-    if (spec.status().code() == absl::StatusCode::kInvalidArgument) {
-      *ctx.err << "substraxctl: invalid job spec, nothing was submitted:\n"
-               << spec.status().message() << "\n";
+// Loads, defaults and validates the job spec at `path` into `spec`. A bad spec prints
+// "substraxctl: <invalid_note>:" and every problem, one a line; returns the exit code.
+int LoadSpec(const CommandContext& ctx, const std::string& path, absl::string_view invalid_note,
+             v1::JobSpec* spec) {
+  absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(UserPath(path, ctx.working_directory));
+  if (!loaded.ok()) {
+    if (loaded.status().code() == absl::StatusCode::kInvalidArgument) {
+      *ctx.err << "substraxctl: " << invalid_note << ":\n" << loaded.status().message() << "\n";
     } else {
-      *ctx.err << "substraxctl: " << spec.status().message() << "\n";
+      *ctx.err << "substraxctl: " << loaded.status().message() << "\n";
     }
     return kExitUsage;
   }
+  *spec = *std::move(loaded);
+  return kExitOk;
+}
+
+// The devices of `plan`: `workers` CPU devices as --workers describes them, or those of the
+// coordinator's alive workers when the flag is empty. `source` says which, for messages.
+int PlanDevices(const CommandContext& ctx, const std::string& workers, std::vector<Device>* devices,
+                std::string* source) {
+  if (!workers.empty()) {
+    absl::StatusOr<WorkersShape> shape = ParseWorkersShape(workers);
+    if (!shape.ok()) return UsageError(ctx, shape.status());
+    // Worker daemons name themselves after their host; each poses as one host.
+    *devices = MakeUniformCluster(shape->workers, shape->devices_per_worker);
+    for (Device& d : *devices) {
+      d.host = absl::StrCat("worker-", d.id / shape->devices_per_worker);
+      d.worker_id = d.host;
+    }
+    *source = absl::StrCat("--workers ", workers);
+    return kExitOk;
+  }
+  v1::ListWorkersResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::ListWorkers, v1::ListWorkersRequest(),
+                              &response)) {
+    if (rc == kExitUnreachable) {
+      *ctx.err << "substraxctl: plan needs the coordinator only for the cluster's devices; "
+                  "without one, describe them: --workers 2x2 (2 workers of 2 devices)\n";
+    }
+    return rc;
+  }
+  int alive = 0;
+  for (const v1::Worker& worker : response.workers()) {
+    if (worker.state() != v1::WORKER_STATE_ALIVE) continue;
+    ++alive;
+    for (const v1::Device& device : worker.devices()) devices->push_back(DeviceFromProto(device));
+  }
+  if (devices->empty()) {
+    *ctx.err << "substraxctl: the coordinator at " << ctx.coordinator
+             << " has no alive worker with devices; start workers, or plan for a cluster shape "
+                "with --workers 2x2 (2 workers of 2 devices)\n";
+    return kExitError;
+  }
+  *source = absl::StrCat("the alive workers at ", ctx.coordinator);
+  return kExitOk;
+}
+
+}  // namespace
+
+int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch) {
   v1::SubmitJobRequest request;
-  *request.mutable_spec() = *std::move(spec);
+  if (int rc = LoadSpec(ctx, path, "invalid job spec, nothing was submitted",
+                        request.mutable_spec())) {
+    return rc;
+  }
   v1::SubmitJobResponse response;
   if (int rc = CallJobService(ctx, &v1::JobService::Stub::SubmitJob, request, &response)) {
     return rc;
@@ -206,6 +260,37 @@ int MeshCommand(const CommandContext& ctx, const std::string& job_id) {
     return rc;
   }
   return PrintResult(ctx, response, [&] { return FormatMeshDetails(response); });
+}
+
+int PlanCommand(const CommandContext& ctx, const std::string& path, const std::string& workers) {
+  v1::JobSpec spec;
+  if (int rc = LoadSpec(ctx, path, "invalid job spec", &spec)) return rc;
+  std::vector<Device> devices;
+  std::string source;
+  if (int rc = PlanDevices(ctx, workers, &devices, &source)) return rc;
+  absl::StatusOr<int64_t> features = InputFeatures(spec.data());
+  if (!features.ok()) {
+    *ctx.err << "substraxctl: " << features.status().message() << "\n";
+    return ExitCodeForStatus(features.status().code());
+  }
+  absl::StatusOr<JobPlan> plan = PlanJob(spec, devices, *features);
+  if (!plan.ok()) {
+    // The coordinator's own message (the same CreateMeshForJob), then what it was checked on.
+    *ctx.err << "substraxctl: " << plan.status().message() << "\n"
+             << "substraxctl: job " << spec.name() << " cannot run on the "
+             << devices.size() << " devices of " << source << "\n";
+    return ExitCodeForStatus(plan.status().code());
+  }
+  if (ctx.format == OutputFormat::kTable) {
+    *ctx.out << FormatPlan(*plan, spec,
+                           absl::StrCat("plan of job ", spec.name(), " on ", devices.size(),
+                                        " devices of ", source));
+  } else {
+    const std::string json = PlanToJson(*plan, spec);
+    *ctx.out << (ctx.format == OutputFormat::kJson ? json : JsonToYaml(json));
+  }
+  ctx.out->flush();
+  return kExitOk;
 }
 
 int MetricsCommand(const CommandContext& ctx, const std::string& job_id,

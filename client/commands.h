@@ -60,6 +60,14 @@ int WorkersCommand(const CommandContext& ctx);
 // mesh JOB.
 int MeshCommand(const CommandContext& ctx, const std::string& job_id);
 
+// plan FILE [--workers NxD]: a dry run of the job on the devices of --workers ("2x2": 2 workers,
+// hosts worker-0 and worker-1, of 2 CPU devices each) or, without it, of the coordinator's alive
+// workers: the mesh, every parameter's layout, per-device memory and the collectives of a step
+// (core/plan.h). Exit 2 for a bad flag or spec and for a job the devices cannot hold (the
+// coordinator's "spec.mesh: ..." message); 1 when the data's header cannot be read here (the
+// input width comes from it) or no worker is alive; 3 when the coordinator is unreachable.
+int PlanCommand(const CommandContext& ctx, const std::string& path, const std::string& workers);
+
 struct MetricsFlags {
   std::vector<std::string> names;  // --name (repeatable or comma-separated); empty: all
   std::string reduce;              // --reduce; empty: the job's declared reductions

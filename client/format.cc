@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <set>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "core/mesh.h"
+#include "core/plan.h"
 #include "core/sharding.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/yaml.h"
@@ -461,6 +463,209 @@ std::string JsonToYaml(const std::string& json) {
 std::string FormatMessage(const google::protobuf::Message& message, OutputFormat format) {
   if (format == OutputFormat::kYaml) return JsonToYaml(ToJsonWith(message, false));
   return ToJson(message);
+}
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  const char* format = value >= 99.95 ? "%.0f %s" : value >= 9.995 ? "%.1f %s" : "%.2f %s";
+  return absl::StrFormat(format, value, kUnits[unit]);
+}
+
+namespace {
+
+// Indented JSON written in order (a protobuf Struct would sort or shuffle the keys). Values after
+// a Key go on its line; other values and keys each start a new line.
+class JsonWriter {
+ public:
+  JsonWriter& Key(absl::string_view key) {
+    NewItem();
+    absl::StrAppend(&out_, Quote(key), ": ");
+    after_key_ = true;
+    return *this;
+  }
+  JsonWriter& Open(char bracket) {
+    Raw(std::string(1, bracket));
+    first_.push_back(true);
+    return *this;
+  }
+  JsonWriter& Close(char bracket) {
+    const bool empty = first_.back();
+    first_.pop_back();
+    if (!empty) absl::StrAppend(&out_, "\n", std::string(2 * first_.size(), ' '));
+    out_.push_back(bracket);
+    return *this;
+  }
+  JsonWriter& String(absl::string_view s) { return Raw(Quote(s)); }
+  JsonWriter& Int(int64_t v) { return Raw(absl::StrCat(v)); }
+  // A list of integers on one line: [784, 512].
+  JsonWriter& Ints(absl::Span<const int64_t> values) {
+    return Raw(absl::StrCat("[", absl::StrJoin(values, ", "), "]"));
+  }
+  JsonWriter& Strings(absl::Span<const std::string> values) {
+    std::vector<std::string> quoted;
+    for (const std::string& v : values) quoted.push_back(Quote(v));
+    return Raw(absl::StrCat("[", absl::StrJoin(quoted, ", "), "]"));
+  }
+  std::string Finish() { return out_ + "\n"; }
+
+ private:
+  static std::string Quote(absl::string_view s) {
+    std::string out = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') {
+        out.push_back('\\');
+        out.push_back(c);
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        absl::StrAppend(&out, absl::StrFormat("\\u%04x", c));
+      } else {
+        out.push_back(c);
+      }
+    }
+    return out + "\"";
+  }
+  void NewItem() {
+    if (first_.empty()) return;
+    if (!first_.back()) out_.push_back(',');
+    first_.back() = false;
+    absl::StrAppend(&out_, "\n", std::string(2 * first_.size(), ' '));
+  }
+  JsonWriter& Raw(const std::string& text) {
+    if (!after_key_) NewItem();
+    after_key_ = false;
+    out_ += text;
+    return *this;
+  }
+
+  std::string out_;
+  std::vector<bool> first_;  // per open bracket: nothing written in it yet
+  bool after_key_ = false;
+};
+
+// "784 -> 512 -> 256 -> 10": the input and every dense layer's output.
+std::string LayerChain(const JobPlan& plan) {
+  std::vector<int64_t> widths = {plan.num_features};
+  for (const ParamPlan& p : plan.params) {
+    if (p.param.shape.size() == 2) widths.push_back(p.param.shape[1]);  // kernels
+  }
+  return absl::StrJoin(widths, " -> ");
+}
+
+int64_t OptimizerMultiple(const JobPlan& plan) {
+  return plan.memory.parameters == 0 ? 0
+                                     : plan.memory.optimizer_state / plan.memory.parameters;
+}
+
+}  // namespace
+
+std::string FormatPlan(const JobPlan& plan, const v1::JobSpec& spec, absl::string_view title) {
+  const std::string optimizer = OptimizerTypeName(spec.optimizer().type());
+  std::string out = absl::StrCat(
+      title, "\nmodel: ", ModelTypeName(spec.model().type()), " ", LayerChain(plan), " (",
+      plan.model_param_bytes / kBytesPerValue, " parameters, ",
+      FormatBytes(plan.model_param_bytes), "), ", optimizer, "; ", plan.per_device_batch,
+      " examples per device per step\n\n", plan.mesh_info.ToString());
+
+  Table params({"PARAMETER", "GLOBAL SHAPE", "SPEC", "SHARD SHAPE", "SHARD BYTES", "REPLICAS",
+                "GRADIENT REDUCED OVER"});
+  for (const ParamPlan& p : plan.params) {
+    params.AddRow({p.param.name, ShapeToString(p.param.shape), p.param.partition.ToString(),
+                   ShapeToString(p.shard_shape), FormatBytes(p.shard_bytes),
+                   absl::StrCat(p.replicas),
+                   p.gradient_axes.empty() ? "-" : absl::StrJoin(p.gradient_axes, ", ")});
+  }
+  absl::StrAppend(&out, "\n", params.Render(false, "  "));
+
+  const DeviceMemory& m = plan.memory;
+  Table memory({"MEMORY PER DEVICE", "BYTES", "HOW"});
+  memory.AddRow({"parameters", FormatBytes(m.parameters), "this device's blocks, float32"});
+  memory.AddRow({"gradients", FormatBytes(m.gradients), "as parameters"});
+  memory.AddRow({"optimizer state", FormatBytes(m.optimizer_state),
+                 absl::StrCat(optimizer, ": ", OptimizerMultiple(plan), " x parameters")});
+  memory.AddRow({"activations", FormatBytes(m.activations),
+                 absl::StrCat("2 x batch ", plan.per_device_batch, " x (",
+                              absl::StrJoin(plan.local_layer_widths, " + "),
+                              ") x 4 B, forward and backward")});
+  memory.AddRow({"total", FormatBytes(m.total()), ""});
+  absl::StrAppend(&out, "\n", memory.Render(false, "  "));
+
+  absl::StrAppend(&out, "\n");
+  if (plan.collectives.empty()) {
+    absl::StrAppend(&out, "  no collectives: one device holds the whole step\n");
+    return out;
+  }
+  Table collectives({"AXIS", "GROUP", "ALL-REDUCE PER STEP", "COUNT", "BYTES PER DEVICE"});
+  for (const Collective& c : plan.collectives) {
+    collectives.AddRow({c.axis, absl::StrCat(c.group_size), c.what, absl::StrCat(c.count),
+                        FormatBytes(c.bytes)});
+  }
+  absl::StrAppend(&out, collectives.Render(false, "  "));
+  return out;
+}
+
+std::string PlanToJson(const JobPlan& plan, const v1::JobSpec& spec) {
+  JsonWriter w;
+  w.Open('{');
+  w.Key("job").String(spec.name());
+  w.Key("mesh").Open('{');
+  w.Key("axis_names").Strings(plan.mesh_info.axis_names);
+  w.Key("shape").Ints(plan.mesh_info.shape);
+  w.Key("hosts").Strings(plan.mesh_info.hosts);
+  w.Key("devices").Open('[');
+  for (const Device& d : plan.mesh_info.devices) {
+    w.Open('{');
+    w.Key("id").Int(d.id);
+    w.Key("host").String(d.host);
+    w.Key("worker_id").String(d.worker_id);
+    w.Key("local_index").Int(d.local_index);
+    w.Key("kind").String(DeviceKindName(d.kind));
+    w.Close('}');
+  }
+  w.Close(']').Close('}');
+  w.Key("num_features").Int(plan.num_features);
+  w.Key("per_device_batch_size").Int(plan.per_device_batch);
+  w.Key("model_param_bytes").Int(plan.model_param_bytes);
+  w.Key("params").Open('[');
+  for (const ParamPlan& p : plan.params) {
+    w.Open('{');
+    w.Key("name").String(p.param.name);
+    w.Key("global_shape").Ints(p.param.shape);
+    w.Key("partition_spec").String(p.param.partition.ToString());
+    w.Key("shard_shape").Ints(p.shard_shape);
+    w.Key("shard_bytes").Int(p.shard_bytes);
+    w.Key("replicas").Int(p.replicas);
+    w.Key("gradient_axes").Strings(p.gradient_axes);
+    w.Close('}');
+  }
+  w.Close(']');
+  w.Key("local_layer_widths").Ints(plan.local_layer_widths);
+  const DeviceMemory& m = plan.memory;
+  w.Key("memory_per_device").Open('{');
+  w.Key("parameters").Int(m.parameters);
+  w.Key("gradients").Int(m.gradients);
+  w.Key("optimizer_state").Int(m.optimizer_state);
+  w.Key("activations").Int(m.activations);
+  w.Key("total").Int(m.total());
+  w.Close('}');
+  w.Key("collectives").Open('[');
+  for (const Collective& c : plan.collectives) {
+    w.Open('{');
+    w.Key("axis").String(c.axis);
+    w.Key("group_size").Int(c.group_size);
+    w.Key("all_reduce").String(c.what);
+    w.Key("count").Int(c.count);
+    w.Key("bytes").Int(c.bytes);
+    w.Close('}');
+  }
+  w.Close(']');
+  w.Close('}');
+  return w.Finish();
 }
 
 }  // namespace substrax::ctl

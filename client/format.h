@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/args.h"
+#include "core/plan.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "substrax/v1/job.pb.h"
@@ -95,6 +96,15 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
 std::string FormatMetricsTable(const v1::QueryMetricsResponse& response);
 // `substraxctl mesh`: the device grid (DeviceMeshManager::GetMeshInfo) and the shard layouts.
 std::string FormatMeshDetails(const v1::GetMeshResponse& response);
+
+// Byte counts for people: "512 B", "17.3 KiB", "784 KiB", "2.04 MiB" (three significant digits).
+std::string FormatBytes(int64_t bytes);
+// `substraxctl plan`: `title` (which job on which devices), the mesh grid, every parameter's
+// layout, the memory of one device and the collectives of one step. `spec` is the planned job.
+std::string FormatPlan(const JobPlan& plan, const v1::JobSpec& spec, absl::string_view title);
+// The plan as indented JSON (field names as in docs/cli.md; integers are plain JSON numbers),
+// with a final newline. JsonToYaml gives its YAML.
+std::string PlanToJson(const JobPlan& plan, const v1::JobSpec& spec);
 
 // The message as indented JSON (proto field names, enums by name, zero values included), with a
 // final newline.

@@ -62,6 +62,16 @@ TEST(TableTest, AlignsColumnsIgnoringColourAndUnicode) {
   EXPECT_EQ(DisplayWidth("\x1b[32mok\x1b[0m"), 2u);
 }
 
+TEST(FormatTest, BytesWithThreeSignificantDigits) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1024), "1.00 KiB");
+  EXPECT_EQ(FormatBytes(10240), "10.0 KiB");
+  EXPECT_EQ(FormatBytes(802816), "784 KiB");
+  EXPECT_EQ(FormatBytes(2143272), "2.04 MiB");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 40), "3.00 TiB");
+}
+
 TEST(FormatTest, DurationsAgesAndValues) {
   EXPECT_EQ(FormatShortDuration(absl::Seconds(42)), "42s");
   EXPECT_EQ(FormatShortDuration(absl::Seconds(185)), "3m05s");

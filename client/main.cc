@@ -117,6 +117,18 @@ int main(int argc, char** argv) {
   add_output(mesh);
   mesh->callback([&] { run = [&](auto& ctx) { return ctl::MeshCommand(ctx, job); }; });
 
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Dry-run a job spec: its mesh, parameter shards, per-device memory and the "
+              "collectives of one step; needs no running job");
+  std::string plan_workers;
+  plan->add_option("FILE", spec_file, "TrainJob YAML (docs/job-spec.md)")->required();
+  plan->add_option("--workers", plan_workers,
+                   "Plan for WORKERSxDEVICES CPU devices (2x2: hosts worker-0, worker-1 with 2 "
+                   "devices each) instead of the coordinator's alive workers");
+  add_output(plan);
+  plan->callback(
+      [&] { run = [&](auto& ctx) { return ctl::PlanCommand(ctx, spec_file, plan_workers); }; });
+
   CLI::App* metrics = app.add_subcommand(
       "metrics", "Query a job's metric series: one row per step, one column per series");
   ctl::MetricsFlags metrics_flags;

@@ -9,7 +9,9 @@
 #include "absl/strings/str_join.h"
 #include "core/device.h"
 #include "core/device_mesh_manager.h"
+#include "core/input_shape.h"
 #include "core/job_spec.h"
+#include "core/model_catalog.h"
 #include "core/sharding.h"
 #include "core/status.h"
 
@@ -831,18 +833,35 @@ std::vector<v1::Worker> Cluster::ListWorkers() const {
 }
 
 absl::StatusOr<v1::GetMeshResponse> Cluster::GetMesh(const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
-  const JobEntry* entry = FindJobOrNullLocked(job_id);
-  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-  if (entry->job.mesh().devices().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " has no mesh yet: it is ", StateName(entry->job.state()),
-        " and has never started"));
-  }
-  SUBSTRAX_ASSIGN_OR_RETURN(Mesh mesh, Mesh::FromProto(entry->job.mesh()));
+  v1::JobSpec spec;
   v1::GetMeshResponse response;
-  *response.mutable_mesh() = entry->job.mesh();
-  SUBSTRAX_ASSIGN_OR_RETURN(*response.mutable_layouts(), LayoutsFor(entry->job.spec(), mesh));
+  {
+    absl::MutexLock lock(&mu_);
+    const JobEntry* entry = FindJobOrNullLocked(job_id);
+    if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    if (entry->job.mesh().devices().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " has no mesh yet: it is ", StateName(entry->job.state()),
+          " and has never started"));
+    }
+    spec = entry->job.spec();
+    *response.mutable_mesh() = entry->job.mesh();
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(Mesh mesh, Mesh::FromProto(response.mesh()));
+  SUBSTRAX_ASSIGN_OR_RETURN(*response.mutable_layouts(), LayoutsFor(spec, mesh));
+  // Parameter layouts need the input width, which the data's header gives: shown when this host
+  // can read it (outside the lock: it reads a file).
+  absl::StatusOr<int64_t> features = InputFeatures(spec.data());
+  if (!features.ok()) return response;
+  absl::StatusOr<std::vector<ParamSpec>> params =
+      ModelParams(spec.model(), *features, ModelAxisSize(spec));
+  if (!params.ok()) return response;
+  for (const ParamSpec& p : *params) {
+    absl::StatusOr<NamedSharding> sharding = NamedSharding::Create(mesh, p.partition);
+    if (!sharding.ok()) continue;
+    absl::StatusOr<ShardLayout> layout = sharding->Layout(p.shape);
+    if (layout.ok()) (*response.mutable_layouts())[p.name] = layout->ToProto();
+  }
   return response;
 }
 

@@ -112,6 +112,16 @@ TEST_F(ServerTest, AJobRunsThroughAssignmentsRendezvousAndReports) {
   EXPECT_NE(assignments[0].process_index(), assignments[1].process_index());
   EXPECT_EQ(assignments[0].mesh().devices_size(), 4);
 
+  // The mesh with the batch layout and, since the input width is known, every parameter's.
+  v1::GetMeshRequest mesh_request;
+  mesh_request.set_job_id(id);
+  v1::GetMeshResponse mesh;
+  ASSERT_TRUE(jobs_->GetMesh(Context().get(), mesh_request, &mesh).ok());
+  EXPECT_EQ(mesh.layouts().count("batch/inputs"), 1u);
+  ASSERT_EQ(mesh.layouts().count("dense_0/kernel"), 1u);
+  EXPECT_EQ(mesh.layouts().at("dense_0/kernel").global_shape(0), 4);
+  EXPECT_EQ(mesh.layouts().at("dense_0/kernel").num_replicas(), 4);
+
   // Rendezvous through the coordinator's store, as Gloo does.
   std::shared_ptr<v1::CoordinatorService::StubInterface> shared = std::move(coordinator_);
   CoordinatorStore store_a(shared, id, assignments[0].attempt());

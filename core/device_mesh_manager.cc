@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
@@ -141,7 +142,14 @@ absl::StatusOr<Mesh> CreateMeshForJob(const v1::MeshSpec& spec, absl::Span<const
     default:
       return absl::InvalidArgumentError("spec.mesh.type: unspecified (apply the spec's defaults)");
   }
-  if (!mesh.ok()) return Annotate(mesh.status(), "spec.mesh");
+  if (!mesh.ok()) {
+    absl::Status status = Annotate(mesh.status(), "spec.mesh");
+    if (!spec.allow_cross_host_model_axis() && absl::StrContains(status.message(), "cross-host")) {
+      status = absl::Status(status.code(), absl::StrCat(status.message(),
+                                                        " (spec.mesh.allow_cross_host_model_axis)"));
+    }
+    return status;
+  }
   return mesh;
 }
 

@@ -205,6 +205,38 @@ TEST(EndToEndTest, KilledWorkerFailsTheJobNamingIt) {
   EXPECT_TRUE(cluster.coordinator().Running());
 }
 
+// The model-parallel issue's end-to-end check: a hybrid (data=2, model=2) Fashion-MNIST job on
+// two worker daemons reaches test_accuracy >= 0.87, each model-axis group on one host.
+TEST(EndToEndTest, HybridFashionMnistReachesTheBaseline) {
+  LocalCluster cluster("e2e_hybrid");
+  ASSERT_TRUE(PollUntil([&] { return cluster.WorkersAlive(2); }, absl::Seconds(30)))
+      << cluster.Logs();
+  CommandResult submit =
+      cluster.Ctl({"submit", Runfile("examples/fashion_mnist_mlp_hybrid.yaml")});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err << cluster.Logs();
+  const std::string id = SubmittedId(submit);
+  CommandResult watch = cluster.Ctl({"watch", id}, absl::Minutes(15));
+  ASSERT_EQ(watch.exit_code, 0) << watch.out << watch.err << cluster.Logs();
+  std::optional<v1::Job> job = cluster.Get(id);
+  ASSERT_TRUE(job.has_value());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->error();
+  EXPECT_GE(job->progress().final_metrics().at("test_accuracy"), 0.87);
+  // Row-major (data, model): devices 2k and 2k+1 form model-axis group k; each on one host,
+  // and the two groups on different hosts.
+  ASSERT_EQ(job->mesh().shape_size(), 2);
+  ASSERT_EQ(job->mesh().devices_size(), 4);
+  EXPECT_EQ(job->mesh().devices(0).host(), job->mesh().devices(1).host());
+  EXPECT_EQ(job->mesh().devices(2).host(), job->mesh().devices(3).host());
+  EXPECT_NE(job->mesh().devices(0).host(), job->mesh().devices(2).host());
+  // Per-host metrics: each host reported for its two devices.
+  CommandResult by_host = cluster.Ctl({"metrics", id, "--name", "loss", "--group-by", "host",
+                                       "-o", "json"});
+  ASSERT_EQ(by_host.exit_code, 0) << by_host.err;
+  EXPECT_THAT(by_host.out, HasSubstr("host-a"));
+  EXPECT_THAT(by_host.out, HasSubstr("host-b"));
+  EXPECT_THAT(by_host.out, HasSubstr("\"num_values\": 2"));
+}
+
 TEST(EndToEndTest, BadSpecsAreRejectedAndTheCoordinatorKeepsServing) {
   LocalCluster cluster("e2e_bad");
   const std::string good = cluster.WriteJob("ok", 10);
