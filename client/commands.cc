@@ -1,5 +1,7 @@
 #include "client/commands.h"
 
+#include <sstream>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -155,8 +157,24 @@ int GetCommand(const CommandContext& ctx, const std::string& job_id) {
   request.set_job_id(job_id);
   v1::GetJobResponse response;
   if (int rc = CallJobService(ctx, &v1::JobService::Stub::GetJob, request, &response)) return rc;
-  return PrintResult(ctx, response.job(),
-                     [&] { return FormatJobDetails(response.job(), FormatOptionsOf(ctx)); });
+  // A job that has run has shardings; the table shows them after the job (best effort: the job
+  // is shown even if the mesh cannot be fetched).
+  std::string shardings;
+  if (!response.job().mesh().devices().empty() && ctx.format == OutputFormat::kTable) {
+    v1::GetMeshRequest mesh_request;
+    mesh_request.set_job_id(job_id);
+    v1::GetMeshResponse mesh;
+    std::ostringstream ignored;
+    CommandContext quiet = ctx;
+    quiet.err = &ignored;
+    if (CallJobService(quiet, &v1::JobService::Stub::GetMesh, mesh_request, &mesh) == 0 &&
+        !mesh.layouts().empty()) {
+      shardings = "\nShardings:\n" + FormatShardingSummary(mesh);
+    }
+  }
+  return PrintResult(ctx, response.job(), [&] {
+    return FormatJobDetails(response.job(), FormatOptionsOf(ctx)) + shardings;
+  });
 }
 
 int WatchCommand(const CommandContext& ctx, const std::string& job_id) {

@@ -339,6 +339,26 @@ std::string FormatMetricsTable(const v1::QueryMetricsResponse& response) {
   return table.Render(false);
 }
 
+std::string FormatShardingSummary(const v1::GetMeshResponse& response) {
+  std::vector<std::string> names;
+  for (const auto& entry : response.layouts()) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
+  Table summary({"ARRAY", "GLOBAL SHAPE", "SPEC", "REPLICAS", "SHARD SHAPE"});
+  for (const std::string& name : names) {
+    const v1::ShardLayout& layout = response.layouts().at(name);
+    std::string shard_shape = "-";
+    if (!layout.shards().empty()) {
+      std::vector<int64_t> shape;
+      for (const v1::IndexRange& r : layout.shards(0).index()) shape.push_back(r.limit() - r.start());
+      shard_shape = ShapeToString(shape);
+    }
+    summary.AddRow({name, ShapeToString(layout.global_shape()),
+                    PartitionSpec::FromProto(layout.spec()).ToString(),
+                    absl::StrCat(layout.num_replicas()), shard_shape});
+  }
+  return summary.Render(false, "  ");
+}
+
 std::string FormatMeshDetails(const v1::GetMeshResponse& response) {
   std::string out;
   absl::StatusOr<Mesh> mesh = Mesh::FromProto(response.mesh());
@@ -353,21 +373,7 @@ std::string FormatMeshDetails(const v1::GetMeshResponse& response) {
   std::vector<std::string> names;
   for (const auto& entry : response.layouts()) names.push_back(entry.first);
   std::sort(names.begin(), names.end());
-  absl::StrAppend(&out, "\nlayouts:\n");
-  Table summary({"ARRAY", "GLOBAL SHAPE", "SPEC", "REPLICAS", "SHARD SHAPE"});
-  for (const std::string& name : names) {
-    const v1::ShardLayout& layout = response.layouts().at(name);
-    std::string shard_shape = "-";
-    if (!layout.shards().empty()) {
-      std::vector<int64_t> shape;
-      for (const v1::IndexRange& r : layout.shards(0).index()) shape.push_back(r.limit() - r.start());
-      shard_shape = ShapeToString(shape);
-    }
-    summary.AddRow({name, ShapeToString(layout.global_shape()),
-                    PartitionSpec::FromProto(layout.spec()).ToString(),
-                    absl::StrCat(layout.num_replicas()), shard_shape});
-  }
-  absl::StrAppend(&out, summary.Render(false, "  "));
+  absl::StrAppend(&out, "\nlayouts:\n", FormatShardingSummary(response));
   for (const std::string& name : names) {
     const v1::ShardLayout& layout = response.layouts().at(name);
     absl::StrAppend(&out, "\n", name, ":\n");

@@ -85,6 +85,9 @@ std::string FormatMeshShape(const v1::Mesh& mesh);
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOptions& options);
 // `substraxctl get`: the job's fields one per line, then its transitions.
 std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options);
+// One row per sharded array (batch, parameters): global shape, partition spec, replicas and
+// shard shape.
+std::string FormatShardingSummary(const v1::GetMeshResponse& response);
 // The end of `watch`: "<id> SUCCEEDED after 2m13s" and the final metrics, one "name=value" a
 // line.
 std::string FormatJobOutcome(const v1::Job& job);

@@ -5,6 +5,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/device.h"
+#include "core/device_mesh_manager.h"
+#include "core/job_spec.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/counter.h"
@@ -143,6 +146,25 @@ struct CoordinatorServer::Impl {
 
     grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
                            v1::SubmitJobResponse* response) override {
+      // A job whose mesh the alive cluster could never hold is refused now, saying what is
+      // available, rather than left waiting (a mesh that fits but is busy waits, PENDING).
+      v1::JobSpec defaulted = request->spec();
+      ApplyJobSpecDefaults(&defaulted);
+      if (ValidateJobSpec(defaulted).ok()) {
+        std::vector<Device> devices;
+        int alive = 0;
+        for (const v1::Worker& w : impl_->cluster->ListWorkers()) {
+          if (w.state() != v1::WORKER_STATE_ALIVE) continue;
+          ++alive;
+          for (const v1::Device& d : w.devices()) devices.push_back(DeviceFromProto(d));
+        }
+        absl::StatusOr<Mesh> mesh = CreateMeshForJob(defaulted.mesh(), devices);
+        if (!mesh.ok()) {
+          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              absl::StrCat(mesh.status().message(), "; the cluster has ", alive,
+                                           alive == 1 ? " alive worker" : " alive workers"));
+        }
+      }
       absl::StatusOr<v1::Job> job = impl_->cluster->SubmitJob(request->spec());
       if (!job.ok()) return ToGrpc(job.status());
       if (impl_->jobs_submitted != nullptr) impl_->jobs_submitted->Increment();

@@ -187,6 +187,8 @@ TEST_F(ServerTest, AJobRunsThroughAssignmentsRendezvousAndReports) {
 // The server-side check of every spec, whatever client sent it: each bad spec is
 // INVALID_ARGUMENT naming the field, and the coordinator keeps serving.
 TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
+  Register("a", "inc-a");
+  Register("b", "inc-b");
   const v1::JobSpec good = *ParseJobSpecYaml(kJob);
   struct Case {
     std::function<void(v1::JobSpec*)> mutate;
@@ -220,6 +222,26 @@ TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.fragment;
     EXPECT_THAT(status.error_message(), HasSubstr(c.fragment));
   }
+  // Meshes the alive cluster (2 workers x 2 devices) can never hold: refused, saying what is there.
+  v1::SubmitJobRequest too_big;
+  *too_big.mutable_spec() = good;
+  too_big.mutable_spec()->mutable_mesh()->set_data_parallel_size(8);
+  too_big.mutable_spec()->mutable_batch()->clear_per_device_batch_size();
+  v1::SubmitJobResponse refused;
+  grpc::Status big = jobs_->SubmitJob(Context().get(), too_big, &refused);
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(big.error_message(),
+              HasSubstr("spec.mesh: data-parallel mesh of 8 devices, but only 4 are available"));
+  v1::SubmitJobRequest cross;
+  *cross.mutable_spec() = good;
+  cross.mutable_spec()->mutable_mesh()->set_type(v1::MESH_TYPE_HYBRID);
+  cross.mutable_spec()->mutable_mesh()->set_data_parallel_size(1);
+  cross.mutable_spec()->mutable_mesh()->set_model_parallel_size(4);
+  cross.mutable_spec()->mutable_batch()->clear_per_device_batch_size();
+  grpc::Status crossed = jobs_->SubmitJob(Context().get(), cross, &refused);
+  EXPECT_EQ(crossed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << crossed.error_message();
+  EXPECT_THAT(crossed.error_message(), HasSubstr("spec.mesh.allow_cross_host_model_axis"));
+
   v1::ListJobsResponse list;
   ASSERT_TRUE(jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 0);
