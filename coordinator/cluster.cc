@@ -409,16 +409,16 @@ void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
 }
 
 void Cluster::ScheduleLocked() {
-  std::vector<Device> alive;
-  std::vector<Device> free;
+  std::vector<Device> all_alive;
+  std::vector<Device> all_free;
   size_t alive_workers = 0;
   for (const std::string& worker_id : worker_order_) {
     const v1::Worker& worker = workers_.at(worker_id).proto;
     if (worker.state() != v1::WORKER_STATE_ALIVE) continue;
     ++alive_workers;
     for (const v1::Device& device : worker.devices()) {
-      alive.push_back(DeviceFromProto(device));
-      if (busy_devices_.count(device.id()) == 0) free.push_back(alive.back());
+      all_alive.push_back(DeviceFromProto(device));
+      if (busy_devices_.count(device.id()) == 0) all_free.push_back(all_alive.back());
     }
   }
   // The oldest job that the alive workers could hold but not now; everything younger waits.
@@ -428,13 +428,20 @@ void Cluster::ScheduleLocked() {
     if (entry.job.state() != v1::JOB_STATE_PENDING) continue;
     const v1::JobSpec& spec = entry.job.spec();
     const int64_t need = RequiredDevices(spec);
+    // Only devices of the kind the job's backend runs on.
+    const std::vector<Device> alive = DevicesForBackend(spec.backend(), all_alive);
+    std::vector<Device> free = DevicesForBackend(spec.backend(), all_free);
     if (!blocked_by.empty()) {
       SetWaitingLocked(entry, absl::StrCat(need, " free devices behind job ", blocked_by,
                                            " (jobs start in submission order)"));
       continue;
     }
     if (alive.empty()) {
-      SetWaitingLocked(entry, absl::StrCat(need, " devices: no worker is alive"));
+      SetWaitingLocked(entry, all_alive.empty()
+                                  ? absl::StrCat(need, " devices: no worker is alive")
+                                  : absl::StrCat(need, " devices of the kind backend ",
+                                                 BackendName(spec.backend()),
+                                                 " runs on: no alive worker has any"));
       continue;
     }
     absl::StatusOr<Mesh> could = CreateMeshForJob(spec.mesh(), alive);
@@ -472,9 +479,9 @@ void Cluster::ScheduleLocked() {
                      Count(workers.size(), "worker"), " (", absl::StrJoin(workers, ", "), ")");
     std::set<int> taken;
     for (const Device& device : mesh->devices()) taken.insert(device.id);
-    free.erase(std::remove_if(free.begin(), free.end(),
-                              [&](const Device& d) { return taken.count(d.id) > 0; }),
-               free.end());
+    all_free.erase(std::remove_if(all_free.begin(), all_free.end(),
+                                  [&](const Device& d) { return taken.count(d.id) > 0; }),
+                   all_free.end());
     StartAttemptLocked(entry, *std::move(mesh), reason);
   }
 }

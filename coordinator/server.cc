@@ -158,7 +158,8 @@ struct CoordinatorServer::Impl {
           ++alive;
           for (const v1::Device& d : w.devices()) devices.push_back(DeviceFromProto(d));
         }
-        absl::StatusOr<Mesh> mesh = CreateMeshForJob(defaulted.mesh(), devices);
+        absl::StatusOr<Mesh> mesh =
+            CreateMeshForJob(defaulted.mesh(), DevicesForBackend(defaulted.backend(), devices));
         if (!mesh.ok()) {
           return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                               absl::StrCat(mesh.status().message(), "; the cluster has ", alive,

@@ -116,6 +116,22 @@ absl::StatusOr<Mesh> DeviceMeshManager::CreateHybridMesh(absl::Span<const Device
                       std::move(chosen));
 }
 
+std::vector<Device> DevicesForBackend(v1::Backend backend, absl::Span<const Device> devices) {
+  DeviceKind kind = DeviceKind::kCpu;
+  if (backend == v1::BACKEND_CUDA) {
+    kind = DeviceKind::kCuda;
+  } else if (backend != v1::BACKEND_CPU) {
+    for (const Device& d : devices) {
+      if (d.kind == DeviceKind::kCuda) kind = DeviceKind::kCuda;
+    }
+  }
+  std::vector<Device> chosen;
+  for (const Device& d : devices) {
+    if (d.kind == kind) chosen.push_back(d);
+  }
+  return chosen;
+}
+
 absl::StatusOr<Mesh> CreateMeshForJob(const v1::MeshSpec& spec, absl::Span<const Device> devices) {
   const MeshPlacementOptions options{spec.allow_cross_host_model_axis()};
   absl::StatusOr<Mesh> mesh;

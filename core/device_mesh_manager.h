@@ -74,6 +74,10 @@ class DeviceMeshManager {
   static MeshInfo GetMeshInfo(const Mesh& mesh);
 };
 
+// The devices a job with `backend` may use: cpu → CPU devices; cuda → CUDA devices; auto (or
+// unspecified) → the CUDA devices when there are any, else the CPU devices.
+std::vector<Device> DevicesForBackend(v1::Backend backend, absl::Span<const Device> devices);
+
 // The mesh a job spec asks for (spec.mesh, after ApplyJobSpecDefaults), built from `devices`
 // with the matching DeviceMeshManager method. A data-parallel mesh takes the first
 // data_parallel_size devices in canonical order (grouped by host). Errors: INVALID_ARGUMENT when

@@ -182,6 +182,22 @@ TEST(DeviceMeshManagerTest, MeshInfoPrintsTheGridWithHosts) {
             "    d0 host-0/cpu:0  d1 host-0/cpu:1\n");
 }
 
+TEST(DeviceMeshManagerTest, BackendSelectsTheDeviceKind) {
+  std::vector<Device> devices = MakeUniformCluster(1, 2);
+  std::vector<Device> gpus = MakeUniformCluster(1, 3, DeviceKind::kCuda);
+  for (Device& g : gpus) {
+    g.id += 10;
+    g.host = "gpu-host";
+  }
+  std::vector<Device> mixed = devices;
+  mixed.insert(mixed.end(), gpus.begin(), gpus.end());
+  EXPECT_EQ(DevicesForBackend(v1::BACKEND_CPU, mixed).size(), 2u);
+  EXPECT_EQ(DevicesForBackend(v1::BACKEND_CUDA, mixed).size(), 3u);
+  EXPECT_EQ(DevicesForBackend(v1::BACKEND_AUTO, mixed).size(), 3u);
+  EXPECT_EQ(DevicesForBackend(v1::BACKEND_AUTO, devices).size(), 2u);
+  EXPECT_TRUE(DevicesForBackend(v1::BACKEND_CUDA, devices).empty());
+}
+
 TEST(DeviceMeshManagerTest, MeshForJobFollowsTheSpec) {
   const std::vector<Device> devices = MakeUniformCluster(2, 2);
   v1::MeshSpec spec;
