@@ -222,12 +222,32 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
   return result;
 }
 
+// The CUDA path of Train.
+absl::StatusOr<TrainResult> TrainOnCuda(const TrainerOptions&) {
+  return absl::UnimplementedError(
+      "training on CUDA devices is not wired into the runner yet: the CUDA model, kernels and "
+      "NCCL communicators exist (worker/gpu, worker/collectives) but the step loop runs on CPU "
+      "devices only; use backend cpu with CPU devices");
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   const v1::JobSpec& spec = options.spec;
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
   const Mesh& mesh = options.mesh;
+  // The device kind decides the backend; a spec that asks for another one is refused.
+  const bool cuda_devices = mesh.devices().front().kind == DeviceKind::kCuda;
+  if (spec.backend() == v1::BACKEND_CUDA && !cuda_devices) {
+    return absl::FailedPreconditionError(
+        "spec.backend is cuda but the job's devices are CPU devices; run it on CUDA workers "
+        "(substrax-worker daemon --devices cuda) or use backend auto or cpu");
+  }
+  if (spec.backend() == v1::BACKEND_CPU && cuda_devices) {
+    return absl::FailedPreconditionError(
+        "spec.backend is cpu but the job's devices are CUDA devices");
+  }
+  if (cuda_devices) return TrainOnCuda(options);
   if (static_cast<int64_t>(options.process_of_position.size()) != mesh.size()) {
     return absl::InvalidArgumentError(absl::StrCat("process table has ",
                                                    options.process_of_position.size(),

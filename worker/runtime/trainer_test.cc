@@ -248,6 +248,14 @@ TEST(TrainerTest, ExplicitCollectivePathEqualsSpmdPathWithTensorParallelism) {
   EXPECT_EQ(diff->max_relative, 0) << diff->where;
 }
 
+TEST(TrainerTest, BackendMustMatchTheDevices) {
+  v1::JobSpec spec = Spec("{type: sgd, learning_rate: 0.1}", 2);
+  spec.set_backend(v1::BACKEND_CUDA);
+  auto cpu_devices = TrainInProcess(spec, 2);
+  EXPECT_EQ(cpu_devices.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(cpu_devices.status().message()), HasSubstr("spec.backend is cuda"));
+}
+
 TEST(TrainerTest, BadOptionsAreRejected) {
   const v1::JobSpec spec = Spec("{type: sgd, learning_rate: 0.1}", 2);
   auto mesh = CreateMeshForJob(spec.mesh(), MakeUniformCluster(1, 2));
