@@ -1,5 +1,7 @@
 #include "client/commands.h"
 
+#include "grpc/health/v1/health.grpc.pb.h"
+
 #include <sstream>
 
 #include <functional>
@@ -268,6 +270,29 @@ int WorkersCommand(const CommandContext& ctx) {
   return PrintResult(
       ctx, response, [&] { return FormatWorkersTable(response, FormatOptionsOf(ctx)); },
       response.workers().empty(), "no workers have registered");
+}
+
+int HealthCommand(const CommandContext& ctx, const std::string& address,
+                  const std::string& service) {
+  const std::string target = address.empty() ? ctx.coordinator : address;
+  std::shared_ptr<grpc::Channel> channel = Connect(target);
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  SetDeadline(&context, ctx.timeout);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) {
+    CommandContext at_target = ctx;
+    at_target.coordinator = target;
+    return ReportRpcError(at_target, status, channel.get());
+  }
+  const bool serving = response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  *ctx.out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
+           << "\n";
+  ctx.out->flush();
+  return serving ? kExitOk : kExitError;
 }
 
 int MeshCommand(const CommandContext& ctx, const std::string& job_id) {

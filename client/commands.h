@@ -57,6 +57,10 @@ int CancelCommand(const CommandContext& ctx, const std::string& job_id,
                   const std::string& reason);
 // workers.
 int WorkersCommand(const CommandContext& ctx);
+// grpc.health.v1 Check of `address` (default: the coordinator) for `service` ("" = the server):
+// prints SERVING or NOT_SERVING; exit 0 only when SERVING (3 when unreachable).
+int HealthCommand(const CommandContext& ctx, const std::string& address,
+                  const std::string& service);
 // mesh JOB.
 int MeshCommand(const CommandContext& ctx, const std::string& job_id);
 

@@ -111,6 +111,18 @@ int main(int argc, char** argv) {
   add_output(workers);
   workers->callback([&] { run = [](auto& ctx) { return ctl::WorkersCommand(ctx); }; });
 
+  CLI::App* health = app.add_subcommand(
+      "health", "Ask a coordinator or worker daemon whether it serves (grpc.health.v1 Check)");
+  std::string health_address, health_service;
+  health->add_option("--address", health_address,
+                     "host:port to ask (default: the coordinator); a daemon's --health-listen");
+  health->add_option("--service", health_service,
+                     "Service to ask about; empty: the server; substrax.worker.ready: whether a "
+                     "worker daemon has registered");
+  health->callback([&] {
+    run = [&](auto& ctx) { return ctl::HealthCommand(ctx, health_address, health_service); };
+  });
+
   CLI::App* mesh = app.add_subcommand(
       "mesh", "Show a job's device mesh (grid with hosts) and its arrays' shard layouts");
   add_job(mesh);

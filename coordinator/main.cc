@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
   std::string heartbeat_timeout = "10s";
   app.add_option("--listen", server_options.listen, "gRPC address host:port (port 0: any free)")
       ->capture_default_str();
+  app.add_option("--health-listen", server_options.health_listen,
+                 "Plaintext gRPC address serving only grpc.health.v1 (Kubernetes probes); "
+                 "empty: health on --listen only");
   app.add_option("--metrics-listen", server_options.metrics_listen,
                  "Prometheus /metrics address host:port; empty to disable")
       ->capture_default_str();

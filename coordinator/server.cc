@@ -8,6 +8,8 @@
 #include "core/device.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
+#include "core/status.h"
+#include "proto/health_server.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/counter.h"
@@ -353,6 +355,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  // A second server on a taken port must fail, not share it (gRPC sets SO_REUSEPORT).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&impl.coordinator_service);
   builder.RegisterService(&impl.job_service);
@@ -361,6 +365,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen,
                                                ": the address is in use or not local"));
+  }
+  if (!options.health_listen.empty()) {
+    // SERVING from here on: the coordinator's services already serve.
+    SUBSTRAX_ASSIGN_OR_RETURN(server->health_server_, HealthServer::Start(options.health_listen));
   }
   server->ticker_ = std::thread([s = server.get()] {
     while (!s->stopping_.load()) {
@@ -376,6 +384,7 @@ void CoordinatorServer::Shutdown() {
   if (stopping_.exchange(true)) return;
   // Streams notice `stopping_` within kStreamPoll; give handlers that long to finish.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (health_server_ != nullptr) health_server_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
 }
 

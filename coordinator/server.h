@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "coordinator/cluster.h"
 #include "coordinator/rendezvous.h"
+#include "proto/health_server.h"
 
 namespace grpc {
 class Server;
@@ -23,6 +24,9 @@ namespace substrax {
 struct CoordinatorServerOptions {
   // host:port for gRPC (all services and health); port 0 picks a free port (see port()).
   std::string listen = "0.0.0.0:7070";
+  // host:port of a plaintext gRPC server with only grpc.health.v1 (for Kubernetes probes);
+  // empty: health is served on `listen` only.
+  std::string health_listen;
   // host:port for Prometheus' /metrics; empty: not exported.
   std::string metrics_listen = "0.0.0.0:9090";
   // Longest a KeyValueGet or Barrier may wait, whatever the client asks.
@@ -51,6 +55,7 @@ class CoordinatorServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HealthServer> health_server_;
   int port_ = 0;
   std::thread ticker_;
   std::atomic<bool> stopping_{false};
