@@ -1,0 +1,408 @@
+#include "worker/gpu/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "worker/compute/optimizer.h"
+#include "worker/gpu/cuda_status.h"
+#include "worker/gpu/kernels.h"
+
+namespace substrax {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+// Row-major C[m, n] = op(A)[m, k] · op(B)[k, n] through column-major cuBLAS: a row-major matrix
+// is its transpose in column-major, so compute C^T = op(B)^T · op(A)^T with the operands swapped.
+absl::Status Gemm(const CudaDevice& device, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, const float* a, const float* b, float* c) {
+  if (m == 0 || n == 0) return absl::OkStatus();
+  const float one = 1.0f, zero = 0.0f;
+  const int lda = static_cast<int>(trans_a ? m : k);
+  const int ldb = static_cast<int>(trans_b ? k : n);
+  return CublasStatus(
+      cublasSgemm(static_cast<cublasHandle_t>(device.cublas()), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                  static_cast<int>(k), &one, b, ldb, a, lda, &zero, c, static_cast<int>(n)),
+      absl::StrCat("cublasSgemm [", m, "x", k, "]·[", k, "x", n, "]"), device.name());
+}
+
+absl::Status Kernel(cudaError_t error, const char* kernel, const CudaDevice& device) {
+  return CudaStatus(error, absl::StrCat("kernel ", kernel), device.name());
+}
+
+}  // namespace
+
+struct CudaModel::Impl {
+  const CudaDevice* device = nullptr;
+  // The CPU model of the same spec: parameter specs, local shapes, initialisation.
+  std::unique_ptr<Model> host;
+  CudaTensorParallelism tp;
+  std::vector<LayerSplit> splits;
+  int64_t num_features = 0;
+  int64_t num_outputs = 0;
+  // Per layer: local input and output widths.
+  std::vector<int64_t> in_width, out_width;
+  int64_t max_width = 0;
+  // Workspace for batches of up to `capacity` examples: each layer's output (after ReLU), and two
+  // gradient buffers that alternate going backward.
+  int64_t capacity = 0;
+  std::vector<DeviceBuffer> acts;
+  DeviceBuffer d, d_next;
+
+  absl::Status Reserve(int64_t n) {
+    if (n <= capacity) return absl::OkStatus();
+    acts.clear();
+    for (int64_t w : out_width) {
+      SUBSTRAX_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(*device, n * w));
+      acts.push_back(std::move(b));
+    }
+    SUBSTRAX_ASSIGN_OR_RETURN(d, DeviceBuffer::Allocate(*device, n * max_width));
+    SUBSTRAX_ASSIGN_OR_RETURN(d_next, DeviceBuffer::Allocate(*device, n * max_width));
+    capacity = n;
+    return absl::OkStatus();
+  }
+
+  // Device pointers of every layer's kernel and bias, checked against the local shapes.
+  absl::StatusOr<std::vector<const float*>> CheckParams(const DeviceTree& params) const {
+    std::vector<const float*> out;
+    for (const ParamSpec& spec : host->params()) {
+      auto it = params.find(spec.name);
+      if (it == params.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter '", spec.name, "' is missing"));
+      }
+      const std::vector<int64_t> local = host->LocalShape(spec);
+      if (it->second.shape != local) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter '", spec.name, "' has shape ",
+                                                       ShapeString(it->second.shape),
+                                                       ", expected ", ShapeString(local)));
+      }
+      out.push_back(it->second.data());
+    }
+    if (params.size() != host->params().size()) {
+      for (const auto& [name, tensor] : params) {
+        bool known = false;
+        for (const ParamSpec& spec : host->params()) known = known || spec.name == name;
+        if (!known) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("parameter '", name, "' is not a parameter of this model"));
+        }
+      }
+    }
+    return out;
+  }
+
+  absl::Status CheckBatch(const DeviceBatchView& batch) const {
+    if (batch.num_features != num_features) {
+      return absl::InvalidArgumentError(absl::StrCat("batch.inputs has ", batch.num_features,
+                                                     " features per example, expected ",
+                                                     num_features));
+    }
+    const int64_t width = host->is_classification() ? 1 : num_outputs;
+    if (batch.target_width != width) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch.targets has ", batch.target_width, " values per example, expected ", width,
+          host->is_classification() ? " (a class id)" : " (the regression outputs)"));
+    }
+    if (batch.size < 0 || (batch.size > 0 && (batch.inputs == nullptr || batch.targets == nullptr))) {
+      return absl::InvalidArgumentError("batch: no device memory for a non-empty batch");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AllReduce(float* values, int64_t count) const {
+    return tp.all_reduce_sum(values, count);
+  }
+
+  // Forward through every layer into acts; with `d_out`, the head's gradient of the mean loss.
+  absl::Status ForwardAndHead(const std::vector<const float*>& p, const DeviceBatchView& batch,
+                              float* d_out, CudaMetrics* metrics) {
+    const int64_t n = batch.size;
+    cudaStream_t stream = device->stream();
+    const size_t layers = splits.size();
+    for (size_t l = 0; l < layers; ++l) {
+      const float* input = l == 0 ? batch.inputs : acts[l - 1].data();
+      float* z = acts[l].data();
+      SUBSTRAX_RETURN_IF_ERROR(
+          Gemm(*device, false, false, n, out_width[l], in_width[l], input, p[2 * l], z));
+      // A row-parallel kernel gives a partial sum; its bias is added once, after the sum.
+      if (splits[l] == LayerSplit::kRow) SUBSTRAX_RETURN_IF_ERROR(AllReduce(z, n * out_width[l]));
+      SUBSTRAX_RETURN_IF_ERROR(
+          Kernel(gpu::BiasAdd(z, p[2 * l + 1], n, out_width[l], stream), "BiasAdd", *device));
+      if (l + 1 < layers) {
+        SUBSTRAX_RETURN_IF_ERROR(Kernel(gpu::Relu(z, n * out_width[l], stream), "Relu", *device));
+      }
+    }
+    auto* sums = static_cast<gpu::DeviceMetricSums*>(metrics->device_sums());
+    const float scale = 1.0f / static_cast<float>(n);
+    if (host->is_classification()) {
+      SUBSTRAX_RETURN_IF_ERROR(
+          Kernel(gpu::SoftmaxCrossEntropy(acts.back().data(), batch.targets, n, num_outputs,
+                                          scale, d_out, sums, stream),
+                 "SoftmaxCrossEntropy", *device));
+    } else {
+      SUBSTRAX_RETURN_IF_ERROR(
+          Kernel(gpu::MeanSquaredError(acts.back().data(), batch.targets, n, num_outputs, scale,
+                                       d_out, sums, stream),
+                 "MeanSquaredError", *device));
+    }
+    metrics->AddCount(n);
+    return absl::OkStatus();
+  }
+};
+
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const v1::ModelSpec& spec,
+                                                             int64_t num_features,
+                                                             const CudaDevice* device,
+                                                             CudaTensorParallelism tp) {
+  if (device == nullptr) return absl::InvalidArgumentError("CudaModel needs a device, got none");
+  if (tp.axis_size > 1 && !tp.all_reduce_sum) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor parallelism: a model axis of size ", tp.axis_size,
+        " needs an all_reduce_sum callback (the worker's collective over the model axis)"));
+  }
+  // The CPU model validates the spec and the parallelism and knows the shapes; its all-reduce is
+  // never called (it computes nothing here).
+  TensorParallelism host_tp;
+  host_tp.axis_size = tp.axis_size;
+  host_tp.index = tp.index;
+  host_tp.all_reduce_sum = [](absl::Span<float>) {
+    return absl::InternalError("the host model of a CudaModel computes nothing");
+  };
+  auto impl = std::make_unique<Impl>();
+  SUBSTRAX_ASSIGN_OR_RETURN(impl->host, Model::Create(spec, num_features, std::move(host_tp)));
+  impl->device = device;
+  impl->tp = std::move(tp);
+  impl->splits = LayerSplits(spec, impl->tp.axis_size);
+  impl->num_features = num_features;
+  impl->num_outputs = ModelOutputSize(spec);
+  const std::vector<ParamSpec>& params = impl->host->params();
+  impl->max_width = num_features;
+  for (size_t i = 0; i + 1 < params.size(); i += 2) {
+    const std::vector<int64_t> shape = impl->host->LocalShape(params[i]);
+    impl->in_width.push_back(shape[0]);
+    impl->out_width.push_back(shape[1]);
+    impl->max_width = std::max({impl->max_width, shape[0], shape[1]});
+  }
+  if (impl->splits.size() != impl->out_width.size()) {
+    return absl::InternalError(absl::StrCat("model catalog: ", impl->splits.size(),
+                                            " layer splits for ", impl->out_width.size(),
+                                            " layers"));
+  }
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+bool CudaModel::is_classification() const { return impl_->host->is_classification(); }
+const std::vector<ParamSpec>& CudaModel::params() const { return impl_->host->params(); }
+std::vector<int64_t> CudaModel::LocalShape(const ParamSpec& p) const {
+  return impl_->host->LocalShape(p);
+}
+
+absl::StatusOr<DeviceTree> CudaModel::Init(uint64_t seed) const {
+  return impl_->device->Upload(impl_->host->Init(seed));
+}
+
+absl::Status CudaModel::LossAndGradients(const DeviceTree& params, const DeviceBatchView& batch,
+                                         DeviceTree* grads, CudaMetrics* metrics) {
+  Impl& m = *impl_;
+  SUBSTRAX_ASSIGN_OR_RETURN(const std::vector<const float*> p, m.CheckParams(params));
+  SUBSTRAX_RETURN_IF_ERROR(m.CheckBatch(batch));
+  const int64_t n = batch.size;
+  if (n == 0) {
+    return absl::InvalidArgumentError(
+        "batch.inputs: the batch is empty; the mean loss of no examples is undefined");
+  }
+  // The gradients' buffers, made once and reused.
+  std::vector<float*> g;
+  for (const ParamSpec& spec : m.host->params()) {
+    DeviceTensor& t = (*grads)[spec.name];
+    const std::vector<int64_t> local = m.host->LocalShape(spec);
+    if (t.shape != local || t.data() == nullptr) {
+      int64_t size = 1;
+      for (int64_t dim : local) size *= dim;
+      t.shape = local;
+      SUBSTRAX_ASSIGN_OR_RETURN(t.buffer, DeviceBuffer::Allocate(*m.device, size));
+    }
+    g.push_back(t.data());
+  }
+  SUBSTRAX_RETURN_IF_ERROR(m.device->MakeCurrent());
+  SUBSTRAX_RETURN_IF_ERROR(m.Reserve(n));
+  SUBSTRAX_RETURN_IF_ERROR(m.ForwardAndHead(p, batch, m.d.data(), metrics));
+  cudaStream_t stream = m.device->stream();
+  for (int l = static_cast<int>(m.splits.size()) - 1; l >= 0; --l) {
+    const float* input = l == 0 ? batch.inputs : m.acts[l - 1].data();
+    SUBSTRAX_RETURN_IF_ERROR(Gemm(*m.device, true, false, m.in_width[l], m.out_width[l], n, input,
+                                  m.d.data(), g[2 * l]));
+    SUBSTRAX_RETURN_IF_ERROR(Kernel(
+        gpu::ColumnSums(m.d.data(), n, m.out_width[l], g[2 * l + 1], stream), "ColumnSums",
+        *m.device));
+    if (l > 0) {
+      // Through the kernel, then the ReLU that made this layer's input. A column-parallel
+      // kernel's input gradient is this device's share of a sum over the model axis.
+      float* d_input = m.d_next.data();
+      SUBSTRAX_RETURN_IF_ERROR(Gemm(*m.device, false, true, n, m.in_width[l], m.out_width[l],
+                                    m.d.data(), p[2 * l], d_input));
+      if (m.splits[l] == LayerSplit::kColumn) {
+        SUBSTRAX_RETURN_IF_ERROR(m.AllReduce(d_input, n * m.in_width[l]));
+      }
+      SUBSTRAX_RETURN_IF_ERROR(Kernel(
+          gpu::ReluBackwardMask(d_input, m.acts[l - 1].data(), n * m.in_width[l], stream),
+          "ReluBackwardMask", *m.device));
+      std::swap(m.d, m.d_next);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::Evaluate(const DeviceTree& params, const DeviceBatchView& batch,
+                                 CudaMetrics* metrics) {
+  Impl& m = *impl_;
+  SUBSTRAX_ASSIGN_OR_RETURN(const std::vector<const float*> p, m.CheckParams(params));
+  SUBSTRAX_RETURN_IF_ERROR(m.CheckBatch(batch));
+  if (batch.size == 0) return absl::OkStatus();
+  SUBSTRAX_RETURN_IF_ERROR(m.device->MakeCurrent());
+  SUBSTRAX_RETURN_IF_ERROR(m.Reserve(batch.size));
+  return m.ForwardAndHead(p, batch, nullptr, metrics);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct CudaOptimizer::Impl {
+  const CudaDevice* device = nullptr;
+  v1::OptimizerType type = v1::OPTIMIZER_TYPE_SGD;
+  float lr = 0;
+  float momentum = 0.9f;
+  bool nesterov = false;
+  double b1 = 0.9, b2 = 0.999;
+  float eps = 1e-8f;
+  int num_slots = 0;
+  std::map<std::string, std::vector<DeviceTensor>> state;
+  int64_t steps = 0;
+};
+
+CudaOptimizer::CudaOptimizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaOptimizer::~CudaOptimizer() = default;
+
+absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(
+    const v1::OptimizerSpec& spec, const CudaDevice* device) {
+  if (device == nullptr) {
+    return absl::InvalidArgumentError("CudaOptimizer needs a device, got none");
+  }
+  // The CPU factory validates the spec with the same messages; its defaults are repeated below.
+  SUBSTRAX_RETURN_IF_ERROR(Optimizer::Create(spec).status());
+  auto impl = std::make_unique<Impl>();
+  impl->device = device;
+  impl->type = spec.type();
+  impl->lr = static_cast<float>(spec.learning_rate());
+  if (spec.type() == v1::OPTIMIZER_TYPE_MOMENTUM) {
+    impl->momentum = static_cast<float>(spec.has_momentum() ? spec.momentum() : 0.9);
+    impl->nesterov = spec.nesterov();
+    impl->num_slots = 1;
+  } else if (spec.type() == v1::OPTIMIZER_TYPE_ADAM) {
+    impl->b1 = spec.has_b1() ? spec.b1() : 0.9;
+    impl->b2 = spec.has_b2() ? spec.b2() : 0.999;
+    impl->eps = static_cast<float>(spec.has_eps() ? spec.eps() : 1e-8);
+    impl->num_slots = 2;
+  }
+  return std::unique_ptr<CudaOptimizer>(new CudaOptimizer(std::move(impl)));
+}
+
+int64_t CudaOptimizer::steps() const { return impl_->steps; }
+
+absl::Status CudaOptimizer::ScaleGradients(DeviceTree* grads, float divisor) {
+  const CudaDevice& device = *impl_->device;
+  for (auto& [name, g] : *grads) {
+    SUBSTRAX_RETURN_IF_ERROR(
+        Kernel(gpu::Scale(g.data(), g.size(), 1.0f / divisor, device.stream()), "Scale", device));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaOptimizer::Update(const DeviceTree& grads, DeviceTree* params) {
+  Impl& o = *impl_;
+  const CudaDevice& device = *o.device;
+  // Validate everything before queueing anything, as the CPU optimizer.
+  for (const auto& [name, p] : *params) {
+    auto it = grads.find(name);
+    if (it == grads.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' has no gradient"));
+    }
+    if (it->second.shape != p.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient of parameter '", name, "' has shape ", ShapeString(it->second.shape),
+          ", the parameter ", ShapeString(p.shape)));
+    }
+    auto st = o.state.find(name);
+    if (st != o.state.end() && st->second.front().shape != p.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", name, "' has shape ", ShapeString(p.shape),
+          ", but its optimizer state was made for ", ShapeString(st->second.front().shape)));
+    }
+  }
+  for (const auto& [name, g] : grads) {
+    if (params->find(name) == params->end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient for '", name, "', which is not a parameter"));
+    }
+  }
+  SUBSTRAX_RETURN_IF_ERROR(device.MakeCurrent());
+  cudaStream_t stream = device.stream();
+  for (auto& [name, p] : *params) {
+    std::vector<DeviceTensor>& slots = o.state[name];
+    if (static_cast<int>(slots.size()) < o.num_slots) {
+      slots.clear();
+      for (int s = 0; s < o.num_slots; ++s) {
+        DeviceTensor t;
+        t.shape = p.shape;
+        SUBSTRAX_ASSIGN_OR_RETURN(t.buffer, DeviceBuffer::Allocate(device, p.size()));
+        if (p.size() > 0) {
+          SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
+              cudaMemsetAsync(t.data(), 0, p.size() * sizeof(float), stream),
+              "cudaMemsetAsync of optimizer state", device.name()));
+        }
+        slots.push_back(std::move(t));
+      }
+    }
+  }
+  const int64_t step = o.steps + 1;
+  const float c1 = static_cast<float>(1.0 - std::pow(o.b1, static_cast<double>(step)));
+  const float c2 = static_cast<float>(1.0 - std::pow(o.b2, static_cast<double>(step)));
+  for (auto& [name, p] : *params) {
+    const float* g = grads.at(name).data();
+    std::vector<DeviceTensor>& slots = o.state[name];
+    cudaError_t error = cudaSuccess;
+    if (o.type == v1::OPTIMIZER_TYPE_SGD) {
+      error = gpu::SgdUpdate(p.data(), g, p.size(), o.lr, stream);
+    } else if (o.type == v1::OPTIMIZER_TYPE_MOMENTUM) {
+      error = gpu::MomentumUpdate(p.data(), g, slots[0].data(), p.size(), o.lr, o.momentum,
+                                  o.nesterov, stream);
+    } else {
+      error = gpu::AdamUpdate(p.data(), g, slots[0].data(), slots[1].data(), p.size(), o.lr,
+                              static_cast<float>(o.b1), static_cast<float>(1.0 - o.b1),
+                              static_cast<float>(o.b2), static_cast<float>(1.0 - o.b2), c1, c2,
+                              o.eps, stream);
+    }
+    SUBSTRAX_RETURN_IF_ERROR(Kernel(error, "optimizer update", device));
+  }
+  o.steps = step;
+  return absl::OkStatus();
+}
+
+}  // namespace substrax

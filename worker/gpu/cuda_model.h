@@ -1,0 +1,110 @@
+// The built-in models and optimizers of worker/compute on one GPU: the same math (model.h,
+// optimizer.h), parameter names and shapes (core ModelParams) and initialisation (init.h, on the
+// host, then uploaded: equal to the CPU model's bit for bit), with cuBLAS for the matrix products
+// and the kernels of kernels.h for the rest.
+//
+// Everything runs on the CudaDevice's stream and nothing synchronises: a training step queues its
+// work and returns; the loss and accuracy accumulate in a CudaMetrics on the device, read once per
+// report. A CudaModel keeps its activation buffers between calls (sized for the largest batch so
+// far), so it is NOT thread-safe: one device thread owns it, like the device.
+//
+// Tensor parallelism as in model.h (Megatron-LM pairs over the model axis), with an all-reduce
+// callback that takes device memory. Without --config=cuda, Create returns UNIMPLEMENTED.
+#ifndef SUBSTRAX_WORKER_GPU_CUDA_MODEL_H_
+#define SUBSTRAX_WORKER_GPU_CUDA_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/model_catalog.h"
+#include "substrax/v1/job.pb.h"
+#include "worker/compute/model.h"
+#include "worker/gpu/cuda_device.h"
+#include "worker/tensor/tensor.h"
+
+namespace substrax {
+
+// How this device takes part in tensor parallelism (TensorParallelism with device memory).
+struct CudaTensorParallelism {
+  // Devices on the model axis (1: no tensor parallelism).
+  int64_t axis_size = 1;
+  // This device's coordinate on it, in [0, axis_size).
+  int64_t index = 0;
+  // Sums `count` floats at `values` (device memory of this model's device) in place over the
+  // model axis. Called in stream order: the values are those written by the work queued on the
+  // device's stream before the call, and work queued after the call must see the sum, so the
+  // callback either queues its collective on that stream (NCCL) or synchronises the stream, reduces
+  // and copies back before returning (a host-staged collective). Required when axis_size > 1; its
+  // errors pass through unchanged.
+  std::function<absl::Status(float* values, int64_t count)> all_reduce_sum;
+};
+
+class CudaModel {
+ public:
+  // The model `spec` describes, for inputs of `num_features` values, on `device` (which must
+  // outlive the model).
+  // Errors: UNIMPLEMENTED without --config=cuda; those of Model::Create (INVALID_ARGUMENT).
+  static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const v1::ModelSpec& spec,
+                                                           int64_t num_features,
+                                                           const CudaDevice* device,
+                                                           CudaTensorParallelism tp = {});
+  ~CudaModel();
+
+  bool is_classification() const;
+  // As Model::params(), LocalShape().
+  const std::vector<ParamSpec>& params() const;
+  std::vector<int64_t> LocalShape(const ParamSpec& p) const;
+  // Model::Init(seed) (this device's shards) computed on the host, uploaded.
+  // Errors: those of the upload.
+  absl::StatusOr<DeviceTree> Init(uint64_t seed) const;
+
+  // Queues the forward and backward pass of the mean loss of `batch`: writes the gradients into
+  // `grads` (entries created with LocalShape when missing, reused otherwise) and adds the batch's
+  // loss sum, correct predictions and size into `metrics`.
+  // Errors: INVALID_ARGUMENT naming the parameter or batch field with the wrong shape, or an empty
+  // batch; CUDA/cuBLAS errors; those of tp.all_reduce_sum. Labels outside [0, num_classes) are
+  // reported by metrics->Read(), not here (the labels are on the device).
+  absl::Status LossAndGradients(const DeviceTree& params, const DeviceBatchView& batch,
+                                DeviceTree* grads, CudaMetrics* metrics);
+
+  // Queues the forward pass and adds the loss sum, correct predictions and size into `metrics`.
+  // An empty batch adds nothing. Errors: as LossAndGradients, except an empty batch is fine.
+  absl::Status Evaluate(const DeviceTree& params, const DeviceBatchView& batch,
+                        CudaMetrics* metrics);
+
+ private:
+  struct Impl;
+  explicit CudaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// optimizer.h's optimizers applied on the device (kernels without fused multiply-adds: the same
+// float results as the CPU Optimizer from the same gradients). State per parameter, created on
+// first use; not thread-safe (the device thread owns it).
+class CudaOptimizer {
+ public:
+  // Errors: UNIMPLEMENTED without --config=cuda; those of Optimizer::Create (INVALID_ARGUMENT).
+  static absl::StatusOr<std::unique_ptr<CudaOptimizer>> Create(const v1::OptimizerSpec& spec,
+                                                               const CudaDevice* device);
+  ~CudaOptimizer();
+
+  // Queues one update of `params` from `grads`. Nothing is queued when it fails.
+  // Errors: INVALID_ARGUMENT naming the parameter when names or shapes differ; CUDA errors.
+  absl::Status Update(const DeviceTree& grads, DeviceTree* params);
+  // Divides every gradient by `divisor` (after an all-reduce sum over data-parallel devices).
+  absl::Status ScaleGradients(DeviceTree* grads, float divisor);
+  int64_t steps() const;
+
+ private:
+  struct Impl;
+  explicit CudaOptimizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_GPU_CUDA_MODEL_H_

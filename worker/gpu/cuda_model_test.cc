@@ -1,0 +1,287 @@
+// The GPU backend against the CPU reference (worker/compute) on the same seed and batch.
+// Skips without a usable GPU, and in the default build (no --config=cuda).
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "substrax/v1/job.pb.h"
+#include "worker/compute/model.h"
+#include "worker/compute/optimizer.h"
+#include "worker/gpu/cuda_device.h"
+#include "worker/gpu/cuda_model.h"
+#include "worker/gpu/cuda_prefetch.h"
+#include "worker/tensor/tensor.h"
+
+namespace substrax {
+namespace {
+
+// Skips the test unless this build has CUDA and the machine a usable device.
+#define SKIP_WITHOUT_GPU()                                                                      \
+  do {                                                                                          \
+    if (!CudaBuilt()) GTEST_SKIP() << "built without --config=cuda";                            \
+    absl::StatusOr<int> count = CudaDeviceCount();                                              \
+    if (!count.ok()) GTEST_SKIP() << "no CUDA device: " << count.status().message();            \
+  } while (false)
+
+constexpr int64_t kFeatures = 20;
+
+v1::ModelSpec Spec(v1::ModelType type) {
+  v1::ModelSpec spec;
+  spec.set_type(type);
+  if (type == v1::MODEL_TYPE_MLP) {
+    spec.add_hidden_sizes(32);
+    spec.add_hidden_sizes(16);
+  }
+  if (type == v1::MODEL_TYPE_LINEAR) {
+    spec.set_output_size(3);
+  } else {
+    spec.set_num_classes(10);
+  }
+  return spec;
+}
+
+// A deterministic batch: inputs in [-1, 1), labels in [0, 10) or regression targets.
+Batch MakeBatch(int64_t n, bool classification, uint32_t seed) {
+  uint32_t state = seed * 2654435761u + 1;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / static_cast<float>(1 << 24);
+  };
+  std::vector<float> x(n * kFeatures);
+  for (float& v : x) v = 2 * next() - 1;
+  Batch batch;
+  batch.inputs = Tensor({n, kFeatures}, x);
+  if (classification) {
+    std::vector<float> t(n);
+    for (float& v : t) v = std::floor(next() * 10);
+    batch.targets = Tensor({n}, t);
+  } else {
+    std::vector<float> t(n * 3);
+    for (float& v : t) v = 2 * next() - 1;
+    batch.targets = Tensor({n, 3}, t);
+  }
+  return batch;
+}
+
+// A batch uploaded to the device, with its view.
+struct UploadedBatch {
+  DeviceTensor inputs, targets;
+  DeviceBatchView view;
+};
+
+UploadedBatch Upload(const CudaDevice& device, const Batch& batch) {
+  UploadedBatch out;
+  out.inputs = *device.Upload(batch.inputs);
+  out.targets = *device.Upload(batch.targets);
+  out.view = {out.inputs.data(), out.targets.data(), batch.size(), batch.inputs.dim(1),
+              batch.targets.rank() == 1 ? 1 : batch.targets.dim(1)};
+  return out;
+}
+
+class CudaModelTest : public ::testing::TestWithParam<v1::ModelType> {};
+
+TEST_P(CudaModelTest, LossGradientsAndEvaluateMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const v1::ModelSpec spec = Spec(GetParam());
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto cpu = Model::Create(spec, kFeatures);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = CudaModel::Create(spec, kFeatures, device->get());
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto metrics = CudaMetrics::Create(**device);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+
+  const TensorTree cpu_params = (*cpu)->Init(7);
+  auto gpu_params = (*gpu)->Init(7);
+  ASSERT_TRUE(gpu_params.ok()) << gpu_params.status();
+  // Initialised on the host with init.h: equal bit for bit.
+  auto downloaded = (*device)->Download(*gpu_params);
+  ASSERT_TRUE(downloaded.ok()) << downloaded.status();
+  EXPECT_EQ(*downloaded, cpu_params);
+
+  const Batch batch = MakeBatch(67, (*cpu)->is_classification(), 3);
+  auto want = (*cpu)->LossAndGradients(cpu_params, batch);
+  ASSERT_TRUE(want.ok()) << want.status();
+  UploadedBatch device_batch = Upload(**device, batch);
+  DeviceTree grads;
+  ASSERT_TRUE((*gpu)->LossAndGradients(*gpu_params, device_batch.view, &grads, metrics->get()).ok());
+  auto sums = (*metrics)->Read();
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  EXPECT_EQ(sums->count, 67);
+  const double loss = sums->loss_sum / 67;
+  EXPECT_NEAR(loss, want->loss, 1e-5 * std::abs(want->loss));
+  if ((*cpu)->is_classification()) {
+    EXPECT_EQ(static_cast<double>(sums->correct) / 67, want->accuracy);
+  }
+  auto got_grads = (*device)->Download(grads);
+  ASSERT_TRUE(got_grads.ok()) << got_grads.status();
+  auto diff = CompareTrees(*got_grads, want->grads);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_LE(diff->max_normwise, 1e-4) << diff->normwise_where;
+
+  // Evaluate adds the same sums.
+  auto eval = (*cpu)->Evaluate(cpu_params, batch);
+  ASSERT_TRUE(eval.ok());
+  ASSERT_TRUE((*metrics)->Reset().ok());
+  ASSERT_TRUE((*gpu)->Evaluate(*gpu_params, device_batch.view, metrics->get()).ok());
+  sums = (*metrics)->Read();
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  EXPECT_NEAR(sums->loss_sum, eval->loss_sum, 1e-5 * std::abs(eval->loss_sum));
+  EXPECT_EQ(sums->correct, eval->correct);
+  EXPECT_EQ(sums->count, eval->count);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest,
+                         ::testing::Values(v1::MODEL_TYPE_LINEAR, v1::MODEL_TYPE_SOFTMAX_REGRESSION,
+                                           v1::MODEL_TYPE_MLP));
+
+v1::OptimizerSpec OptimizerSpec(v1::OptimizerType type) {
+  v1::OptimizerSpec spec;
+  spec.set_type(type);
+  spec.set_learning_rate(0.01);
+  if (type == v1::OPTIMIZER_TYPE_MOMENTUM) spec.set_nesterov(true);
+  return spec;
+}
+
+class CudaOptimizerTest : public ::testing::TestWithParam<v1::OptimizerType> {};
+
+TEST_P(CudaOptimizerTest, StepsMatchCpuFromTheSameGradients) {
+  SKIP_WITHOUT_GPU();
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  const v1::ModelSpec spec = Spec(v1::MODEL_TYPE_MLP);
+  auto cpu_model = Model::Create(spec, kFeatures);
+  ASSERT_TRUE(cpu_model.ok());
+  auto cpu_opt = Optimizer::Create(OptimizerSpec(GetParam()));
+  ASSERT_TRUE(cpu_opt.ok());
+  auto gpu_opt = CudaOptimizer::Create(OptimizerSpec(GetParam()), device->get());
+  ASSERT_TRUE(gpu_opt.ok()) << gpu_opt.status();
+  TensorTree cpu_params = (*cpu_model)->Init(1);
+  auto gpu_params = (*device)->Upload(cpu_params);
+  ASSERT_TRUE(gpu_params.ok());
+  for (int step = 0; step < 3; ++step) {
+    auto grads = (*cpu_model)->LossAndGradients(cpu_params, MakeBatch(32, true, step));
+    ASSERT_TRUE(grads.ok());
+    auto gpu_grads = (*device)->Upload(grads->grads);
+    ASSERT_TRUE(gpu_grads.ok());
+    ASSERT_TRUE((*cpu_opt)->Update(grads->grads, &cpu_params).ok());
+    ASSERT_TRUE((*gpu_opt)->Update(*gpu_grads, &*gpu_params).ok());
+  }
+  EXPECT_EQ((*gpu_opt)->steps(), 3);
+  auto got = (*device)->Download(*gpu_params);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto diff = CompareTrees(*got, cpu_params);
+  ASSERT_TRUE(diff.ok());
+  // The kernels avoid fused multiply-adds: equal up to the last bit in practice.
+  EXPECT_LE(diff->max_normwise, 1e-6) << diff->normwise_where;
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CudaOptimizerTest,
+                         ::testing::Values(v1::OPTIMIZER_TYPE_SGD, v1::OPTIMIZER_TYPE_MOMENTUM,
+                                           v1::OPTIMIZER_TYPE_ADAM));
+
+TEST(CudaModelErrorsTest, BadShapesAndLabels) {
+  SKIP_WITHOUT_GPU();
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok());
+  auto gpu = CudaModel::Create(Spec(v1::MODEL_TYPE_MLP), kFeatures, device->get());
+  ASSERT_TRUE(gpu.ok());
+  auto metrics = CudaMetrics::Create(**device);
+  ASSERT_TRUE(metrics.ok());
+  auto params = (*gpu)->Init(0);
+  ASSERT_TRUE(params.ok());
+  Batch batch = MakeBatch(8, true, 0);
+  batch.targets.data()[3] = 10;  // not a class id
+  UploadedBatch device_batch = Upload(**device, batch);
+  DeviceTree grads;
+  ASSERT_TRUE((*gpu)->LossAndGradients(*params, device_batch.view, &grads, metrics->get()).ok());
+  absl::StatusOr<EvalResult> sums = (*metrics)->Read();
+  EXPECT_EQ(sums.status().code(), absl::StatusCode::kInvalidArgument) << sums.status();
+
+  DeviceBatchView wrong = device_batch.view;
+  wrong.num_features = kFeatures + 1;
+  EXPECT_EQ((*gpu)->LossAndGradients(*params, wrong, &grads, metrics->get()).code(),
+            absl::StatusCode::kInvalidArgument);
+  params->erase("dense_1/bias");
+  absl::Status missing = (*gpu)->LossAndGradients(*params, device_batch.view, &grads, metrics->get());
+  EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("dense_1/bias"), std::string::npos) << missing;
+  EXPECT_EQ(CudaDevice::Create(1 << 20).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CudaPrefetcherTest, DeliversEveryBatchInOrderAndOverlaps) {
+  SKIP_WITHOUT_GPU();
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok());
+  const v1::ModelSpec spec = Spec(v1::MODEL_TYPE_MLP);
+  auto gpu = CudaModel::Create(spec, kFeatures, device->get());
+  ASSERT_TRUE(gpu.ok());
+  auto cpu = Model::Create(spec, kFeatures);
+  ASSERT_TRUE(cpu.ok());
+  auto params = (*gpu)->Init(5);
+  ASSERT_TRUE(params.ok());
+  auto metrics = CudaMetrics::Create(**device);
+  ASSERT_TRUE(metrics.ok());
+  constexpr int kBatches = 12;
+  int produced = 0;
+  // Sizes vary (the last is smaller), so slots grow and views carry the size.
+  Producer<Batch> producer = [&]() -> absl::StatusOr<std::optional<Batch>> {
+    if (produced == kBatches) return std::optional<Batch>();
+    const int64_t n = produced == kBatches - 1 ? 5 : 40 + produced;
+    return std::optional<Batch>(MakeBatch(n, true, 100 + produced++));
+  };
+  auto batches = CudaPrefetcher::Create(device->get(), producer, 2);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  DeviceTree grads;
+  double want_loss_sum = 0;
+  int64_t want_count = 0;
+  const TensorTree cpu_params = (*cpu)->Init(5);
+  for (int i = 0; i < kBatches; ++i) {
+    auto batch = (*batches)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_TRUE(batch->has_value()) << "batch " << i;
+    EXPECT_EQ((*batch)->size, i == kBatches - 1 ? 5 : 40 + i);
+    ASSERT_TRUE((*gpu)->LossAndGradients(*params, **batch, &grads, metrics->get()).ok());
+    auto eval = (*cpu)->Evaluate(cpu_params, MakeBatch((*batch)->size, true, 100 + i));
+    ASSERT_TRUE(eval.ok());
+    want_loss_sum += eval->loss_sum;
+    want_count += eval->count;
+  }
+  auto end = (*batches)->Next();
+  ASSERT_TRUE(end.ok());
+  EXPECT_FALSE(end->has_value());
+  auto sums = (*metrics)->Read();
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  EXPECT_EQ(sums->count, want_count);
+  EXPECT_NEAR(sums->loss_sum, want_loss_sum, 1e-5 * want_loss_sum);
+}
+
+TEST(CudaTensorParallelismTest, NeedsAnAllReduce) {
+  SKIP_WITHOUT_GPU();
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok());
+  CudaTensorParallelism tp;
+  tp.axis_size = 2;
+  EXPECT_EQ(CudaModel::Create(Spec(v1::MODEL_TYPE_MLP), kFeatures, device->get(), tp).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaBuildTest, FactoriesSayHowToBuild) {
+  if (CudaBuilt()) GTEST_SKIP() << "built with --config=cuda";
+  absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(0);
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(device.status().message().find("--config=cuda"), std::string::npos);
+  GTEST_SKIP() << "built without --config=cuda";
+}
+
+}  // namespace
+}  // namespace substrax

@@ -1,0 +1,73 @@
+// CUDA kernels of the GPU backend behind plain C++ functions: device pointers in, work queued on
+// `stream`, the launch's error out (cudaSuccess, or the cudaGetLastError after the launch).
+// Nothing here synchronises; results are ready for later work on the same stream.
+//
+// Matrices are row-major [rows, cols], as worker/tensor. Sizes are element counts; every function
+// accepts 0 (then it launches nothing). Kept free of heavy includes so nvcc needs only the CUDA
+// headers (tools/cuda.bzl).
+#ifndef SUBSTRAX_WORKER_GPU_KERNELS_H_
+#define SUBSTRAX_WORKER_GPU_KERNELS_H_
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace substrax {
+namespace gpu {
+
+// Metric accumulators in device memory, summed over the calls since the last reset.
+struct DeviceMetricSums {
+  double loss_sum;                    // sum over examples of the per-example loss
+  unsigned long long correct;         // classification: examples whose argmax is the label
+  unsigned long long invalid_labels;  // classification: labels not a class id in [0, classes)
+};
+
+// z[r, c] += bias[c].
+cudaError_t BiasAdd(float* z, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// x = max(x, 0).
+cudaError_t Relu(float* x, int64_t n, cudaStream_t stream);
+
+// d[i] = activation[i] > 0 ? d[i] : 0 (ReLU's derivative; 0 at the kink, as JAX).
+cudaError_t ReluBackwardMask(float* d, const float* activation, int64_t n, cudaStream_t stream);
+
+// Softmax cross-entropy of `logits` [rows, cols] against `labels` [rows] (class ids as floats),
+// through log-sum-exp on logits shifted by the row maximum. Adds the per-example losses (double)
+// and the correct predictions (first maximum as argmax) into `sums`. With `d_logits` non-null,
+// writes the gradient of (grad_scale * sum of losses): grad_scale * (softmax - onehot(label)).
+// A label that is not a class id counts in sums->invalid_labels and contributes nothing.
+cudaError_t SoftmaxCrossEntropy(const float* logits, const float* labels, int64_t rows,
+                                int64_t cols, float grad_scale, float* d_logits,
+                                DeviceMetricSums* sums, cudaStream_t stream);
+
+// Mean squared error per example (mean over the cols outputs of (out - target)^2), summed into
+// sums->loss_sum. With `d_out` non-null: grad_scale * 2 (out - target) / cols.
+cudaError_t MeanSquaredError(const float* out, const float* targets, int64_t rows, int64_t cols,
+                             float grad_scale, float* d_out, DeviceMetricSums* sums,
+                             cudaStream_t stream);
+
+// out[c] = sum over r of m[r, c] (a bias gradient).
+cudaError_t ColumnSums(const float* m, int64_t rows, int64_t cols, float* out,
+                       cudaStream_t stream);
+
+// x *= alpha (a sum over devices into a mean).
+cudaError_t Scale(float* x, int64_t n, float alpha, cudaStream_t stream);
+
+// Optimizer updates with optax's semantics, in float, elementwise, without fused multiply-adds so
+// that they match worker/compute/optimizer.cc bit for bit.
+//   sgd:      p -= lr * g
+cudaError_t SgdUpdate(float* p, const float* g, int64_t n, float lr, cudaStream_t stream);
+//   momentum: trace = g + m * trace; u = nesterov ? g + m * trace : trace; p -= lr * u
+cudaError_t MomentumUpdate(float* p, const float* g, float* trace, int64_t n, float lr,
+                           float momentum, bool nesterov, cudaStream_t stream);
+//   adam:     mu = (1-b1) g + b1 mu; nu = (1-b2) g^2 + b2 nu;
+//             p -= lr * (mu / correction1) / (sqrt(nu / correction2) + eps)
+// The corrections 1 - b^t are computed on the host in double, then rounded to float.
+cudaError_t AdamUpdate(float* p, const float* g, float* mu, float* nu, int64_t n, float lr,
+                       float b1, float one_minus_b1, float b2, float one_minus_b2,
+                       float correction1, float correction2, float eps, cudaStream_t stream);
+
+}  // namespace gpu
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_GPU_KERNELS_H_
