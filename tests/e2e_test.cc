@@ -2,7 +2,11 @@
 // each, and substraxctl. A data-parallel job trains to SUCCEEDED and its metrics can be queried;
 // a worker killed with SIGKILL mid-job fails the job with a message naming it within 15 s; a
 // coordinator restarted after a job finished still answers get and metrics with the same data.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <memory>
@@ -38,6 +42,19 @@ spec:
   report_every_steps: 10
 )";
 
+// A port nothing listens on now (bound and released; the daemon binds it next).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 class LocalCluster {
  public:
   explicit LocalCluster(const std::string& name) : dir_(TempDir(name)) {
@@ -62,13 +79,15 @@ class LocalCluster {
   }
 
   void StartWorker(int w) {
+    health_ports_[w] = FreePort();
     workers_[w] = std::make_unique<Process>(
         std::vector<std::string>{Runfile("worker/substrax-worker"), "daemon", "--coordinator",
                                  address_, "--cpu-devices", "2", "--worker-id",
                                  absl::StrCat("w-", w + 1), "--host",
                                  std::string("host-") + char('a' + w), "--work-dir",
                                  absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
-                                 "20s"},
+                                 "20s", "--health-listen",
+                                 absl::StrCat("127.0.0.1:", health_ports_[w])},
         absl::StrCat(dir_, "/worker-", w + 1, ".log"));
   }
 
@@ -110,6 +129,14 @@ class LocalCluster {
     return all;
   }
 
+  // grpc.health.v1 of worker w's --health-listen: "SERVING" / "NOT_SERVING".
+  std::string WorkerHealth(int w, const std::string& service) {
+    CommandResult r = Ctl({"health", "--address", absl::StrCat("127.0.0.1:", health_ports_[w]),
+                           "--service", service},
+                          absl::Seconds(10));
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  }
+
   Process& coordinator() { return *coordinator_; }
   Process& worker(int w) { return *workers_[w]; }
   const std::string& dir() const { return dir_; }
@@ -119,6 +146,7 @@ class LocalCluster {
   std::string address_;
   std::unique_ptr<Process> coordinator_;
   std::unique_ptr<Process> workers_[2];
+  int health_ports_[2] = {0, 0};
 };
 
 std::string SubmittedId(const CommandResult& r) {
@@ -129,6 +157,10 @@ TEST(EndToEndTest, TrainsToSucceededAndServesMetricsAcrossARestart) {
   LocalCluster cluster("e2e_success");
   ASSERT_TRUE(PollUntil([&] { return cluster.WorkersAlive(2); }, absl::Seconds(30)))
       << cluster.Logs();
+  // The daemons' probes: alive, and ready once registered.
+  EXPECT_TRUE(PollUntil([&] { return cluster.WorkerHealth(0, "substrax.worker.ready") == "SERVING"; },
+                        absl::Seconds(10)));
+  EXPECT_EQ(cluster.WorkerHealth(1, ""), "SERVING");
   CommandResult submit = cluster.Ctl({"submit", cluster.WriteJob("mlp", 60)});
   ASSERT_EQ(submit.exit_code, 0) << submit.err << cluster.Logs();
   const std::string id = SubmittedId(submit);

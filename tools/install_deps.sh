@@ -10,6 +10,8 @@ set -euo pipefail
 # SQLite (the coordinator's state).
 # Benchmarks: Open MPI (libraries and mpirun), the comparison peer of //bench:allreduce.
 # Data: Fashion-MNIST in IDX format (examples and the quality run).
+# Kubernetes manifests (tests/k8s): kubectl for its kustomize, python3-venv for the validator's
+# virtual environment (the section at the end).
 PACKAGES=(
   bazel-bootstrap
   g++
@@ -31,7 +33,37 @@ PACKAGES=(
   libopenmpi-dev
   openmpi-bin
   dataset-fashion-mnist
+  kubernetes-client
+  python3-venv
 )
+
+# SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 (the image builds in deploy/docker) leaves out what only the
+# manifest test needs. Any kubectl >= 1.20 renders the manifests: one already installed (e.g.
+# the Google Cloud SDK's `kubectl` package, which cannot be installed beside Debian's) is kept.
+K8S_TEST_TOOLS=1
+[ -n "${SUBSTRAX_SKIP_K8S_TEST_TOOLS:-}" ] && K8S_TEST_TOOLS=0
+keep=()
+for pkg in "${PACKAGES[@]}"; do
+  case "$pkg" in
+    kubernetes-client)
+      [ "$K8S_TEST_TOOLS" = 1 ] && ! command -v kubectl >/dev/null 2>&1 && keep+=("$pkg") ;;
+    python3-venv) [ "$K8S_TEST_TOOLS" = 1 ] && keep+=("$pkg") ;;
+    *) keep+=("$pkg") ;;
+  esac
+done
+PACKAGES=("${keep[@]}")
+
+SUDO=()
+need_root() {
+  [ "$(id -u)" -eq 0 ] && return 0
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+    return 0
+  fi
+  echo "install_deps: $1" >&2
+  echo "install_deps: run this script as root (or install sudo)" >&2
+  exit 1
+}
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -39,27 +71,52 @@ for pkg in "${PACKAGES[@]}"; do
     missing+=("$pkg")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
 
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO=(sudo)
-  else
-    echo "install_deps: missing Debian packages: ${missing[*]}" >&2
-    echo "install_deps: run this script as root (or install sudo) to install them" >&2
-    exit 1
-  fi
-fi
-
-echo "install_deps: installing ${missing[*]}" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-export DEBIAN_FRONTEND=noninteractive
-if ! { "${SUDO[@]}" apt-get update -qq &&
-       "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
-  cat "$log" >&2
-  echo "install_deps: apt-get failed (output above)" >&2
-  exit 1
+if [ ${#missing[@]} -gt 0 ]; then
+  need_root "missing Debian packages: ${missing[*]}"
+  echo "install_deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { "${SUDO[@]}" apt-get update -qq &&
+         "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install_deps: apt-get failed (output above)" >&2
+    exit 1
+  fi
+  echo "install_deps: done" >&2
 fi
-echo "install_deps: done" >&2
+
+# The manifest test's validator: kubernetes-validate (offline Kubernetes API schemas) and PyYAML
+# from PyPI, pinned with their dependencies, in a virtual environment of Debian's python3 at a
+# fixed path (tests/k8s/render_test.sh runs it). A stamp with the pins makes this a no-op when
+# they are installed; changing a pin reinstalls.
+[ "$K8S_TEST_TOOLS" = 1 ] || exit 0
+VENV=/opt/substrax/venv
+PY_REQUIREMENTS=(
+  kubernetes-validate==1.31.0
+  PyYAML==6.0.2
+  jsonschema==4.26.0
+  jsonschema-specifications==2025.9.1
+  referencing==0.37.0
+  rpds-py==2026.9.1
+  attrs==26.1.0
+  importlib_resources==7.1.0
+  packaging==26.4
+  typing_extensions==4.16.0
+)
+stamp="$VENV/.substrax-requirements"
+if [ "$(cat "$stamp" 2>/dev/null)" != "${PY_REQUIREMENTS[*]}" ]; then
+  [ -w "$(dirname "$VENV")" ] || [ -w / ] || need_root "cannot write $VENV"
+  echo "install_deps: installing ${PY_REQUIREMENTS[*]} in $VENV" >&2
+  if ! { "${SUDO[@]}" mkdir -p "$VENV" &&
+         { [ -x "$VENV/bin/python" ] || "${SUDO[@]}" /usr/bin/python3 -m venv "$VENV"; } &&
+         "${SUDO[@]}" "$VENV/bin/pip" install -q --disable-pip-version-check \
+           "${PY_REQUIREMENTS[@]}" &&
+         echo "${PY_REQUIREMENTS[*]}" | "${SUDO[@]}" tee "$stamp" >/dev/null; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install_deps: pip install in $VENV failed (output above)" >&2
+    exit 1
+  fi
+  echo "install_deps: done" >&2
+fi

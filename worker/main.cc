@@ -1,6 +1,7 @@
 // substrax-worker: the worker binary, in three modes.
 //
-//   substrax-worker daemon --coordinator HOST:PORT --cpu-devices N [--worker-id NAME] ...
+//   substrax-worker daemon --coordinator HOST:PORT --devices cuda|cpu:N [--worker-id NAME] ...
+//       (--cpu-devices N is the same as --devices cpu:N; give one of them.)
 //       The agent on a host: registers its devices, keeps its lease, runs assigned jobs.
 //   substrax-worker run --assignment FILE --coordinator HOST:PORT --result FILE
 //       One runner process of one job attempt (started by the daemon).
@@ -32,6 +33,7 @@
 #include "core/job_spec.h"
 #include "worker/collectives/store.h"
 #include "worker/daemon/daemon.h"
+#include "worker/daemon/devices.h"
 #include "worker/daemon/runner.h"
 #include "worker/runtime/trainer.h"
 
@@ -77,8 +79,8 @@ void PrintProgress(const ProgressReport& r) {
   std::fflush(stderr);
 }
 
-int RunTrain(const std::string& job_path, int local_devices, const std::string& timeout_flag,
-          bool explicit_collectives) {
+int RunTrain(const std::string& job_path, int local_devices, const std::string& devices_flag,
+             const std::string& timeout_flag, bool explicit_collectives) {
   absl::Duration timeout;
   if (!absl::ParseDuration(timeout_flag, &timeout) || timeout <= absl::ZeroDuration()) {
     std::cerr << "substrax-worker: --collective-timeout: '" << timeout_flag
@@ -90,23 +92,39 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
     std::cerr << "substrax-worker: invalid job spec:\n" << spec.status().message() << "\n";
     return 2;
   }
-  const int64_t needed = RequiredDevices(*spec);
-  if (needed > local_devices) {
-    std::cerr << "substrax-worker: " << job_path << ": the job's mesh needs " << needed
-              << " devices, but --local-devices is " << local_devices << "\n";
+  // The devices of this process: --devices (cuda, cpu:N), or --local-devices N CPU devices.
+  const std::string host = HostName();
+  const std::string device_spec =
+      devices_flag.empty() ? absl::StrCat("cpu:", local_devices) : devices_flag;
+  absl::StatusOr<std::vector<v1::Device>> found = DiscoverDevices(device_spec, host);
+  if (!found.ok()) {
+    std::cerr << "substrax-worker: --devices " << device_spec << ": " << found.status().message()
+              << "\n";
     return 2;
   }
   std::vector<Device> devices;
-  const std::string host = HostName();
-  for (int i = 0; i < local_devices; ++i) devices.push_back({i, host, i, DeviceKind::kCpu, "local"});
-  absl::StatusOr<Mesh> mesh = CreateMeshForJob(spec->mesh(), devices);
+  for (size_t i = 0; i < found->size(); ++i) {
+    Device d = DeviceFromProto((*found)[i]);
+    d.id = static_cast<int>(i);
+    d.worker_id = "local";
+    devices.push_back(d);
+  }
+  const int64_t needed = RequiredDevices(*spec);
+  if (needed > static_cast<int64_t>(devices.size())) {
+    std::cerr << "substrax-worker: " << job_path << ": the job's mesh needs " << needed
+              << " devices, but this process has " << devices.size() << " (" << device_spec
+              << ")\n";
+    return 2;
+  }
+  absl::StatusOr<Mesh> mesh =
+      CreateMeshForJob(spec->mesh(), DevicesForBackend(spec->backend(), devices));
   if (!mesh.ok()) {
     std::cerr << "substrax-worker: " << job_path << ": " << mesh.status().message() << "\n";
     return 2;
   }
-  if (needed < local_devices) {
-    std::cerr << "substrax-worker: the job's mesh uses " << needed << " of the " << local_devices
-              << " local devices\n";
+  if (needed < static_cast<int64_t>(devices.size())) {
+    std::cerr << "substrax-worker: the job's mesh uses " << needed << " of the " << devices.size()
+              << " devices\n";
   }
   std::cerr << DeviceMeshManager::GetMeshInfo(*mesh);
 
@@ -194,10 +212,13 @@ int main(int argc, char** argv) {
                "between them)");
   std::string job;
   int local_devices = 1;
+  std::string train_devices;
   std::string timeout = "30s";
   bool explicit_collectives = false;
   train->add_option("--job", job, "Job spec (TrainJob YAML, see docs/job-spec.md)")
       ->required();
+  train->add_option("--devices", train_devices,
+                    "Devices to run on: cuda (every GPU) or cpu:N; default cpu:<--local-devices>");
   train->add_option("--local-devices", local_devices, "CPU devices to run on")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -214,9 +235,14 @@ int main(int argc, char** argv) {
                 "the jobs it assigns");
   daemon->add_option("--coordinator", daemon_options.coordinator, "Coordinator address host:port")
       ->capture_default_str();
-  daemon->add_option("--cpu-devices", daemon_options.cpu_devices, "CPU devices to offer")
+  CLI::Option* devices_flag = daemon->add_option(
+      "--devices", daemon_options.devices,
+      "Devices to offer: 'cuda' (every visible GPU; needs a --config=cuda build) or 'cpu:N'");
+  daemon->add_option("--cpu-devices", daemon_options.cpu_devices,
+                     "CPU devices to offer (the same as --devices cpu:N)")
       ->check(CLI::Range(1, 256))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes(devices_flag);
   daemon->add_option("--worker-id", daemon_options.worker_id,
                      "This worker's name (default: the host name)");
   daemon->add_option("--host", daemon_options.host, "Host name to report (default: gethostname)");
@@ -226,6 +252,9 @@ int main(int argc, char** argv) {
   daemon->add_option("--work-dir", daemon_options.work_dir,
                      "Directory for assignments, results and runner logs")
       ->capture_default_str();
+  daemon->add_option("--health-listen", daemon_options.health_listen,
+                     "Plaintext grpc.health.v1 address for Kubernetes probes (service "
+                     "substrax.worker.ready: registered); empty: none");
   daemon->add_option("--collective-timeout", daemon_timeout,
                      "Time every collective of a runner must finish in")
       ->capture_default_str();
@@ -252,5 +281,5 @@ int main(int argc, char** argv) {
   }
   if (*daemon) return substrax::RunDaemon(daemon_options, daemon_timeout);
   if (*run) return substrax::RunRunner(assignment, runner_options, runner_timeout);
-  return substrax::RunTrain(job, local_devices, timeout, explicit_collectives);
+  return substrax::RunTrain(job, local_devices, train_devices, timeout, explicit_collectives);
 }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/daemon/coordinator_store.h"
+#include "worker/daemon/devices.h"
 
 namespace substrax {
 namespace {
@@ -53,11 +54,14 @@ std::chrono::system_clock::time_point Deadline(absl::Duration d) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonOptions options) {
-  if (options.cpu_devices < 1) {
+  if (options.devices.empty() && options.cpu_devices < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cpu-devices must be >= 1, got ", options.cpu_devices));
   }
   if (options.host.empty()) options.host = HostName();
+  if (options.devices.empty()) options.devices = absl::StrCat("cpu:", options.cpu_devices);
+  absl::StatusOr<std::vector<v1::Device>> devices = DiscoverDevices(options.devices, options.host);
+  if (!devices.ok()) return devices.status();
   if (options.worker_id.empty()) options.worker_id = options.host;
   if (options.runner_binary.empty()) options.runner_binary = "/proc/self/exe";
   std::error_code error;
@@ -66,10 +70,11 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
     return absl::UnavailableError(
         absl::StrCat("cannot create work dir ", options.work_dir, ": ", error.message()));
   }
-  return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(options)));
+  return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(options), *std::move(devices)));
 }
 
-WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(options)) {
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices)
+    : options_(std::move(options)), devices_(std::move(devices)) {
   stub_ = v1::CoordinatorService::NewStub(
       grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()));
 }
@@ -96,13 +101,7 @@ absl::Status WorkerDaemon::Register() {
   const std::string incarnation = NewIncarnation();
   request.set_incarnation(incarnation);
   request.set_address(options_.listen_host);
-  for (int i = 0; i < options_.cpu_devices; ++i) {
-    v1::Device* d = request.add_devices();
-    d->set_host(options_.host);
-    d->set_local_index(i);
-    d->set_kind(v1::DEVICE_KIND_CPU);
-    d->set_name("cpu");
-  }
+  for (const v1::Device& d : devices_) *request.add_devices() = d;
   // Retries only while the coordinator is unreachable (UNAVAILABLE / DEADLINE_EXCEEDED), with
   // exponential backoff and jitter up to 5 s, until stopped; anything else is the caller's to fix.
   absl::Duration backoff = absl::Milliseconds(100);
@@ -119,7 +118,8 @@ absl::Status WorkerDaemon::Register() {
                             absl::Nanoseconds(response.heartbeat_interval().nanos());
       if (heartbeat_interval_ <= absl::ZeroDuration()) heartbeat_interval_ = absl::Seconds(1);
       Log(absl::StrCat("registered as ", options_.worker_id, " (host ", options_.host, ", ",
-                       options_.cpu_devices, " cpu devices) with ", options_.coordinator));
+                       devices_.size(), " devices from '", options_.devices, "') with ",
+                       options_.coordinator));
       return absl::OkStatus();
     }
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
@@ -134,8 +134,19 @@ absl::Status WorkerDaemon::Register() {
   return absl::CancelledError("stopped before registering");
 }
 
+void WorkerDaemon::SetReady(bool ready) {
+  if (health_ != nullptr) health_->SetServing(kWorkerReadyService, ready);
+}
+
 absl::Status WorkerDaemon::Run() {
+  if (!options_.health_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<HealthServer>> health = HealthServer::Start(options_.health_listen);
+    if (!health.ok()) return health.status();
+    health_ = *std::move(health);
+    SetReady(false);
+  }
   if (absl::Status s = Register(); !s.ok()) return s;
+  SetReady(true);
   std::thread heartbeats([this] { HeartbeatLoop(); });
   std::thread watcher([this] { WatchLoop(); });
   stopped_.WaitForNotification();
@@ -168,8 +179,10 @@ void WorkerDaemon::HeartbeatLoop() {
       // The coordinator declared this incarnation dead (or forgot it): its attempts have been
       // failed, so their runners must go; then join again as a new incarnation.
       Log(absl::StrCat("lease lost (", status.error_message(), "); registering again"));
+      SetReady(false);
       TerminateAll("the worker lost its lease");
       if (!Register().ok()) return;
+      SetReady(true);
     } else if (!status.ok()) {
       Log(absl::StrCat("heartbeat failed: ", status.error_message()));
     }

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "proto/health_server.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 
 namespace substrax {
@@ -34,7 +35,10 @@ struct WorkerDaemonOptions {
   std::string worker_id;
   // The host name reported with the devices (default: gethostname()).
   std::string host;
-  // CPU devices to offer.
+  // The devices to offer (see devices.h): "cuda" (every visible GPU; needs a --config=cuda
+  // build) or "cpu:N". Empty: "cpu:<cpu_devices>".
+  std::string devices;
+  // CPU devices to offer when `devices` is empty (the --cpu-devices flag).
   int cpu_devices = 1;
   // Address this host's runners are reachable on by peers (Gloo, peer monitor).
   std::string listen_host = "127.0.0.1";
@@ -46,11 +50,20 @@ struct WorkerDaemonOptions {
   absl::Duration stop_grace = absl::Seconds(10);
   // Passed to runners: every collective must finish within this time.
   absl::Duration collective_timeout = absl::Seconds(30);
+  // host:port of a plaintext grpc.health.v1 server for Kubernetes probes; empty: none. The
+  // server as a whole ("") is SERVING while the daemon runs (liveness never depends on peers);
+  // "substrax.worker.ready" is SERVING while the worker is registered with the coordinator.
+  std::string health_listen;
 };
+
+// The health service name that says a worker daemon is registered (readiness).
+inline constexpr char kWorkerReadyService[] = "substrax.worker.ready";
 
 class WorkerDaemon {
  public:
-  // Errors: INVALID_ARGUMENT (bad options), UNAVAILABLE (work_dir cannot be created).
+  // Discovers the devices to offer (DiscoverDevices). Errors: INVALID_ARGUMENT (bad options, a
+  // bad device spec), FAILED_PRECONDITION ("cuda" without a usable GPU), UNIMPLEMENTED ("cuda"
+  // in a build without --config=cuda), UNAVAILABLE (work_dir cannot be created).
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
   ~WorkerDaemon();
 
@@ -73,9 +86,10 @@ class WorkerDaemon {
     std::string stop_reason;
   };
 
-  explicit WorkerDaemon(WorkerDaemonOptions options);
+  WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices);
   absl::Status Register();
   void HeartbeatLoop();
+  void SetReady(bool ready);
   void WatchLoop();
   void Launch(const v1::Assignment& assignment);
   void Terminate(const std::string& key, const std::string& reason);
@@ -85,7 +99,10 @@ class WorkerDaemon {
   std::string Incarnation() const;
 
   const WorkerDaemonOptions options_;
+  // What Register offers, discovered once by Create.
+  const std::vector<v1::Device> devices_;
   std::shared_ptr<v1::CoordinatorService::Stub> stub_;
+  std::unique_ptr<HealthServer> health_;
   absl::Notification stopped_;
 
   mutable absl::Mutex mu_;

@@ -17,19 +17,15 @@
 #include "worker/data/dataset.h"
 #include "worker/data/prefetch.h"
 #include "worker/data/sampler.h"
+#include "worker/runtime/cuda_trainer.h"
 #include "worker/runtime/spmd.h"
 
 namespace substrax {
 namespace {
 
 // Read-only state every device thread of the process shares.
-struct Shared {
+struct Shared : TrainingData {
   const TrainerOptions* options = nullptr;
-  Dataset train;
-  std::optional<Dataset> test;
-  int64_t num_features = 0;
-  std::unique_ptr<BatchSampler> sampler;
-  int64_t total_steps = 0;
   const PeerMonitor* monitor = nullptr;
 };
 
@@ -222,15 +218,39 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
   return result;
 }
 
-// The CUDA path of Train.
-absl::StatusOr<TrainResult> TrainOnCuda(const TrainerOptions&) {
-  return absl::UnimplementedError(
-      "training on CUDA devices is not wired into the runner yet: the CUDA model, kernels and "
-      "NCCL communicators exist (worker/gpu, worker/collectives) but the step loop runs on CPU "
-      "devices only; use backend cpu with CPU devices");
-}
-
 }  // namespace
+
+absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec) {
+  TrainingData data;
+  const bool classification = IsClassification(spec.model().type());
+  SUBSTRAX_ASSIGN_OR_RETURN(data.train,
+                            LoadSplit(spec.data(), /*test_split=*/false, spec.seed(), classification));
+  const bool has_test = spec.data().has_test() ||
+                        (spec.data().format() == v1::DATA_FORMAT_SYNTHETIC &&
+                         spec.data().synthetic().num_test_examples() > 0);
+  if (has_test) {
+    SUBSTRAX_ASSIGN_OR_RETURN(data.test,
+                              LoadSplit(spec.data(), /*test_split=*/true, spec.seed(), classification));
+  }
+  if (classification && data.train.num_classes > spec.model().num_classes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.model.num_classes: the training data has labels up to ",
+        data.train.num_classes - 1, ", more than the ", spec.model().num_classes(),
+        " classes the model has"));
+  }
+  data.num_features = data.train.num_features();
+  // Fail before any device starts if the model cannot be built at all.
+  SUBSTRAX_RETURN_IF_ERROR(Model::Create(spec.model(), data.num_features).status());
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      BatchSampler sampler,
+      BatchSampler::Create(data.train.num_examples(), spec.batch().global_batch_size(),
+                           spec.seed(), spec.data().shuffle()));
+  data.sampler = std::make_shared<BatchSampler>(std::move(sampler));
+  data.total_steps = spec.length_case() == v1::JobSpec::kSteps
+                         ? spec.steps()
+                         : spec.epochs() * data.sampler->steps_per_epoch();
+  return data;
+}
 
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   const v1::JobSpec& spec = options.spec;
@@ -247,7 +267,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
     return absl::FailedPreconditionError(
         "spec.backend is cpu but the job's devices are CUDA devices");
   }
-  if (cuda_devices) return TrainOnCuda(options);
+
   if (static_cast<int64_t>(options.process_of_position.size()) != mesh.size()) {
     return absl::InvalidArgumentError(absl::StrCat("process table has ",
                                                    options.process_of_position.size(),
@@ -270,33 +290,8 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
 
   Shared shared;
   shared.options = &options;
-  const bool classification = IsClassification(spec.model().type());
-  SUBSTRAX_ASSIGN_OR_RETURN(shared.train,
-                            LoadSplit(spec.data(), /*test_split=*/false, spec.seed(), classification));
-  const bool has_test = spec.data().has_test() ||
-                        (spec.data().format() == v1::DATA_FORMAT_SYNTHETIC &&
-                         spec.data().synthetic().num_test_examples() > 0);
-  if (has_test) {
-    SUBSTRAX_ASSIGN_OR_RETURN(shared.test,
-                              LoadSplit(spec.data(), /*test_split=*/true, spec.seed(), classification));
-  }
-  if (classification && shared.train.num_classes > spec.model().num_classes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.model.num_classes: the training data has labels up to ",
-        shared.train.num_classes - 1, ", more than the ", spec.model().num_classes(),
-        " classes the model has"));
-  }
-  shared.num_features = shared.train.num_features();
-  // Fail before any thread starts if the model cannot be built at all.
-  SUBSTRAX_RETURN_IF_ERROR(Model::Create(spec.model(), shared.num_features).status());
-  SUBSTRAX_ASSIGN_OR_RETURN(
-      BatchSampler sampler,
-      BatchSampler::Create(shared.train.num_examples(), spec.batch().global_batch_size(),
-                           spec.seed(), spec.data().shuffle()));
-  shared.sampler = std::make_unique<BatchSampler>(std::move(sampler));
-  shared.total_steps = spec.length_case() == v1::JobSpec::kSteps
-                           ? spec.steps()
-                           : spec.epochs() * shared.sampler->steps_per_epoch();
+  SUBSTRAX_ASSIGN_OR_RETURN(static_cast<TrainingData&>(shared), LoadTrainingData(spec));
+  if (cuda_devices) return TrainOnCuda(options, shared);
 
   std::unique_ptr<PeerMonitor> monitor;
   if (num_processes > 1) {

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,8 @@
 #include "core/metric_reductions.h"
 #include "substrax/v1/job.pb.h"
 #include "worker/collectives/store.h"
+#include "worker/data/dataset.h"
+#include "worker/data/sampler.h"
 #include "worker/tensor/tensor.h"
 
 namespace substrax {
@@ -93,8 +97,22 @@ struct TrainResult {
 };
 
 // Errors: INVALID_ARGUMENT (mesh, process table or spec unusable: the message names the field),
-// NOT_FOUND (data files), UNAVAILABLE / DEADLINE_EXCEEDED (a peer died or hung; names it).
+// NOT_FOUND (data files), UNAVAILABLE / DEADLINE_EXCEEDED (a peer died or hung; names it),
+// FAILED_PRECONDITION (spec.backend does not match the devices). Jobs on CUDA devices run the
+// CUDA step loop (cuda_trainer.h).
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options);
+
+// What every device of a process reads: the data set's splits, the order of its examples and
+// the number of steps. Errors: those of loading the data; INVALID_ARGUMENT when the labels do
+// not fit the model or the batch does not fit the data.
+struct TrainingData {
+  Dataset train;
+  std::optional<Dataset> test;
+  int64_t num_features = 0;
+  std::shared_ptr<BatchSampler> sampler;
+  int64_t total_steps = 0;
+};
+absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec);
 
 }  // namespace substrax
 

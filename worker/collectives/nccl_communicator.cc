@@ -1,0 +1,492 @@
+// The CUDA build of NcclCommunicator (bazel build --config=cuda); nccl_communicator_stub.cc is
+// the default build's.
+#include "worker/collectives/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/collectives/nccl_errors.h"
+
+namespace substrax {
+
+// nccl_errors.h mirrors ncclResult_t so that it builds without CUDA; keep the mirror honest.
+static_assert(static_cast<int>(NcclResult::kSuccess) == ncclSuccess);
+static_assert(static_cast<int>(NcclResult::kUnhandledCudaError) == ncclUnhandledCudaError);
+static_assert(static_cast<int>(NcclResult::kSystemError) == ncclSystemError);
+static_assert(static_cast<int>(NcclResult::kInternalError) == ncclInternalError);
+static_assert(static_cast<int>(NcclResult::kInvalidArgument) == ncclInvalidArgument);
+static_assert(static_cast<int>(NcclResult::kInvalidUsage) == ncclInvalidUsage);
+static_assert(static_cast<int>(NcclResult::kRemoteError) == ncclRemoteError);
+static_assert(static_cast<int>(NcclResult::kInProgress) == ncclInProgress);
+
+namespace {
+
+constexpr char kUniqueIdKey[] = "nccl_unique_id";
+
+NcclCall CallOf(const char* op, const NcclCommunicatorOptions& options, int rank, int size) {
+  NcclCall call;
+  call.op = op;
+  call.communicator = options.name;
+  call.rank = rank;
+  call.size = size;
+  call.self = options.self;
+  return call;
+}
+
+std::string Where(const NcclCall& call) {
+  return absl::StrCat(call.op, " on NCCL communicator '", call.communicator, "' (rank ",
+                      call.rank, " of ", call.size,
+                      call.self.empty() ? "" : absl::StrCat(", ", call.self), ")");
+}
+
+// A CUDA runtime call that failed around a collective: the device is in trouble.
+absl::Status CudaError(cudaError_t error, const char* what, const NcclCall& call) {
+  return absl::InternalError(absl::StrCat(Where(call), ": ", what, " failed: ",
+                                          cudaGetErrorName(error), ": ",
+                                          cudaGetErrorString(error),
+                                          "; check the GPU (nvidia-smi, dmesg)"));
+}
+
+absl::Status Translate(ncclResult_t result, ncclComm_t comm, const NcclCall& call) {
+  if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
+  const char* last = ncclGetLastError(comm);
+  return TranslateNcclResult(static_cast<int>(result), last == nullptr ? "" : last, call);
+}
+
+ncclRedOp_t ToNccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMean:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
+  }
+  return ncclSum;
+}
+
+template <typename T>
+ncclDataType_t DataType();
+template <>
+ncclDataType_t DataType<float>() {
+  return ncclFloat32;
+}
+template <>
+ncclDataType_t DataType<double>() {
+  return ncclFloat64;
+}
+
+// Polls a non-blocking communicator until it leaves ncclInProgress (creation, split, finalize):
+// the watchdog watches collectives, not these one-time steps. Aborts `comm` on failure.
+absl::Status WaitReady(ncclComm_t comm, absl::Time deadline, absl::Duration poll,
+                       const NcclCall& call) {
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t got = ncclCommGetAsyncError(comm, &state);
+    if (got != ncclSuccess) state = got;
+    if (state == ncclSuccess) return absl::OkStatus();
+    if (state != ncclInProgress) {
+      absl::Status status = Translate(state, comm, call);
+      ncclCommAbort(comm);
+      return status;
+    }
+    if (absl::Now() >= deadline) {
+      ncclCommAbort(comm);
+      return absl::DeadlineExceededError(absl::StrCat(
+          Where(call), " did not complete within its timeout: not every rank took part (each "
+                       "must call it), or the ranks cannot reach each other; check the other "
+                       "ranks' logs and NCCL_DEBUG=WARN output"));
+    }
+    absl::SleepFor(poll);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    const NcclCommunicatorOptions& options, Store* store, int rank, int size) {
+  const NcclCall call = CallOf("init", options, rank, size);
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(call), ": rank ", rank, " is not in 0..", size - 1));
+  }
+  if (const cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(call), ": CUDA device ", options.device, " cannot be used: ", cudaGetErrorName(e),
+        ": ", cudaGetErrorString(e), "; check nvidia-smi and the driver"));
+  }
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  ncclUniqueId id;
+  if (rank == 0) {
+    if (absl::Status s = Translate(ncclGetUniqueId(&id), nullptr, call); !s.ok()) return s;
+    if (absl::Status s = store->Set(kUniqueIdKey, std::string(id.internal, sizeof(id.internal)));
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(Where(call), ": publishing the unique id: ",
+                                                 s.message()));
+    }
+  } else {
+    absl::StatusOr<std::string> value = store->Get(kUniqueIdKey, options.connect_timeout);
+    if (!value.ok()) {
+      return absl::Status(value.status().code(),
+                          absl::StrCat(Where(call), ": waiting for rank 0's unique id: ",
+                                       value.status().message(),
+                                       " (rank 0 has not created its communicator; check it)"));
+    }
+    if (value->size() != sizeof(id.internal)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(call), ": the unique id in the store has ", value->size(), " bytes, not ",
+          sizeof(id.internal), ": another job attempt or program wrote the same key"));
+    }
+    std::memcpy(id.internal, value->data(), sizeof(id.internal));
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every call returns at once; WaitReady and the watchdog do the waiting
+  ncclComm_t comm = nullptr;
+  const ncclResult_t init = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (init != ncclSuccess && init != ncclInProgress) {
+    absl::Status status = Translate(init, comm, call);
+    if (comm != nullptr) ncclCommAbort(comm);
+    return status;
+  }
+  if (absl::Status s = WaitReady(comm, deadline, options.poll_interval, call); !s.ok()) return s;
+
+  cudaStream_t stream = nullptr;
+  cudaEvent_t event = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    ncclCommAbort(comm);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    return CudaError(e, "creating the communicator's stream", call);
+  }
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(options, rank, size, comm, stream, event));
+}
+
+NcclCommunicator::NcclCommunicator(const NcclCommunicatorOptions& options, int rank, int size,
+                                   ncclComm_t comm, cudaStream_t stream, cudaEvent_t event)
+    : options_(options), rank_(rank), size_(size), stream_(stream), event_(event), comm_(comm) {
+  NcclWatchdog::Options w;
+  w.communicator = options_.name;
+  w.rank = rank_;
+  w.size = size_;
+  w.self = options_.self;
+  w.async_error = [this] {
+    absl::MutexLock lock(&comm_mu_);
+    if (comm_ == nullptr) return static_cast<int>(ncclSuccess);
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t got = ncclCommGetAsyncError(comm_, &state);
+    return static_cast<int>(got != ncclSuccess ? got : state);
+  };
+  w.last_error = [this] {
+    absl::MutexLock lock(&comm_mu_);
+    const char* last = ncclGetLastError(comm_);
+    return std::string(last == nullptr ? "" : last);
+  };
+  w.abort = [this] {
+    absl::MutexLock lock(&comm_mu_);
+    if (comm_ == nullptr) return;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  };
+  watchdog_ = std::make_unique<NcclWatchdog>(std::move(w));
+  poller_ = std::thread([this] { PollLoop(); });
+}
+
+void NcclCommunicator::PollLoop() {
+  // CUDA calls from this thread (event queries) act on the communicator's device.
+  cudaSetDevice(options_.device);
+  while (!stop_.WaitForNotificationWithTimeout(options_.poll_interval)) {
+    watchdog_->Poll().IgnoreError();  // the failed collective reports it, through Wait
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  stop_.Notify();
+  if (poller_.joinable()) poller_.join();
+  cudaSetDevice(options_.device);
+  ncclComm_t comm = nullptr;
+  {
+    absl::MutexLock lock(&comm_mu_);
+    comm = comm_;
+    comm_ = nullptr;
+  }
+  if (comm != nullptr) {
+    // Finalize flushes outstanding work; if that fails or hangs, abort instead of waiting.
+    const NcclCall call = CallOf("finalize", options_, rank_, size_);
+    const ncclResult_t r = ncclCommFinalize(comm);
+    if ((r == ncclSuccess || r == ncclInProgress) &&
+        WaitReady(comm, absl::Now() + options_.timeout, options_.poll_interval, call).ok()) {
+      ncclCommDestroy(comm);
+    } else if (r != ncclSuccess && r != ncclInProgress) {
+      ncclCommAbort(comm);
+    }  // else WaitReady aborted it
+  }
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  if (event_ != nullptr) cudaEventDestroy(event_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void NcclCommunicator::PeerDied(std::string who) { watchdog_->PeerDied(std::move(who)); }
+
+absl::Status NcclCommunicator::Broken(const char* op) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      Where(CallOf(op, options_, rank_, size_)),
+      ": the communicator was aborted after an earlier failure and cannot be used again (",
+      watchdog_->aborted().message(), ")"));
+}
+
+absl::Status NcclCommunicator::WaitUntilIdle(std::string op, absl::Time deadline) {
+  // Non-blocking: the communicator's state is ncclInProgress until NCCL has finished the call
+  // (a collective is then on its stream). An error state is left to the watchdog's async-error
+  // check, which aborts and fails this op.
+  absl::StatusOr<NcclWatchdog::OpId> id = watchdog_->Register(std::move(op), deadline, [this] {
+    absl::MutexLock lock(&comm_mu_);
+    ncclResult_t state = ncclInProgress;
+    return comm_ != nullptr && ncclCommGetAsyncError(comm_, &state) == ncclSuccess &&
+           state == ncclSuccess;
+  });
+  if (!id.ok()) return id.status();
+  return watchdog_->Wait(*id);
+}
+
+template <typename Enqueue>
+absl::Status NcclCommunicator::Run(const char* op, cudaStream_t stream, Enqueue&& enqueue) {
+  const NcclCall call = CallOf(op, options_, rank_, size_);
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  ncclResult_t result = ncclSuccess;
+  {
+    absl::MutexLock lock(&comm_mu_);
+    if (comm_ == nullptr) return Broken(op);
+    result = enqueue(comm_);
+    if (result != ncclSuccess && result != ncclInProgress) return Translate(result, comm_, call);
+  }
+  if (result == ncclInProgress) {
+    if (absl::Status s = WaitUntilIdle(absl::StrCat(op, " (enqueue)"), deadline); !s.ok()) {
+      return s;
+    }
+  }
+  if (const cudaError_t e = cudaEventRecord(event_, stream); e != cudaSuccess) {
+    return CudaError(e, "cudaEventRecord after the collective", call);
+  }
+  cudaEvent_t event = event_;
+  absl::StatusOr<NcclWatchdog::OpId> id =
+      watchdog_->Register(op, deadline, [event] { return cudaEventQuery(event) == cudaSuccess; });
+  if (!id.ok()) return id.status();
+  return watchdog_->Wait(*id);
+}
+
+template <typename T>
+absl::Status NcclCommunicator::AllReduceDeviceImpl(T* data, size_t count, ReduceOp op,
+                                                   cudaStream_t stream) {
+  return Run("all_reduce", stream, [&](ncclComm_t comm) {
+    return ncclAllReduce(data, data, count, DataType<T>(), ToNccl(op), comm, stream);
+  });
+}
+
+absl::Status NcclCommunicator::AllReduceDevice(float* data, size_t count, ReduceOp op,
+                                               cudaStream_t stream) {
+  return AllReduceDeviceImpl(data, count, op, stream);
+}
+
+absl::Status NcclCommunicator::AllReduceDevice(double* data, size_t count, ReduceOp op,
+                                               cudaStream_t stream) {
+  return AllReduceDeviceImpl(data, count, op, stream);
+}
+
+template <typename T>
+absl::Status NcclCommunicator::AllGatherDeviceImpl(const T* input, T* output, size_t count,
+                                                   cudaStream_t stream) {
+  return Run("all_gather", stream, [&](ncclComm_t comm) {
+    return ncclAllGather(input, output, count, DataType<T>(), comm, stream);
+  });
+}
+
+absl::Status NcclCommunicator::AllGatherDevice(const float* input, float* output, size_t count,
+                                               cudaStream_t stream) {
+  return AllGatherDeviceImpl(input, output, count, stream);
+}
+
+absl::Status NcclCommunicator::AllGatherDevice(const double* input, double* output,
+                                               size_t count, cudaStream_t stream) {
+  return AllGatherDeviceImpl(input, output, count, stream);
+}
+
+absl::Status NcclCommunicator::BroadcastDevice(float* data, size_t count, int root,
+                                               cudaStream_t stream) {
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast on communicator '", name(),
+                                                   "': root ", root, " is not a rank of 0..",
+                                                   size_ - 1));
+  }
+  return Run("broadcast", stream, [&](ncclComm_t comm) {
+    return ncclBroadcast(data, data, count, ncclFloat32, root, comm, stream);
+  });
+}
+
+absl::Status NcclCommunicator::ReduceScatterDevice(const float* input, float* output,
+                                                   size_t count, ReduceOp op,
+                                                   cudaStream_t stream) {
+  return Run("reduce_scatter", stream, [&](ncclComm_t comm) {
+    return ncclReduceScatter(input, output, count, ncclFloat32, ToNccl(op), comm, stream);
+  });
+}
+
+absl::StatusOr<void*> NcclCommunicator::Scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_ && scratch_ != nullptr) return scratch_;
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  if (const cudaError_t e = cudaMalloc(&scratch_, bytes == 0 ? 1 : bytes); e != cudaSuccess) {
+    scratch_ = nullptr;
+    return CudaError(e, absl::StrCat("cudaMalloc of ", bytes, " staging bytes").c_str(),
+                     CallOf("stage", options_, rank_, size_));
+  }
+  scratch_bytes_ = bytes;
+  return scratch_;
+}
+
+absl::Status NcclCommunicator::CopyAndWait(void* dst, const void* src, size_t bytes,
+                                           bool to_device) {
+  if (bytes == 0) return absl::OkStatus();
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes,
+                                  to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                  stream_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) {
+    return CudaError(e, to_device ? "staging the input to the device" : "copying the result back",
+                     CallOf("stage", options_, rank_, size_));
+  }
+  return absl::OkStatus();
+}
+
+// The host-span methods: copy in, collective on stream_, copy out. One extra round trip over
+// PCIe each way; GPU code uses the ...Device methods instead.
+template <typename T>
+absl::Status NcclCommunicator::StagedAllReduce(absl::Span<T> data, ReduceOp op) {
+  const size_t bytes = data.size() * sizeof(T);
+  absl::StatusOr<void*> scratch = Scratch(bytes);
+  if (!scratch.ok()) return scratch.status();
+  T* d = static_cast<T*>(*scratch);
+  if (absl::Status s = CopyAndWait(d, data.data(), bytes, true); !s.ok()) return s;
+  if (absl::Status s = AllReduceDeviceImpl(d, data.size(), op, stream_); !s.ok()) return s;
+  return CopyAndWait(data.data(), d, bytes, false);
+}
+
+template <typename T>
+absl::Status NcclCommunicator::StagedAllGather(absl::Span<const T> input, absl::Span<T> output) {
+  absl::StatusOr<void*> scratch = Scratch((input.size() + output.size()) * sizeof(T));
+  if (!scratch.ok()) return scratch.status();
+  T* in = static_cast<T*>(*scratch);
+  T* out = in + input.size();
+  if (absl::Status s = CopyAndWait(in, input.data(), input.size() * sizeof(T), true); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = AllGatherDeviceImpl<T>(in, out, input.size(), stream_); !s.ok()) return s;
+  return CopyAndWait(output.data(), out, output.size() * sizeof(T), false);
+}
+
+absl::Status NcclCommunicator::DoAllReduce(absl::Span<float> data, ReduceOp op) {
+  return StagedAllReduce(data, op);
+}
+
+absl::Status NcclCommunicator::DoAllReduce(absl::Span<double> data, ReduceOp op) {
+  return StagedAllReduce(data, op);
+}
+
+absl::Status NcclCommunicator::DoAllGather(absl::Span<const float> input,
+                                           absl::Span<float> output) {
+  return StagedAllGather(input, output);
+}
+
+absl::Status NcclCommunicator::DoAllGather(absl::Span<const double> input,
+                                           absl::Span<double> output) {
+  return StagedAllGather(input, output);
+}
+
+absl::Status NcclCommunicator::DoBroadcast(absl::Span<float> data, int root) {
+  const size_t bytes = data.size() * sizeof(float);
+  absl::StatusOr<void*> scratch = Scratch(bytes);
+  if (!scratch.ok()) return scratch.status();
+  float* d = static_cast<float*>(*scratch);
+  if (absl::Status s = CopyAndWait(d, data.data(), bytes, true); !s.ok()) return s;
+  if (absl::Status s = BroadcastDevice(d, data.size(), root, stream_); !s.ok()) return s;
+  return CopyAndWait(data.data(), d, bytes, false);
+}
+
+absl::Status NcclCommunicator::DoReduceScatter(absl::Span<const float> input,
+                                               absl::Span<float> output, ReduceOp op) {
+  absl::StatusOr<void*> scratch = Scratch((input.size() + output.size()) * sizeof(float));
+  if (!scratch.ok()) return scratch.status();
+  float* in = static_cast<float*>(*scratch);
+  float* out = in + input.size();
+  if (absl::Status s = CopyAndWait(in, input.data(), input.size() * sizeof(float), true);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReduceScatterDevice(in, out, output.size(), op, stream_); !s.ok()) {
+    return s;
+  }
+  return CopyAndWait(output.data(), out, output.size() * sizeof(float), false);
+}
+
+absl::Status NcclCommunicator::DoBarrier() {
+  absl::StatusOr<void*> scratch = Scratch(sizeof(float));
+  if (!scratch.ok()) return scratch.status();
+  return AllReduceDeviceImpl(static_cast<float*>(*scratch), 1, ReduceOp::kSum, stream_);
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int color, int key,
+                                                                          std::string name) {
+  NcclCommunicatorOptions options = options_;
+  options.name = std::move(name);
+  const NcclCall call = CallOf("split", options_, rank_, size_);
+  if (color < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(call), ": color ", color, " is negative; every rank must join a group (>= 0)"));
+  }
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t child = nullptr;
+  {
+    absl::MutexLock lock(&comm_mu_);
+    if (comm_ == nullptr) return Broken("split");
+    const ncclResult_t r = ncclCommSplit(comm_, color, key, &child, &config);
+    if (r != ncclSuccess && r != ncclInProgress) return Translate(r, comm_, call);
+  }
+  if (child == nullptr) {
+    return absl::InternalError(absl::StrCat(Where(call), ": ncclCommSplit returned no communicator"));
+  }
+  if (absl::Status s = WaitReady(child, deadline, options_.poll_interval, call); !s.ok()) {
+    return s;
+  }
+  // The parent is in progress too until the split is done; collectives on it must wait.
+  if (absl::Status s = WaitUntilIdle("split", deadline); !s.ok()) {
+    ncclCommAbort(child);
+    return s;
+  }
+  int rank = 0, size = 0;
+  if (absl::Status s = Translate(ncclCommUserRank(child, &rank), child, call); !s.ok()) return s;
+  if (absl::Status s = Translate(ncclCommCount(child, &size), child, call); !s.ok()) return s;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t event = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    ncclCommAbort(child);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    return CudaError(e, "creating the split communicator's stream", call);
+  }
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(options, rank, size, child, stream, event));
+}
+
+}  // namespace substrax

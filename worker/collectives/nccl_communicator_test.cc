@@ -1,0 +1,156 @@
+// NcclCommunicator on a real GPU. NCCL refuses two ranks of one communicator on one GPU, and a
+// test machine has at most one, so these tests cover single-rank communicators (world size 1:
+// all-reduce, all-gather, broadcast, reduce-scatter, barrier, split, device pointers); ranks
+// across GPUs are covered by the multi-GPU job tests. Without a GPU (or without
+// --config=cuda) every test skips itself with a message.
+#include "worker/collectives/nccl_communicator.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "absl/time/clock.h"
+#include "worker/collectives/store.h"
+
+#ifdef SUBSTRAX_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace substrax {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Skips the calling test unless this is a CUDA build on a machine with a GPU.
+#define SKIP_WITHOUT_GPU()                                                              \
+  do {                                                                                  \
+    if (std::string why = NoGpuReason(); !why.empty()) GTEST_SKIP() << why;             \
+  } while (0)
+
+std::string NoGpuReason() {
+#ifndef SUBSTRAX_CUDA
+  return "built without --config=cuda: no NCCL communicator to test";
+#else
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
+  if (count == 0) return "no CUDA device: cudaGetDeviceCount returned 0";
+  return "";
+#endif
+}
+
+TEST(NcclCommunicatorTest, WithoutCudaCreateSaysHowToRebuild) {
+#ifdef SUBSTRAX_CUDA
+  GTEST_SKIP() << "built with --config=cuda: the stub is not in this build";
+#else
+  InMemoryStore store;
+  auto comm = NcclCommunicator::Create(NcclCommunicatorOptions(), &store, 0, 1);
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(comm.status().message()), HasSubstr("bazel build --config=cuda"));
+#endif
+}
+
+TEST(NcclCommunicatorTest, RankOutOfRangeIsInvalidArgument) {
+#ifndef SUBSTRAX_CUDA
+  GTEST_SKIP() << "built without --config=cuda";
+#else
+  InMemoryStore store;
+  auto comm = NcclCommunicator::Create(NcclCommunicatorOptions(), &store, 2, 2);
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
+#endif
+}
+
+std::unique_ptr<NcclCommunicator> SingleRank(Store* store) {
+  NcclCommunicatorOptions options;
+  options.self = "device 0 (cuda:0 on test)";
+  options.timeout = absl::Seconds(20);
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+      NcclCommunicator::Create(options, store, 0, 1);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  return comm.ok() ? std::move(*comm) : nullptr;
+}
+
+TEST(NcclCommunicatorTest, SingleRankHostCollectives) {
+  SKIP_WITHOUT_GPU();
+  InMemoryStore store;
+  std::unique_ptr<NcclCommunicator> comm = SingleRank(&store);
+  ASSERT_NE(comm, nullptr);
+  // The unique id went through the store.
+  EXPECT_EQ(store.Get("nccl_unique_id", absl::ZeroDuration())->size(), 128u);
+
+  std::vector<float> f = {1.5f, -2.0f, 3.0f};
+  ASSERT_TRUE(comm->AllReduce(absl::MakeSpan(f), ReduceOp::kSum).ok());
+  EXPECT_THAT(f, ElementsAre(1.5f, -2.0f, 3.0f));
+  ASSERT_TRUE(comm->AllReduce(absl::MakeSpan(f), ReduceOp::kMean).ok());
+  EXPECT_THAT(f, ElementsAre(1.5f, -2.0f, 3.0f));
+  std::vector<double> d = {0.25, 7.0};
+  ASSERT_TRUE(comm->AllReduce(absl::MakeSpan(d), ReduceOp::kMax).ok());
+  EXPECT_THAT(d, ElementsAre(0.25, 7.0));
+
+  std::vector<float> gathered(3);
+  ASSERT_TRUE(comm->AllGather(f, absl::MakeSpan(gathered)).ok());
+  EXPECT_THAT(gathered, ElementsAre(1.5f, -2.0f, 3.0f));
+  std::vector<double> gathered_d(2);
+  ASSERT_TRUE(comm->AllGather(d, absl::MakeSpan(gathered_d)).ok());
+  EXPECT_THAT(gathered_d, ElementsAre(0.25, 7.0));
+
+  ASSERT_TRUE(comm->Broadcast(absl::MakeSpan(f), 0).ok());
+  EXPECT_THAT(f, ElementsAre(1.5f, -2.0f, 3.0f));
+  EXPECT_EQ(comm->Broadcast(absl::MakeSpan(f), 1).code(), absl::StatusCode::kInvalidArgument);
+
+  std::vector<float> scattered(3);
+  ASSERT_TRUE(comm->ReduceScatter(f, absl::MakeSpan(scattered), ReduceOp::kSum).ok());
+  EXPECT_THAT(scattered, ElementsAre(1.5f, -2.0f, 3.0f));
+  EXPECT_TRUE(comm->Barrier().ok());
+}
+
+TEST(NcclCommunicatorTest, SingleRankDevicePointersAndSplit) {
+  SKIP_WITHOUT_GPU();
+#ifdef SUBSTRAX_CUDA
+  InMemoryStore store;
+  std::unique_ptr<NcclCommunicator> comm = SingleRank(&store);
+  ASSERT_NE(comm, nullptr);
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 4 * sizeof(float)), cudaSuccess);
+  const float in[4] = {1, 2, 3, 4};
+  ASSERT_EQ(cudaMemcpy(d, in, sizeof(in), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_TRUE(comm->AllReduceDevice(d, 4, ReduceOp::kMin, comm->stream()).ok());
+  float out[4] = {};
+  ASSERT_EQ(cudaMemcpy(out, d, sizeof(out), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_THAT(out, ElementsAre(1, 2, 3, 4));
+
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> axis = comm->Split(0, 0, "axis 'data'");
+  ASSERT_TRUE(axis.ok()) << axis.status();
+  EXPECT_EQ((*axis)->size(), 1);
+  EXPECT_EQ((*axis)->rank(), 0);
+  EXPECT_EQ((*axis)->name(), "axis 'data'");
+  std::vector<float> f = {5, 6};
+  EXPECT_TRUE((*axis)->AllReduce(absl::MakeSpan(f), ReduceOp::kSum).ok());
+  EXPECT_THAT(f, ElementsAre(5, 6));
+  EXPECT_EQ(comm->Split(-1, 0, "none").status().code(), absl::StatusCode::kInvalidArgument);
+  // The world still works after the split.
+  EXPECT_TRUE(comm->Barrier().ok());
+  cudaFree(d);
+#endif
+}
+
+TEST(NcclCommunicatorTest, DeadPeerAbortsAndLaterCallsFailFast) {
+  SKIP_WITHOUT_GPU();
+  InMemoryStore store;
+  std::unique_ptr<NcclCommunicator> comm = SingleRank(&store);
+  ASSERT_NE(comm, nullptr);
+  comm->PeerDied("process 1 (worker w-1, host b) died: connection closed without goodbye");
+  // The watchdog thread aborts within a poll interval; the next collective then fails.
+  absl::Status s;
+  for (int i = 0; i < 2000 && s.ok(); ++i) {
+    s = comm->Barrier();
+    if (s.ok()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_TRUE(absl::IsFailedPrecondition(s) || absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("process 1 (worker w-1, host b) died"));
+}
+
+}  // namespace
+}  // namespace substrax

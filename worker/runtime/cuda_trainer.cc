@@ -1,0 +1,211 @@
+#include "worker/runtime/cuda_trainer.h"
+
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/sharding.h"
+#include "core/status.h"
+#include "worker/collectives/nccl_communicator.h"
+#include "worker/gpu/cuda_device.h"
+#include "worker/gpu/cuda_model.h"
+#include "worker/gpu/cuda_prefetch.h"
+
+namespace substrax {
+namespace {
+
+// Sums `values` over the world (host values; a no-op on one device).
+absl::Status SumOverWorld(NcclCommunicator* world, std::vector<double>* values) {
+  if (world == nullptr) return absl::OkStatus();
+  return world->AllReduce(absl::MakeSpan(*values), ReduceOp::kSum);
+}
+
+absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const TrainingData& data,
+                                          int device_id) {
+  const v1::JobSpec& spec = options.spec;
+  const Mesh& mesh = options.mesh;
+  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<int64_t> coords, mesh.CoordinatesOf(device_id));
+  const Device& me = mesh.DeviceAt(coords);
+  const int64_t position = mesh.Ravel(coords);
+  const int64_t world_size = mesh.size();
+
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device, CudaDevice::Create(me.local_index));
+  std::unique_ptr<NcclCommunicator> world;
+  PrefixStore nccl_store(options.store, "nccl/world");
+  if (world_size > 1) {
+    NcclCommunicatorOptions nccl;
+    nccl.name = "world";
+    nccl.device = me.local_index;
+    nccl.self = me.ToString();
+    nccl.timeout = options.collective_timeout;
+    nccl.connect_timeout = options.connect_timeout;
+    SUBSTRAX_ASSIGN_OR_RETURN(world, NcclCommunicator::Create(nccl, &nccl_store,
+                                                              static_cast<int>(position),
+                                                              static_cast<int>(world_size)));
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model,
+                            CudaModel::Create(spec.model(), data.num_features, device.get()));
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaOptimizer> optimizer,
+                            CudaOptimizer::Create(spec.optimizer(), device.get()));
+  SUBSTRAX_ASSIGN_OR_RETURN(DeviceTree params, model->Init(spec.seed()));
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaMetrics> metrics, CudaMetrics::Create(*device));
+
+  // This device's rows of every global batch: its block on the data axis.
+  const int64_t global_batch = spec.batch().global_batch_size();
+  SUBSTRAX_ASSIGN_OR_RETURN(NamedSharding sharding, CreateDataParallelSharding(mesh));
+  SUBSTRAX_ASSIGN_OR_RETURN(ShardLayout layout, sharding.Layout({global_batch}));
+  SUBSTRAX_ASSIGN_OR_RETURN(ShardSlice shard, layout.ForDevice(device_id));
+  const IndexRange rows = shard.index[0];
+  int64_t next_step = 0;
+  Producer<Batch> produce = [&]() -> absl::StatusOr<std::optional<Batch>> {
+    if (next_step >= data.total_steps) return std::optional<Batch>();
+    const std::vector<int64_t> indices = data.sampler->GlobalBatch(next_step++);
+    return std::optional<Batch>(Gather(
+        data.train, absl::MakeConstSpan(indices).subspan(rows.start, rows.limit - rows.start)));
+  };
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      std::unique_ptr<CudaPrefetcher> batches,
+      CudaPrefetcher::Create(device.get(), std::move(produce), spec.data().prefetch_size()));
+
+  TrainResult result;
+  DeviceTree grads;
+  const int64_t steps_per_epoch = data.sampler->steps_per_epoch();
+  absl::Time interval_start = absl::Now();
+  const absl::Time start = interval_start;
+  int64_t interval_steps = 0;
+  for (int64_t step = 0; step < data.total_steps; ++step) {
+    SUBSTRAX_ASSIGN_OR_RETURN(std::optional<DeviceBatchView> batch, batches->Next());
+    if (!batch.has_value()) {
+      return absl::InternalError(absl::StrCat("input ended after ", step, " steps"));
+    }
+    SUBSTRAX_RETURN_IF_ERROR(model->LossAndGradients(params, *batch, &grads, metrics.get()));
+    if (world != nullptr) {
+      // Sum over every device, then divide: the mean of the per-device mean gradients.
+      for (auto& [name, grad] : grads) {
+        SUBSTRAX_RETURN_IF_ERROR(Annotate(
+            world->AllReduceDevice(grad.data(), grad.size(), ReduceOp::kSum, device->stream()),
+            absl::StrCat("gradient all-reduce of ", name)));
+      }
+      SUBSTRAX_RETURN_IF_ERROR(
+          optimizer->ScaleGradients(&grads, static_cast<float>(world_size)));
+    }
+    SUBSTRAX_RETURN_IF_ERROR(optimizer->Update(grads, &params));
+    ++interval_steps;
+    const bool last = step + 1 == data.total_steps;
+    if ((step + 1) % spec.report_every_steps() != 0 && !last) continue;
+
+    SUBSTRAX_ASSIGN_OR_RETURN(EvalResult local, metrics->Read());
+    SUBSTRAX_RETURN_IF_ERROR(metrics->Reset());
+    const double wall = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - interval_start));
+    Metrics mine;
+    const double count = std::max<int64_t>(1, local.count);
+    for (const auto& [name, reduction] : spec.metrics()) {
+      if (name == "loss") mine[name] = local.loss_sum / count;
+      if (name == "accuracy") mine[name] = static_cast<double>(local.correct) / count;
+      if (name == "step") mine[name] = static_cast<double>(step + 1);
+    }
+    if (options.on_device_report) {
+      DeviceReport report;
+      report.device_id = device_id;
+      report.step = step + 1;
+      report.values = mine;
+      report.samples_per_second = static_cast<double>(local.count) / wall;
+      report.compute_seconds = wall;
+      options.on_device_report(report);
+    }
+    // Mean over devices of loss and accuracy (equal batches), for the progress line.
+    std::vector<double> sums = {local.loss_sum, static_cast<double>(local.correct),
+                                static_cast<double>(local.count)};
+    SUBSTRAX_RETURN_IF_ERROR(Annotate(SumOverWorld(world.get(), &sums), "metric reduction"));
+    Metrics reduced;
+    for (const auto& [name, value] : mine) {
+      if (name == "loss") reduced[name] = sums[0] / std::max(1.0, sums[2]);
+      if (name == "accuracy") reduced[name] = sums[1] / std::max(1.0, sums[2]);
+      if (name == "step") reduced[name] = value;
+    }
+    if (position == 0 && options.on_progress) {
+      ProgressReport report;
+      report.step = step + 1;
+      report.total_steps = data.total_steps;
+      report.epoch = step / steps_per_epoch + 1;
+      report.total_epochs = (data.total_steps + steps_per_epoch - 1) / steps_per_epoch;
+      report.metrics = reduced;
+      report.samples_per_second = static_cast<double>(global_batch * interval_steps) / wall;
+      report.compute_fraction = 1;
+      report.elapsed = absl::Now() - start;
+      options.on_progress(report);
+    }
+    result.final_metrics = reduced;
+    interval_steps = 0;
+    interval_start = absl::Now();
+  }
+  result.steps = data.total_steps;
+
+  // Evaluation: each device its share of the split, sums added over the world.
+  const Dataset& eval = data.test.has_value() ? *data.test : data.train;
+  const int64_t n = eval.num_examples();
+  int64_t next = n * position / world_size;
+  const int64_t end = n * (position + 1) / world_size;
+  constexpr int64_t kChunk = 1024;
+  Producer<Batch> chunks = [&]() -> absl::StatusOr<std::optional<Batch>> {
+    if (next >= end) return std::optional<Batch>();
+    std::vector<int64_t> rows_now;
+    for (int64_t i = next; i < std::min(end, next + kChunk); ++i) rows_now.push_back(i);
+    next += kChunk;
+    return std::optional<Batch>(Gather(eval, rows_now));
+  };
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaPrefetcher> eval_batches,
+                            CudaPrefetcher::Create(device.get(), std::move(chunks), 2));
+  while (true) {
+    SUBSTRAX_ASSIGN_OR_RETURN(std::optional<DeviceBatchView> batch, eval_batches->Next());
+    if (!batch.has_value()) break;
+    SUBSTRAX_RETURN_IF_ERROR(model->Evaluate(params, *batch, metrics.get()));
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(EvalResult evaluated, metrics->Read());
+  std::vector<double> sums = {evaluated.loss_sum, static_cast<double>(evaluated.correct),
+                              static_cast<double>(evaluated.count)};
+  SUBSTRAX_RETURN_IF_ERROR(Annotate(SumOverWorld(world.get(), &sums), "evaluation"));
+  const std::string prefix = data.test.has_value() ? "test" : "train";
+  if (sums[2] > 0) {
+    result.evaluation[prefix + "_loss"] = sums[0] / sums[2];
+    if (model->is_classification()) result.evaluation[prefix + "_accuracy"] = sums[1] / sums[2];
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(result.params, device->Download(params));
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> TrainOnCuda(const TrainerOptions& options, const TrainingData& data) {
+  const Mesh& mesh = options.mesh;
+  if (absl::StatusOr<int64_t> mp = mesh.AxisSize(kModelAxis); mp.ok() && *mp > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "spec.mesh: mesh ", mesh.ShapeString(), " has a model axis of size ", *mp,
+        "; tensor parallelism on CUDA devices is not wired into the step loop yet (it runs on "
+        "CPU devices); use a data-parallel mesh on GPUs"));
+  }
+  if (!mesh.HasAxis(kDataAxis)) {
+    return absl::UnimplementedError("CUDA jobs need a data-parallel mesh");
+  }
+  std::vector<int> local;
+  for (int64_t i = 0; i < mesh.size(); ++i) {
+    if (options.process_of_position[i] == options.process_index) local.push_back(mesh.devices()[i].id);
+  }
+  std::vector<absl::StatusOr<TrainResult>> results(local.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < local.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = RunCudaDevice(options, data, local[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) {
+      const Device& d = mesh.DeviceAt(*mesh.CoordinatesOf(local[i]));
+      return Annotate(results[i].status(),
+                      absl::StrCat(d.ToString(), ", process ", options.process_index));
+    }
+  }
+  return std::move(results[0]);
+}
+
+}  // namespace substrax

@@ -1,0 +1,22 @@
+// TrainOnCuda: Train's step loop on CUDA devices. One thread per local GPU, each with its own
+// stream; CudaModel and CudaOptimizer on the device; batches through CudaPrefetcher (pinned
+// buffers, a copy stream); gradients all-reduced with NCCL over the world communicator
+// (data-parallel meshes); metrics accumulated on the device and copied back once per report.
+//
+// Tensor parallelism on CUDA (a model axis > 1) is not wired yet: refused with UNIMPLEMENTED.
+// Without --config=cuda every CUDA piece is a stub that returns UNIMPLEMENTED, and so does this.
+#ifndef SUBSTRAX_WORKER_RUNTIME_CUDA_TRAINER_H_
+#define SUBSTRAX_WORKER_RUNTIME_CUDA_TRAINER_H_
+
+#include "absl/status/statusor.h"
+#include "worker/runtime/trainer.h"
+
+namespace substrax {
+
+// Errors: as Train; UNIMPLEMENTED (a model axis > 1; built without CUDA); FAILED_PRECONDITION
+// (no usable GPU); the CUDA, cuBLAS and NCCL errors of the device code.
+absl::StatusOr<TrainResult> TrainOnCuda(const TrainerOptions& options, const TrainingData& data);
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_RUNTIME_CUDA_TRAINER_H_
