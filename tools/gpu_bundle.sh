@@ -32,5 +32,10 @@ for b in "${bins[@]}"; do ldd "$b"; done |
   awk '/=> \// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libnvidia[^/]*)\.so' |
   while read -r lib; do cp -L "$lib" "$out/lib/"; done
+# Smaller to carry: no debug symbols.
+strip --strip-unneeded "$out"/bin/* "$out"/lib/* 2>/dev/null || true
+# The GPU machine has no Debian packages: carry Fashion-MNIST for the training check.
+mkdir -p "$out/data"
+cp /usr/share/datasets/fashion-mnist/*.gz "$out/data/"
 du -sh "$out"
 ls "$out/lib"
