@@ -11,14 +11,15 @@
 #include "worker/gpu/cuda_device.h"
 #include "worker/gpu/cuda_model.h"
 #include "worker/gpu/cuda_prefetch.h"
+#include "worker/runtime/spmd.h"
 
 namespace substrax {
 namespace {
 
-// Sums `values` over the world (host values; a no-op on one device).
-absl::Status SumOverWorld(NcclCommunicator* world, std::vector<double>* values) {
-  if (world == nullptr) return absl::OkStatus();
-  return world->AllReduce(absl::MakeSpan(*values), ReduceOp::kSum);
+// Sums `values` over `comm` (host values; nothing to do without one).
+absl::Status SumOverWorld(NcclCommunicator* comm, std::vector<double>* values) {
+  if (comm == nullptr) return absl::OkStatus();
+  return comm->AllReduce(absl::MakeSpan(*values), ReduceOp::kSum);
 }
 
 absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const TrainingData& data,
@@ -31,7 +32,9 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
   const int64_t world_size = mesh.size();
 
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device, CudaDevice::Create(me.local_index));
-  std::unique_ptr<NcclCommunicator> world;
+  // NCCL communicators: the world, and one per mesh axis split from it (every rank splits in the
+  // same order: data, then model). A 1-D mesh's only axis is the world.
+  std::unique_ptr<NcclCommunicator> world, data_split, model_split;
   PrefixStore nccl_store(options.store, "nccl/world");
   if (world_size > 1) {
     NcclCommunicatorOptions nccl;
@@ -44,19 +47,51 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
                                                               static_cast<int>(position),
                                                               static_cast<int>(world_size)));
   }
+  const absl::StatusOr<int> data_axis = mesh.AxisIndex(kDataAxis);
+  const absl::StatusOr<int> model_axis = mesh.AxisIndex(kModelAxis);
+  if (world != nullptr && mesh.ndim() == 2) {
+    SUBSTRAX_ASSIGN_OR_RETURN(data_split, world->Split(static_cast<int>(coords[*model_axis]),
+                                                       static_cast<int>(coords[*data_axis]),
+                                                       "axis 'data'"));
+    SUBSTRAX_ASSIGN_OR_RETURN(model_split, world->Split(static_cast<int>(coords[*data_axis]),
+                                                        static_cast<int>(coords[*model_axis]),
+                                                        "axis 'model'"));
+  }
+  auto axis_comm = [&](const absl::StatusOr<int>& axis,
+                       const std::unique_ptr<NcclCommunicator>& split) -> NcclCommunicator* {
+    if (!axis.ok() || mesh.shape()[*axis] == 1) return nullptr;
+    return split != nullptr ? split.get() : world.get();
+  };
+  NcclCommunicator* data_comm = axis_comm(data_axis, data_split);
+  NcclCommunicator* model_comm = axis_comm(model_axis, model_split);
+
+  CudaTensorParallelism tp;
+  if (model_comm != nullptr) {
+    tp.axis_size = mesh.shape()[*model_axis];
+    tp.index = coords[*model_axis];
+    tp.all_reduce_sum = [model_comm, stream = device->stream()](float* values, int64_t count) {
+      return Annotate(model_comm->AllReduceDevice(values, static_cast<size_t>(count),
+                                                  ReduceOp::kSum, stream),
+                      "tensor-parallel all-reduce");
+    };
+  }
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model,
-                            CudaModel::Create(spec.model(), data.num_features, device.get()));
+                            CudaModel::Create(spec.model(), data.num_features, device.get(), tp));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaOptimizer> optimizer,
                             CudaOptimizer::Create(spec.optimizer(), device.get()));
   SUBSTRAX_ASSIGN_OR_RETURN(DeviceTree params, model->Init(spec.seed()));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaMetrics> metrics, CudaMetrics::Create(*device));
 
-  // This device's rows of every global batch: its block on the data axis.
+  // This device's rows of every global batch: its block on the data axis (all of it on a mesh
+  // without one; devices along the model axis share their rows).
   const int64_t global_batch = spec.batch().global_batch_size();
-  SUBSTRAX_ASSIGN_OR_RETURN(NamedSharding sharding, CreateDataParallelSharding(mesh));
-  SUBSTRAX_ASSIGN_OR_RETURN(ShardLayout layout, sharding.Layout({global_batch}));
-  SUBSTRAX_ASSIGN_OR_RETURN(ShardSlice shard, layout.ForDevice(device_id));
-  const IndexRange rows = shard.index[0];
+  IndexRange rows{0, global_batch};
+  if (data_axis.ok()) {
+    SUBSTRAX_ASSIGN_OR_RETURN(NamedSharding sharding, CreateDataParallelSharding(mesh));
+    SUBSTRAX_ASSIGN_OR_RETURN(ShardLayout layout, sharding.Layout({global_batch}));
+    SUBSTRAX_ASSIGN_OR_RETURN(ShardSlice shard, layout.ForDevice(device_id));
+    rows = shard.index[0];
+  }
   int64_t next_step = 0;
   Producer<Batch> produce = [&]() -> absl::StatusOr<std::optional<Batch>> {
     if (next_step >= data.total_steps) return std::optional<Batch>();
@@ -80,15 +115,15 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
       return absl::InternalError(absl::StrCat("input ended after ", step, " steps"));
     }
     SUBSTRAX_RETURN_IF_ERROR(model->LossAndGradients(params, *batch, &grads, metrics.get()));
-    if (world != nullptr) {
-      // Sum over every device, then divide: the mean of the per-device mean gradients.
-      for (auto& [name, grad] : grads) {
-        SUBSTRAX_RETURN_IF_ERROR(Annotate(
-            world->AllReduceDevice(grad.data(), grad.size(), ReduceOp::kSum, device->stream()),
-            absl::StrCat("gradient all-reduce of ", name)));
-      }
-      SUBSTRAX_RETURN_IF_ERROR(
-          optimizer->ScaleGradients(&grads, static_cast<float>(world_size)));
+    // The reduction the shardings imply: a parameter split over the model axis is averaged
+    // over the data axis only; a replicated one over every device.
+    for (const ParamSpec& p : model->params()) {
+      NcclCommunicator* comm = p.partition == PartitionSpec() ? world.get() : data_comm;
+      if (comm == nullptr) continue;
+      DeviceTensor& grad = grads.at(p.name);
+      SUBSTRAX_RETURN_IF_ERROR(Annotate(
+          comm->AllReduceDevice(grad.data(), grad.size(), ReduceOp::kMean, device->stream()),
+          absl::StrCat("gradient all-reduce of ", p.name)));
     }
     SUBSTRAX_RETURN_IF_ERROR(optimizer->Update(grads, &params));
     ++interval_steps;
@@ -142,11 +177,14 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
   }
   result.steps = data.total_steps;
 
-  // Evaluation: each device its share of the split, sums added over the world.
+  // Evaluation: each data-axis shard its share of the split (devices along the model axis
+  // evaluate the same share together), sums added over the data axis.
   const Dataset& eval = data.test.has_value() ? *data.test : data.train;
   const int64_t n = eval.num_examples();
-  int64_t next = n * position / world_size;
-  const int64_t end = n * (position + 1) / world_size;
+  const int64_t shards = data_axis.ok() ? mesh.shape()[*data_axis] : 1;
+  const int64_t shard_index = data_axis.ok() ? coords[*data_axis] : 0;
+  int64_t next = n * shard_index / shards;
+  const int64_t end = n * (shard_index + 1) / shards;
   constexpr int64_t kChunk = 1024;
   Producer<Batch> chunks = [&]() -> absl::StatusOr<std::optional<Batch>> {
     if (next >= end) return std::optional<Batch>();
@@ -165,13 +203,27 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
   SUBSTRAX_ASSIGN_OR_RETURN(EvalResult evaluated, metrics->Read());
   std::vector<double> sums = {evaluated.loss_sum, static_cast<double>(evaluated.correct),
                               static_cast<double>(evaluated.count)};
-  SUBSTRAX_RETURN_IF_ERROR(Annotate(SumOverWorld(world.get(), &sums), "evaluation"));
+  SUBSTRAX_RETURN_IF_ERROR(Annotate(SumOverWorld(data_comm, &sums), "evaluation"));
   const std::string prefix = data.test.has_value() ? "test" : "train";
   if (sums[2] > 0) {
     result.evaluation[prefix + "_loss"] = sums[0] / sums[2];
     if (model->is_classification()) result.evaluation[prefix + "_accuracy"] = sums[1] / sums[2];
   }
-  SUBSTRAX_ASSIGN_OR_RETURN(result.params, device->Download(params));
+  // Full-shape parameters: this device's shards, gathered over the model axis.
+  SUBSTRAX_ASSIGN_OR_RETURN(TensorTree local, device->Download(params));
+  std::map<std::string, PartitionSpec> specs;
+  for (const ParamSpec& p : model->params()) specs[p.name] = p.partition;
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      result.params,
+      AllGatherState(local, specs,
+                     [&](const Tensor& t, const std::string&) -> absl::StatusOr<Tensor> {
+                       if (model_comm == nullptr) return t;
+                       std::vector<int64_t> shape = {model_comm->size()};
+                       shape.insert(shape.end(), t.shape().begin(), t.shape().end());
+                       Tensor stacked(shape);
+                       SUBSTRAX_RETURN_IF_ERROR(model_comm->AllGather(t.span(), stacked.span()));
+                       return stacked;
+                     }));
   return result;
 }
 
@@ -179,15 +231,6 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
 
 absl::StatusOr<TrainResult> TrainOnCuda(const TrainerOptions& options, const TrainingData& data) {
   const Mesh& mesh = options.mesh;
-  if (absl::StatusOr<int64_t> mp = mesh.AxisSize(kModelAxis); mp.ok() && *mp > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "spec.mesh: mesh ", mesh.ShapeString(), " has a model axis of size ", *mp,
-        "; tensor parallelism on CUDA devices is not wired into the step loop yet (it runs on "
-        "CPU devices); use a data-parallel mesh on GPUs"));
-  }
-  if (!mesh.HasAxis(kDataAxis)) {
-    return absl::UnimplementedError("CUDA jobs need a data-parallel mesh");
-  }
   std::vector<int> local;
   for (int64_t i = 0; i < mesh.size(); ++i) {
     if (options.process_of_position[i] == options.process_index) local.push_back(mesh.devices()[i].id);

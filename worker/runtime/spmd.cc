@@ -246,6 +246,14 @@ absl::Status ReduceGradientsBySharding(DeviceContext& ctx, TensorTree* grads,
 
 absl::StatusOr<TensorTree> AllGatherState(DeviceContext& ctx, const TensorTree& local,
                                           const std::map<std::string, PartitionSpec>& specs) {
+  return AllGatherState(local, specs, [&ctx](const Tensor& t, const std::string& axis) {
+    return AllGather(ctx, t, axis);
+  });
+}
+
+absl::StatusOr<TensorTree> AllGatherState(const TensorTree& local,
+                                          const std::map<std::string, PartitionSpec>& specs,
+                                          const AxisGather& gather) {
   TensorTree full;
   for (const auto& [name, shard] : local) {
     Tensor gathered = shard;
@@ -258,7 +266,7 @@ absl::StatusOr<TensorTree> AllGatherState(DeviceContext& ctx, const TensorTree& 
           return absl::UnimplementedError(absl::StrCat(
               "all_gather_state: '", name, "' splits dimension ", d, " over several axes"));
         }
-        SUBSTRAX_ASSIGN_OR_RETURN(Tensor stacked, AllGather(ctx, gathered, dims[d][0]));
+        SUBSTRAX_ASSIGN_OR_RETURN(Tensor stacked, gather(gathered, dims[d][0]));
         // stacked is [n, ...shard]; concatenate the n blocks along dimension d.
         const int64_t n = stacked.dim(0);
         std::vector<int64_t> shape = gathered.shape();

@@ -15,6 +15,7 @@
 #define SUBSTRAX_WORKER_RUNTIME_SPMD_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -109,6 +110,13 @@ absl::StatusOr<TensorTree> PlaceStateOnShards(const TensorTree& state, const Mes
 // for a spec the mesh cannot hold; collective errors.
 absl::StatusOr<TensorTree> AllGatherState(DeviceContext& ctx, const TensorTree& local,
                                           const std::map<std::string, PartitionSpec>& specs);
+
+// AllGatherState with the collective supplied: `gather(tensor, axis)` returns the tensors of every
+// device along `axis`, stacked on a new leading dimension (any backend: Gloo, NCCL).
+using AxisGather = std::function<absl::StatusOr<Tensor>(const Tensor&, const std::string& axis)>;
+absl::StatusOr<TensorTree> AllGatherState(const TensorTree& local,
+                                          const std::map<std::string, PartitionSpec>& specs,
+                                          const AxisGather& gather);
 
 // The partition specs of a model's parameters, by name.
 std::map<std::string, PartitionSpec> PartitionSpecs(const Model& model);
