@@ -148,6 +148,12 @@ struct CoordinatorServer::Impl {
 
     grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
                            v1::SubmitJobResponse* response) override {
+      // Checkpoints are not implemented: refuse rather than run without them.
+      if (request->spec().has_checkpoint()) {
+        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                            "spec.checkpoint: checkpoints are not implemented yet (restarts start "
+                            "from the beginning); remove the checkpoint section");
+      }
       // A job whose mesh the alive cluster could never hold is refused now, saying what is
       // available, rather than left waiting (a mesh that fits but is busy waits, PENDING).
       v1::JobSpec defaulted = request->spec();

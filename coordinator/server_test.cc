@@ -242,6 +242,14 @@ TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
   EXPECT_EQ(crossed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << crossed.error_message();
   EXPECT_THAT(crossed.error_message(), HasSubstr("spec.mesh.allow_cross_host_model_axis"));
 
+  v1::SubmitJobRequest checkpointed;
+  *checkpointed.mutable_spec() = good;
+  checkpointed.mutable_spec()->mutable_checkpoint()->set_directory("/tmp/ckpt");
+  checkpointed.mutable_spec()->mutable_checkpoint()->set_every_steps(5);
+  grpc::Status unimplemented = jobs_->SubmitJob(Context().get(), checkpointed, &refused);
+  EXPECT_EQ(unimplemented.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(unimplemented.error_message(), HasSubstr("spec.checkpoint"));
+
   v1::ListJobsResponse list;
   ASSERT_TRUE(jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 0);

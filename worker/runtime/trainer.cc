@@ -256,6 +256,10 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   const v1::JobSpec& spec = options.spec;
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
   const Mesh& mesh = options.mesh;
+  if (spec.has_checkpoint()) {
+    return absl::UnimplementedError(
+        "spec.checkpoint: checkpoints are not implemented yet; remove the checkpoint section");
+  }
   // The device kind decides the backend; a spec that asks for another one is refused.
   const bool cuda_devices = mesh.devices().front().kind == DeviceKind::kCuda;
   if (spec.backend() == v1::BACKEND_CUDA && !cuda_devices) {
