@@ -359,6 +359,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     impl.exposer->RegisterCollectable(impl.registry);
   }
 
+  if (!options.health_listen.empty()) {
+    // Built before gRPC's default health service is switched on (it would be added to this
+    // server too, twice); it reports NOT_SERVING until the services below serve.
+    SUBSTRAX_ASSIGN_OR_RETURN(server->health_server_, HealthServer::Start(options.health_listen));
+    server->health_server_->SetServing("", false);
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // A second server on a taken port must fail, not share it (gRPC sets SO_REUSEPORT).
@@ -372,10 +378,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen,
                                                ": the address is in use or not local"));
   }
-  if (!options.health_listen.empty()) {
-    // SERVING from here on: the coordinator's services already serve.
-    SUBSTRAX_ASSIGN_OR_RETURN(server->health_server_, HealthServer::Start(options.health_listen));
-  }
+  if (server->health_server_ != nullptr) server->health_server_->SetServing("", true);
   server->ticker_ = std::thread([s = server.get()] {
     while (!s->stopping_.load()) {
       s->impl_->cluster->Tick();

@@ -1,0 +1,344 @@
+#!/usr/bin/env bash
+# The Kubernetes manifests, run for real on three "hosts" made of network namespaces.
+#
+# Renders deploy/k8s/overlays/cpu with `kubectl kustomize`, takes from it the coordinator's and
+# the worker's command, args and env exactly as the kubelet would give them (multihost_extract.py:
+# ConfigMap values from the rendered ConfigMaps, the downward API's POD_IP and NODE_NAME from the
+# namespace host, $(VAR) expanded as Kubernetes does), and starts them with `ip netns exec` in:
+#
+#   <run>-c  (coordinator, 10.213.0.2) ─┐
+#   <run>-w1 (worker,      10.213.0.3) ─┼─ veth ─ bridge br0 in namespace <run>-br
+#   <run>-w2 (worker,      10.213.0.4) ─┘
+#
+# <run> is "sxmh<pid>" (parallel runs do not collide). Every link and address lives in those
+# namespaces; nothing is added to the root namespace (the veth pairs are created inside <run>-br
+# and their peers moved straight into the hosts). Names resolve per namespace through
+# /etc/netns/<ns>/hosts (and resolv.conf with the pod's search path and no reachable DNS):
+# the coordinator Service (substrax-coordinator, .<namespace>, .svc, .svc.cluster.local) and
+# the headless worker Service's pod names. Ports are the manifests' own (7070, 7071, 9090): each
+# host has its own network stack, as each pod does.
+#
+# It waits for each daemon through grpc.health.v1 (`substraxctl health` on its --health-listen
+# port, workers on substrax.worker.ready), then submits from the coordinator's namespace, through
+# the Service name, a data-parallel Fashion-MNIST job (examples/fashion_mnist_mlp.yaml with
+# `steps: 60` instead of `epochs`) over 2 workers x 2 CPU devices, and checks that it SUCCEEDED
+# with test metrics, that its mesh spans both worker hosts, and that the workers registered their
+# namespace IPs (--listen-host=$(POD_IP)): Gloo binds the runners there, and each host's only
+# route to the other is the bridge, so a succeeded job means the all-reduces crossed it.
+#
+# Cleans up on every exit (trap): the daemons and their runners, the namespaces, /etc/netns/<ns>,
+# the temp dir. Bounded: an overall deadline, every blocking command under `timeout`.
+# Skips (exit 0, saying so) unless root with working `ip netns`. Daemon logs are copied to
+# $TEST_UNDECLARED_OUTPUTS_DIR when Bazel gives one.
+#
+# MULTIHOST_TEST_FORCE_FAILURE=1 fails on purpose once the daemons are ready (to check the cleanup).
+#
+# Arguments: --coordinator=, --worker=, --ctl= (the binaries), --manifests= (deploy/k8s),
+# --spec= (examples/fashion_mnist_mlp.yaml).
+set -euo pipefail
+export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+readonly OVERALL_S=270   # the whole test; Bazel's timeout ("moderate", 300 s) is the backstop
+readonly READY_S=60      # each daemon to become ready
+readonly JOB_S=150       # submit --watch of the 60-step job
+START=$SECONDS
+
+log() { echo "multihost_test: $*"; }
+SKIPPED=""
+skip() {
+  SKIPPED=1
+  log "$*"
+  [ -n "${TMP:-}" ] || log "SKIPPED: the multi-host test did not run (it needs root and ip netns; CI has both)"
+  exit 0
+}
+die() { log "FAIL: $*" >&2; exit 1; }
+left() { echo $((OVERALL_S - (SECONDS - START))); }
+
+[ "$(id -u)" = 0 ] || skip "not root (uid $(id -u)): network namespaces need root"
+command -v ip >/dev/null 2>&1 || skip "no ip (iproute2) on PATH"
+ip netns list >/dev/null 2>&1 || skip "ip netns is unavailable: $(ip netns list 2>&1 | head -1)"
+
+for arg in "$@"; do
+  case "$arg" in
+    --coordinator=*) COORDINATOR_BIN="$(realpath "${arg#*=}")" ;;
+    --worker=*) WORKER_BIN="$(realpath "${arg#*=}")" ;;
+    --ctl=*) CTL="$(realpath "${arg#*=}")" ;;
+    --manifests=*) MANIFESTS="$(realpath "${arg#*=}")" ;;
+    --spec=*) SPEC="$(realpath "${arg#*=}")" ;;
+    *) die "unknown argument $arg" ;;
+  esac
+done
+for v in COORDINATOR_BIN WORKER_BIN CTL MANIFESTS SPEC; do
+  [ -n "${!v:-}" ] || die "missing --${v,,} argument"
+done
+
+# Not skips: a machine set up by tools/install_deps.sh has these.
+command -v kubectl >/dev/null 2>&1 || die "no kubectl on PATH: run tools/install_deps.sh"
+PY=""
+for candidate in /opt/substrax/venv/bin/python python3; do
+  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import yaml" 2>/dev/null; then
+    PY="$candidate"; break
+  fi
+done
+[ -n "$PY" ] || die "no Python with PyYAML (/opt/substrax/venv): run tools/install_deps.sh"
+EXTRACT="$(dirname "$0")/multihost_extract.py"   # beside this script (Bazel's runfiles)
+[ -f "$EXTRACT" ] || EXTRACT="$(dirname "$(realpath "$0")")/multihost_extract.py"
+
+RUN="sxmh$$"
+BR_NS="$RUN-br"
+C_NS="$RUN-c"
+W_NS=("$RUN-w1" "$RUN-w2")
+readonly SUBNET_PREFIX=10.213.0   # private; exists only inside this run's namespaces
+C_IP="$SUBNET_PREFIX.2"
+W_IP=("$SUBNET_PREFIX.3" "$SUBNET_PREFIX.4")
+CREATED_NS=()
+PIDS=()
+ETC_NETNS_EXISTED=""; [ -d /etc/netns ] && ETC_NETNS_EXISTED=1
+TMP="$(mktemp -d "${TEST_TMPDIR:-/tmp}/multihost.XXXXXX")"
+
+cleanup() {
+  local rc=$?
+  set +e
+  trap - EXIT TERM INT HUP
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  # The worker stops its runners on SIGTERM (10 s each before SIGKILL); give them 15 s.
+  for _ in $(seq 150); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  # Whatever is still in our namespaces (a stuck daemon, an orphaned runner) is ours: SIGKILL it.
+  for ns in "${CREATED_NS[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+  done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  for ns in "${CREATED_NS[@]}"; do
+    ip netns del "$ns" 2>/dev/null
+    rm -rf "/etc/netns/$ns"
+  done
+  # /etc/netns itself only if this run made it and no other run uses it now.
+  [ -n "$ETC_NETNS_EXISTED" ] || rmdir /etc/netns 2>/dev/null
+  if [ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ] && [ -d "$TMP" ]; then
+    find "$TMP" -maxdepth 4 -name '*.log' -exec cp --parents {} "$TEST_UNDECLARED_OUTPUTS_DIR" \; 2>/dev/null
+  fi
+  if [ "$rc" != 0 ]; then
+    for f in "$TMP"/*.log; do [ -f "$f" ] && { echo "--- $f (last 40 lines)"; tail -n 40 "$f"; }; done
+    for f in "$TMP"/*/work/*/*.log "$TMP"/*/work/*.log; do
+      [ -f "$f" ] && { echo "--- $f (last 20 lines)"; tail -n 20 "$f"; }
+    done
+  fi
+  rm -rf "$TMP"
+  local leftover
+  leftover="$(ip netns list 2>/dev/null | grep -o "^$RUN-[a-z0-9]*" | tr '\n' ' ')"
+  [ -z "$leftover" ] || { log "cleanup left namespaces: $leftover"; rc=1; }
+  if [ -n "$SKIPPED" ] && [ "$rc" = 0 ]; then
+    log "SKIPPED: the multi-host test did not run (it needs root and ip netns; CI has both)"
+  elif [ "$rc" = 0 ]; then log "PASSED"; else log "FAILED (exit $rc); cleaned up"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
+
+# --- 1. Render the cpu overlay and extract the containers' command, args and env. -----------
+# kustomize wants plain files, not Bazel's runfiles symlinks.
+cp -rL "$MANIFESTS" "$TMP/k8s"
+HOME="$TMP" timeout 60 kubectl kustomize "$TMP/k8s/overlays/cpu" >"$TMP/rendered.yaml" \
+  || die "kubectl kustomize deploy/k8s/overlays/cpu failed"
+eval "$("$PY" "$EXTRACT" --rendered "$TMP/rendered.yaml" --facts)"
+[ "$WORKER_LISTEN_HOST_ARG" = '$(POD_IP)' ] \
+  || die "the worker's --listen-host is $WORKER_LISTEN_HOST_ARG, not \$(POD_IP): this test assumes the pod IP"
+CLUSTER_DOMAIN=cluster.local   # Kubernetes' default; the manifests assume none
+
+# The substitution table: container path -> test path. The only changes made to what the
+# manifests say; each is a path inside the image or on a volume, and multihost_extract.py checks
+# that the directories are the container's volumeMounts and that no other path is left.
+#   /usr/local/bin/substrax-coordinator  -> the built coordinator            (image)
+#   /var/lib/substrax                    -> $TMP/<coordinator ns>/state      (PVC "state")
+#   /usr/local/bin/substrax-worker       -> the built worker                 (image)
+#   /var/lib/substrax-worker             -> $TMP/<worker ns>/work            (emptyDir "work")
+#   /tmp                                 -> not mapped: no flag names it (emptyDir "tmp")
+# Devices per worker: the test needs 2 (2 workers x 2 = the job's 4 devices). The cpu overlay's
+# cpu-devices is 2 today; if it ever is not, ONLY that ConfigMap value is overridden to 2 here.
+WORKER_DEVICE_OVERRIDE=()
+manifest_devices="$("$PY" -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("substrax-worker-options"):
+        print((d.get("data") or {}).get("cpu-devices", ""))' "$TMP/rendered.yaml")"
+if [ "$manifest_devices" != 2 ]; then
+  log "the cpu overlay's cpu-devices is '$manifest_devices': overriding ONLY it to 2"
+  WORKER_DEVICE_OVERRIDE=(--override-configmap "substrax-worker-options/cpu-devices=2")
+fi
+
+mkdir -p "$TMP/$C_NS/state" "$TMP/$C_NS/home"
+log "coordinator ($C_NS, $C_IP):"
+"$PY" "$EXTRACT" --rendered "$TMP/rendered.yaml" \
+  --workload StatefulSet/substrax-coordinator --container coordinator \
+  --field "spec.nodeName=$C_NS" --field "status.podIP=$C_IP" --field "status.hostIP=$C_IP" \
+  --field "metadata.name=substrax-coordinator-0" --field "metadata.namespace=$K8S_NAMESPACE" \
+  --map "/usr/local/bin/substrax-coordinator=$COORDINATOR_BIN" \
+  --map "/var/lib/substrax=$TMP/$C_NS/state" \
+  --unmapped-mount /tmp \
+  --out "$TMP/$C_NS/cmd"
+for i in 0 1; do
+  ns="${W_NS[$i]}"
+  mkdir -p "$TMP/$ns/work" "$TMP/$ns/home"
+  log "worker $((i + 1)) ($ns, ${W_IP[$i]}):"
+  "$PY" "$EXTRACT" --rendered "$TMP/rendered.yaml" \
+    --workload DaemonSet/substrax-worker --container worker \
+    --field "spec.nodeName=$ns" --field "status.podIP=${W_IP[$i]}" --field "status.hostIP=${W_IP[$i]}" \
+    --field "metadata.name=substrax-worker-$ns" --field "metadata.namespace=$K8S_NAMESPACE" \
+    --map "/usr/local/bin/substrax-worker=$WORKER_BIN" \
+    --map "/var/lib/substrax-worker=$TMP/$ns/work" \
+    --unmapped-mount /tmp \
+    "${WORKER_DEVICE_OVERRIDE[@]}" \
+    --out "$TMP/$ns/cmd"
+done
+
+# --- 2. The hosts: namespaces on a bridge that lives in a namespace of its own. --------------
+mkns() {
+  ip netns add "$1" || skip "ip netns add $1 failed (no permission to create network namespaces?)"
+  CREATED_NS+=("$1")
+  ip -n "$1" link set lo up
+}
+mkns "$BR_NS"
+ip -n "$BR_NS" link add br0 type bridge
+ip -n "$BR_NS" link set br0 up
+# /etc/hosts of every host: the coordinator Service and StatefulSet pod, the worker pods of the
+# headless Service, as cluster DNS would answer them.
+svc="$COORDINATOR_SERVICE.$K8S_NAMESPACE"
+HOSTS="127.0.0.1 localhost
+::1 localhost ip6-localhost ip6-loopback
+$C_IP $COORDINATOR_SERVICE $svc $svc.svc $svc.svc.$CLUSTER_DOMAIN substrax-coordinator-0.$svc.svc.$CLUSTER_DOMAIN"
+for i in 0 1; do
+  HOSTS+="
+${W_IP[$i]} substrax-worker-${W_NS[$i]}.$WORKER_SUBDOMAIN.$K8S_NAMESPACE.svc.$CLUSTER_DOMAIN"
+done
+[ "$WORKER_SUBDOMAIN" = "$WORKER_HEADLESS_SERVICE" ] \
+  || die "the worker pods' subdomain ($WORKER_SUBDOMAIN) is not the headless Service ($WORKER_HEADLESS_SERVICE)"
+n=0
+for entry in "$C_NS=$C_IP" "${W_NS[0]}=${W_IP[0]}" "${W_NS[1]}=${W_IP[1]}"; do
+  ns="${entry%=*}" addr="${entry#*=}"
+  n=$((n + 1))
+  mkns "$ns"
+  # Created inside the bridge's namespace, the peer moved straight into the host's: no link
+  # ever exists in the root namespace.
+  ip -n "$BR_NS" link add "veth$n" type veth peer name eth0 netns "$ns"
+  ip -n "$BR_NS" link set "veth$n" master br0 up
+  ip -n "$ns" addr add "$addr/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  # (retried: a parallel run may remove an empty /etc/netns between mkdir -p's two steps)
+  for _ in 1 2 3; do mkdir -p "/etc/netns/$ns" 2>/dev/null && break; done
+  printf '%s\n' "$HOSTS" >"/etc/netns/$ns/hosts"
+  # The pod's search path; the only nameserver is this host's loopback, where nothing listens,
+  # so no query leaves the namespace and every name comes from hosts above.
+  printf 'search %s.svc.%s svc.%s %s\nnameserver 127.0.0.1\noptions ndots:5\n' \
+    "$K8S_NAMESPACE" "$CLUSTER_DOMAIN" "$CLUSTER_DOMAIN" "$CLUSTER_DOMAIN" >"/etc/netns/$ns/resolv.conf"
+done
+
+# --- 3. Start the daemons: exactly the extracted argv and env. ---------------------------------
+# A container's environment is the image's (PATH) plus the manifest's env; HOME is the temp dir.
+start() {  # start NS NAME
+  local ns="$1" name="$2" argv env
+  mapfile -d '' -t argv <"$TMP/$ns/cmd.argv"
+  mapfile -d '' -t env <"$TMP/$ns/cmd.env"
+  ip netns exec "$ns" env -i PATH="$PATH" HOME="$TMP/$ns/home" "${env[@]}" "${argv[@]}" \
+    >"$TMP/$name.log" 2>&1 &
+  PIDS+=($!)
+  eval "PID_$name=$!"
+}
+ctl() {  # ctl NS SECONDS ARGS... : substraxctl inside a host's namespace
+  local ns="$1" secs="$2"; shift 2
+  ip netns exec "$ns" env -i PATH="$PATH" HOME="$TMP/$C_NS/home" timeout "$secs" "$CTL" "$@"
+}
+wait_serving() {  # wait_serving NAME PID ADDRESS SERVICE
+  local name="$1" pid="$2" address="$3" service="$4" deadline=$((SECONDS + READY_S)) out
+  while :; do
+    kill -0 "$pid" 2>/dev/null || die "$name exited before it was ready (see its log below)"
+    if out="$(ctl "$C_NS" 5 health --address "$address" --service "$service" 2>&1)" \
+        && [ "$(echo "$out" | tr -d '[:space:]')" = SERVING ]; then
+      log "$name serving at $address (service '${service}')"
+      return 0
+    fi
+    [ "$SECONDS" -lt "$deadline" ] && [ "$(left)" -gt 0 ] \
+      || die "$name not SERVING at $address (service '$service') within ${READY_S}s: $out"
+    sleep 0.5
+  done
+}
+
+start "$C_NS" coordinator
+# Probed from the coordinator's namespace, across the bridge for the workers.
+wait_serving coordinator "$PID_coordinator" "$C_IP:$COORDINATOR_HEALTH_PORT" ""
+start "${W_NS[0]}" worker1
+start "${W_NS[1]}" worker2
+wait_serving worker1 "$PID_worker1" "${W_IP[0]}:$WORKER_HEALTH_PORT" substrax.worker.ready
+wait_serving worker2 "$PID_worker2" "${W_IP[1]}:$WORKER_HEALTH_PORT" substrax.worker.ready
+
+if [ -n "${MULTIHOST_TEST_FORCE_FAILURE:-}" ]; then
+  die "MULTIHOST_TEST_FORCE_FAILURE is set: failing on purpose with every daemon running"
+fi
+
+# --- 4. The job, submitted from the coordinator's namespace through the Service name. --------
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] \
+  || die "no Fashion-MNIST in /usr/share/datasets/fashion-mnist: run tools/install_deps.sh"
+"$PY" - "$SPEC" "$TMP/job.yaml" <<'EOF'
+import sys, yaml
+spec = yaml.safe_load(open(sys.argv[1]))
+s = spec["spec"]
+assert s["mesh"] == {"data_parallel_size": 4}, s["mesh"]
+assert "test" in s["data"], "the example spec has no test data"
+s.pop("epochs", None)
+s["steps"] = 60
+yaml.safe_dump(spec, open(sys.argv[2], "w"), sort_keys=False)
+EOF
+COORDINATOR_ADDRESS="$COORDINATOR_SERVICE.$K8S_NAMESPACE:$COORDINATOR_SERVICE_PORT"
+log "submitting $TMP/job.yaml (steps: 60) to $COORDINATOR_ADDRESS from $C_NS"
+secs=$(( $(left) < JOB_S ? $(left) : JOB_S ))
+[ "$secs" -ge 10 ] || die "the overall deadline (${OVERALL_S}s) is reached before the job"
+set +e
+# In the background and waited for, so that a SIGTERM (the overall timeout) runs the cleanup at
+# once; the cleanup kills whatever is left in the namespaces, this client included.
+ctl "$C_NS" "$secs" --coordinator "$COORDINATOR_ADDRESS" submit "$TMP/job.yaml" --watch \
+  >"$TMP/submit.log" 2>&1 &
+wait $!
+rc=$?
+set -e
+cat "$TMP/submit.log"
+[ "$rc" = 0 ] || die "substraxctl submit --watch exited $rc (124: over ${secs}s)"
+JOB_ID="$(head -n 1 "$TMP/submit.log" | tr -d '[:space:]')"
+ctl "$C_NS" 20 --coordinator "$COORDINATOR_ADDRESS" get "$JOB_ID" -o json >"$TMP/job.json" \
+  || die "substraxctl get $JOB_ID failed"
+ctl "$C_NS" 20 --coordinator "$COORDINATOR_ADDRESS" workers -o json >"$TMP/workers.json" \
+  || die "substraxctl workers failed"
+"$PY" - "$TMP/job.json" "$TMP/workers.json" "${W_NS[0]}=${W_IP[0]}" "${W_NS[1]}=${W_IP[1]}" <<'EOF'
+import json, sys
+job = json.load(open(sys.argv[1]))
+workers = json.load(open(sys.argv[2]))
+expected = dict(a.split("=", 1) for a in sys.argv[3:])   # node name -> namespace IP
+errors = []
+if job.get("state") != "JOB_STATE_SUCCEEDED":
+    errors.append("job state %s, error %r" % (job.get("state"), job.get("error")))
+devices = job.get("mesh", {}).get("devices", [])
+hosts = sorted({d.get("host") for d in devices})
+if len(devices) != 4 or hosts != sorted(expected):
+    errors.append("mesh has %d devices on hosts %s, want 4 on %s" % (len(devices), hosts, sorted(expected)))
+final = job.get("progress", {}).get("finalMetrics", job.get("progress", {}).get("final_metrics", {}))
+if "test_accuracy" not in final:
+    errors.append("no test_accuracy in final metrics %s" % final)
+# The workers registered their namespace IPs (--listen-host=$(POD_IP)), where Gloo binds.
+listed = workers.get("workers", workers) if isinstance(workers, dict) else workers
+seen = {}
+for w in listed:
+    seen[w.get("host") or w.get("workerId")] = w.get("address")
+for node, ip in expected.items():
+    if seen.get(node) != ip:
+        errors.append("worker %s registered address %r, want its namespace IP %s" % (node, seen.get(node), ip))
+if errors:
+    print("multihost_test: job or workers wrong:\n  " + "\n  ".join(errors))
+    print(json.dumps(job, indent=1)[:4000])
+    print(json.dumps(workers, indent=1)[:2000])
+    sys.exit(1)
+print("multihost_test: job %s SUCCEEDED, test_accuracy=%s, mesh on %s, workers at %s"
+      % (job.get("id"), final["test_accuracy"], hosts, sorted(seen.items())))
+EOF
