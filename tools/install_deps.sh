@@ -11,7 +11,7 @@ set -euo pipefail
 # Benchmarks: Open MPI (libraries and mpirun), the comparison peer of //bench:allreduce.
 # Data: Fashion-MNIST in IDX format (examples and the quality run).
 # Kubernetes manifests (tests/k8s): kubectl for its kustomize, python3-venv for the validator's
-# virtual environment (the section at the end).
+# virtual environment (the section at the end); iproute2 for the multi-host test's namespaces.
 PACKAGES=(
   bazel-bootstrap
   g++
@@ -35,6 +35,7 @@ PACKAGES=(
   dataset-fashion-mnist
   kubernetes-client
   python3-venv
+  iproute2
 )
 
 # SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 (the image builds in deploy/docker) leaves out what only the
