@@ -50,8 +50,14 @@ bool IsTerminal(v1::JobState state) {
          state == v1::JOB_STATE_CANCELLED;
 }
 
+// Steps the job will run: spec.steps, or epochs x steps per epoch when the data's headers say
+// how many examples there are (reads a file: call it outside the lock); 0 when unknown.
 int64_t TotalSteps(const v1::JobSpec& spec) {
-  return spec.length_case() == v1::JobSpec::kSteps ? spec.steps() : 0;
+  if (spec.length_case() == v1::JobSpec::kSteps) return spec.steps();
+  absl::StatusOr<int64_t> examples = TrainExamples(spec.data());
+  const int64_t batch = spec.batch().global_batch_size();
+  if (!examples.ok() || batch <= 0) return 0;
+  return spec.epochs() * (*examples / batch);
 }
 
 // "1 worker", "2 workers".
@@ -302,8 +308,9 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
   job.set_attempt(job.attempt() + 1);
   job.clear_error();
   v1::JobProgress* progress = job.mutable_progress();
+  const int64_t total = progress->total_steps();  // computed at submit
   progress->Clear();
-  progress->set_total_steps(TotalSteps(job.spec()));
+  progress->set_total_steps(total);
 
   // The mesh as clients and runners see it: every device as its worker registered it.
   v1::Mesh mesh_proto = mesh.ToProto();
@@ -743,6 +750,7 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec spec) {
   ApplyJobSpecDefaults(&spec);
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  const int64_t total_steps = TotalSteps(spec);
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   v1::Job job;
@@ -751,7 +759,7 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec spec) {
   job.set_state(v1::JOB_STATE_PENDING);
   *job.mutable_create_time() = ToProtoTime(now);
   *job.mutable_update_time() = ToProtoTime(now);
-  job.mutable_progress()->set_total_steps(TotalSteps(job.spec()));
+  job.mutable_progress()->set_total_steps(total_steps);
   v1::JobTransition* t = job.add_transitions();
   t->set_from(v1::JOB_STATE_UNSPECIFIED);
   t->set_to(v1::JOB_STATE_PENDING);

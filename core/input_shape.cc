@@ -72,7 +72,13 @@ class HeaderReader {
   gzFile file_ = nullptr;
 };
 
-absl::StatusOr<int64_t> IdxFeatures(const v1::DataSplit& train) {
+struct IdxImagesHeader {
+  int64_t examples = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+absl::StatusOr<IdxImagesHeader> ReadIdxImagesHeader(const v1::DataSplit& train) {
   const std::string field = "spec.data.train.images";
   if (train.images().empty()) return absl::InvalidArgumentError(field + ": is required");
   HeaderReader reader;
@@ -96,7 +102,13 @@ absl::StatusOr<int64_t> IdxFeatures(const v1::DataSplit& train) {
   if (rows < 1 || cols < 1) {
     return reader.Invalid(absl::StrCat("images of ", rows, " x ", cols, " pixels"));
   }
-  return rows * cols;
+  return IdxImagesHeader{static_cast<int64_t>(be32(4)), rows, cols};
+}
+
+absl::StatusOr<int64_t> IdxFeatures(const v1::DataSplit& train) {
+  absl::StatusOr<IdxImagesHeader> header = ReadIdxImagesHeader(train);
+  if (!header.ok()) return header.status();
+  return header->rows * header->cols;
 }
 
 absl::StatusOr<int64_t> CsvFeatures(const v1::DataSpec& data) {
@@ -156,6 +168,21 @@ absl::StatusOr<int64_t> InputFeatures(const v1::DataSpec& data) {
       return CsvFeatures(data);
     default:
       return absl::InvalidArgumentError("spec.data.format: unspecified; use idx, csv or synthetic");
+  }
+}
+
+absl::StatusOr<int64_t> TrainExamples(const v1::DataSpec& data) {
+  switch (data.format()) {
+    case v1::DATA_FORMAT_SYNTHETIC:
+      return data.synthetic().num_train_examples();
+    case v1::DATA_FORMAT_IDX: {
+      absl::StatusOr<IdxImagesHeader> header = ReadIdxImagesHeader(data.train());
+      if (!header.ok()) return header.status();
+      return header->examples;
+    }
+    default:
+      return absl::UnimplementedError(
+          "the number of examples of csv data is known only once the file is read");
   }
 }
 

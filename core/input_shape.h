@@ -24,6 +24,11 @@ namespace substrax {
 // column), an unspecified format, or a missing path (each names the field).
 absl::StatusOr<int64_t> InputFeatures(const v1::DataSpec& data);
 
+// Examples in the training split, from the headers alone: synthetic.num_train_examples, or N of
+// the IDX images header. Errors: as InputFeatures; UNIMPLEMENTED for csv (it has no header that
+// says).
+absl::StatusOr<int64_t> TrainExamples(const v1::DataSpec& data);
+
 }  // namespace substrax
 
 #endif  // SUBSTRAX_CORE_INPUT_SHAPE_H_

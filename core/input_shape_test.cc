@@ -125,5 +125,21 @@ TEST(InputFeaturesTest, RealFashionMnistIs784) {
   EXPECT_EQ(*InputFeatures(Idx(path)), 784);
 }
 
+TEST(InputShapeTest, TrainExamplesFromHeaders) {
+  v1::DataSpec idx;
+  idx.set_format(v1::DATA_FORMAT_IDX);
+  idx.mutable_train()->set_images("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+  absl::StatusOr<int64_t> n = TrainExamples(idx);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 60000);
+  v1::DataSpec synthetic;
+  synthetic.set_format(v1::DATA_FORMAT_SYNTHETIC);
+  synthetic.mutable_synthetic()->set_num_train_examples(123);
+  EXPECT_EQ(*TrainExamples(synthetic), 123);
+  v1::DataSpec csv;
+  csv.set_format(v1::DATA_FORMAT_CSV);
+  EXPECT_EQ(TrainExamples(csv).status().code(), absl::StatusCode::kUnimplemented);
+}
+
 }  // namespace
 }  // namespace substrax

@@ -30,7 +30,6 @@ SUBSTRAX_COORDINATOR=$(cat "$STATE/address")
 
 JOB=$("$CTL" submit examples/fashion_mnist_mlp.yaml)
 echo "demo: submitted $JOB; training data-parallel over 4 devices on 2 workers" >&2
-"$CTL" mesh "$JOB" || true
 status=0
 "$CTL" watch "$JOB" || status=$?
 echo
