@@ -105,7 +105,6 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
 
   TrainResult result;
   DeviceTree grads;
-  const int64_t steps_per_epoch = data.sampler->steps_per_epoch();
   absl::Time interval_start = absl::Now();
   const absl::Time start = interval_start;
   int64_t interval_steps = 0;
@@ -160,15 +159,10 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
       if (name == "step") reduced[name] = value;
     }
     if (position == 0 && options.on_progress) {
-      ProgressReport report;
-      report.step = step + 1;
-      report.total_steps = data.total_steps;
-      report.epoch = step / steps_per_epoch + 1;
-      report.total_epochs = (data.total_steps + steps_per_epoch - 1) / steps_per_epoch;
-      report.metrics = reduced;
-      report.samples_per_second = static_cast<double>(global_batch * interval_steps) / wall;
+      ProgressReport report =
+          MakeProgressReport(data, step + 1, reduced, global_batch, interval_steps,
+                             absl::Seconds(wall), absl::Now() - start);
       report.compute_fraction = 1;
-      report.elapsed = absl::Now() - start;
       options.on_progress(report);
     }
     result.final_metrics = reduced;

@@ -129,7 +129,6 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
     SUBSTRAX_ASSIGN_OR_RETURN(reductions[name], ReduceOpFromProto(reduction));
   }
   const bool reporter = mesh.Ravel(ctx.coords) == 0;
-  const int64_t steps_per_epoch = shared.sampler->steps_per_epoch();
   TrainResult result;
   Timing timing;
   double loss_sum = 0, accuracy_sum = 0;
@@ -189,17 +188,12 @@ absl::StatusOr<TrainResult> RunDevice(const Shared& shared, int device_id) {
                                                      {"compute", ReduceOp::kMax},
                                                      {"data", ReduceOp::kMax}}));
     if (reporter && options.on_progress) {
-      ProgressReport report;
-      report.step = step + 1;
-      report.total_steps = shared.total_steps;
-      report.epoch = step / steps_per_epoch + 1;
-      report.total_epochs = (shared.total_steps + steps_per_epoch - 1) / steps_per_epoch;
-      report.metrics = reduced;
-      report.samples_per_second = static_cast<double>(global_batch * interval_steps) / wall;
+      ProgressReport report =
+          MakeProgressReport(shared, step + 1, reduced, global_batch, interval_steps,
+                             absl::Seconds(wall), absl::Now() - start);
       report.data_wait_fraction = slowest["data"];
       report.compute_fraction = slowest["compute"];
       report.collective_fraction = slowest["collective"];
-      report.elapsed = absl::Now() - start;
       options.on_progress(report);
     }
     result.final_metrics = reduced;
@@ -250,6 +244,22 @@ absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec) {
                          ? spec.steps()
                          : spec.epochs() * data.sampler->steps_per_epoch();
   return data;
+}
+
+ProgressReport MakeProgressReport(const TrainingData& data, int64_t steps_done, Metrics metrics,
+                                  int64_t global_batch, int64_t interval_steps,
+                                  absl::Duration interval, absl::Duration elapsed) {
+  const int64_t steps_per_epoch = std::max<int64_t>(1, data.sampler->steps_per_epoch());
+  ProgressReport report;
+  report.step = steps_done;
+  report.total_steps = data.total_steps;
+  report.epoch = (steps_done - 1) / steps_per_epoch + 1;
+  report.total_epochs = (data.total_steps + steps_per_epoch - 1) / steps_per_epoch;
+  report.metrics = std::move(metrics);
+  report.samples_per_second = static_cast<double>(global_batch * interval_steps) /
+                              std::max(1e-9, absl::ToDoubleSeconds(interval));
+  report.elapsed = elapsed;
+  return report;
 }
 
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {

@@ -114,6 +114,12 @@ struct TrainingData {
 };
 absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec);
 
+// The progress report after `steps_done` steps: steps and epochs from `data`, throughput from
+// the interval's steps of `global_batch` examples over `interval` (time fractions left 0).
+ProgressReport MakeProgressReport(const TrainingData& data, int64_t steps_done, Metrics metrics,
+                                  int64_t global_batch, int64_t interval_steps,
+                                  absl::Duration interval, absl::Duration elapsed);
+
 }  // namespace substrax
 
 #endif  // SUBSTRAX_WORKER_RUNTIME_TRAINER_H_
