@@ -7,7 +7,9 @@
 #include "absl/time/clock.h"
 #include "core/sharding.h"
 #include "core/status.h"
+#include "absl/synchronization/notification.h"
 #include "worker/collectives/nccl_communicator.h"
+#include "worker/collectives/peer_monitor.h"
 #include "worker/gpu/cuda_device.h"
 #include "worker/gpu/cuda_model.h"
 #include "worker/gpu/cuda_prefetch.h"
@@ -22,8 +24,37 @@ absl::Status SumOverWorld(NcclCommunicator* comm, std::vector<double>* values) {
   return comm->AllReduce(absl::MakeSpan(*values), ReduceOp::kSum);
 }
 
+// Tells the device's communicators when a peer process dies, so that their watchdogs abort at
+// once instead of waiting for the collective timeout. Stops when destroyed.
+class DeathForwarder {
+ public:
+  DeathForwarder(const PeerMonitor* monitor, std::vector<NcclCommunicator*> comms) {
+    if (monitor == nullptr) return;
+    thread_ = std::thread([this, monitor, comms = std::move(comms)] {
+      while (!done_.HasBeenNotified()) {
+        if (!monitor->AwaitDeath(absl::Milliseconds(100))) continue;
+        const PeerMonitor::Death death = monitor->Deaths().front();
+        const std::string who =
+            absl::StrCat("process ", death.process_index, " died: ", death.reason);
+        for (NcclCommunicator* comm : comms) {
+          if (comm != nullptr) comm->PeerDied(who);
+        }
+        return;
+      }
+    });
+  }
+  ~DeathForwarder() {
+    done_.Notify();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  absl::Notification done_;
+  std::thread thread_;
+};
+
 absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const TrainingData& data,
-                                          int device_id) {
+                                          const PeerMonitor* monitor, int device_id) {
   const v1::JobSpec& spec = options.spec;
   const Mesh& mesh = options.mesh;
   SUBSTRAX_ASSIGN_OR_RETURN(std::vector<int64_t> coords, mesh.CoordinatesOf(device_id));
@@ -64,6 +95,7 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
   };
   NcclCommunicator* data_comm = axis_comm(data_axis, data_split);
   NcclCommunicator* model_comm = axis_comm(model_axis, model_split);
+  DeathForwarder deaths(monitor, {world.get(), data_split.get(), model_split.get()});
 
   CudaTensorParallelism tp;
   if (model_comm != nullptr) {
@@ -226,13 +258,26 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
 absl::StatusOr<TrainResult> TrainOnCuda(const TrainerOptions& options, const TrainingData& data) {
   const Mesh& mesh = options.mesh;
   std::vector<int> local;
+  int num_processes = 0;
   for (int64_t i = 0; i < mesh.size(); ++i) {
+    num_processes = std::max(num_processes, options.process_of_position[i] + 1);
     if (options.process_of_position[i] == options.process_index) local.push_back(mesh.devices()[i].id);
+  }
+  // Liveness of the other processes (as on CPU): a death aborts the NCCL communicators at once.
+  std::unique_ptr<PeerMonitor> monitor;
+  if (num_processes > 1) {
+    PeerMonitor::Options monitor_options;
+    monitor_options.process_index = options.process_index;
+    monitor_options.num_processes = num_processes;
+    monitor_options.listen_host = options.listen_host;
+    monitor_options.connect_timeout = options.connect_timeout;
+    SUBSTRAX_ASSIGN_OR_RETURN(monitor, PeerMonitor::Start(monitor_options, options.store));
   }
   std::vector<absl::StatusOr<TrainResult>> results(local.size(), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (size_t i = 0; i < local.size(); ++i) {
-    threads.emplace_back([&, i] { results[i] = RunCudaDevice(options, data, local[i]); });
+    threads.emplace_back(
+        [&, i] { results[i] = RunCudaDevice(options, data, monitor.get(), local[i]); });
   }
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < results.size(); ++i) {
