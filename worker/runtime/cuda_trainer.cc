@@ -257,22 +257,9 @@ absl::StatusOr<TrainResult> RunCudaDevice(const TrainerOptions& options, const T
 
 absl::StatusOr<TrainResult> TrainOnCuda(const TrainerOptions& options, const TrainingData& data) {
   const Mesh& mesh = options.mesh;
-  std::vector<int> local;
-  int num_processes = 0;
-  for (int64_t i = 0; i < mesh.size(); ++i) {
-    num_processes = std::max(num_processes, options.process_of_position[i] + 1);
-    if (options.process_of_position[i] == options.process_index) local.push_back(mesh.devices()[i].id);
-  }
+  const std::vector<int> local = LocalDeviceIds(options);
   // Liveness of the other processes (as on CPU): a death aborts the NCCL communicators at once.
-  std::unique_ptr<PeerMonitor> monitor;
-  if (num_processes > 1) {
-    PeerMonitor::Options monitor_options;
-    monitor_options.process_index = options.process_index;
-    monitor_options.num_processes = num_processes;
-    monitor_options.listen_host = options.listen_host;
-    monitor_options.connect_timeout = options.connect_timeout;
-    SUBSTRAX_ASSIGN_OR_RETURN(monitor, PeerMonitor::Start(monitor_options, options.store));
-  }
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor, StartPeerMonitor(options));
   std::vector<absl::StatusOr<TrainResult>> results(local.size(), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (size_t i = 0; i < local.size(); ++i) {

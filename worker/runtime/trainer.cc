@@ -246,6 +246,28 @@ absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec) {
   return data;
 }
 
+std::vector<int> LocalDeviceIds(const TrainerOptions& options) {
+  std::vector<int> local;
+  for (int64_t i = 0; i < options.mesh.size(); ++i) {
+    if (options.process_of_position[i] == options.process_index) {
+      local.push_back(options.mesh.devices()[i].id);
+    }
+  }
+  return local;
+}
+
+absl::StatusOr<std::unique_ptr<PeerMonitor>> StartPeerMonitor(const TrainerOptions& options) {
+  int num_processes = 0;
+  for (int p : options.process_of_position) num_processes = std::max(num_processes, p + 1);
+  if (num_processes <= 1) return std::unique_ptr<PeerMonitor>();
+  PeerMonitor::Options monitor_options;
+  monitor_options.process_index = options.process_index;
+  monitor_options.num_processes = num_processes;
+  monitor_options.listen_host = options.listen_host;
+  monitor_options.connect_timeout = options.connect_timeout;
+  return PeerMonitor::Start(monitor_options, options.store);
+}
+
 ProgressReport MakeProgressReport(const TrainingData& data, int64_t steps_done, Metrics metrics,
                                   int64_t global_batch, int64_t interval_steps,
                                   absl::Duration interval, absl::Duration elapsed) {
@@ -288,14 +310,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
                                                    " entries for a mesh of ", mesh.size()));
   }
   if (options.store == nullptr) return absl::InvalidArgumentError("no rendezvous store");
-  std::vector<int> local_devices;
-  int num_processes = 0;
-  for (int64_t i = 0; i < mesh.size(); ++i) {
-    num_processes = std::max(num_processes, options.process_of_position[i] + 1);
-    if (options.process_of_position[i] == options.process_index) {
-      local_devices.push_back(mesh.devices()[i].id);
-    }
-  }
+  const std::vector<int> local_devices = LocalDeviceIds(options);
   if (local_devices.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("process ", options.process_index,
                                                    " drives no device of mesh ",
@@ -307,16 +322,8 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   SUBSTRAX_ASSIGN_OR_RETURN(static_cast<TrainingData&>(shared), LoadTrainingData(spec));
   if (cuda_devices) return TrainOnCuda(options, shared);
 
-  std::unique_ptr<PeerMonitor> monitor;
-  if (num_processes > 1) {
-    PeerMonitor::Options monitor_options;
-    monitor_options.process_index = options.process_index;
-    monitor_options.num_processes = num_processes;
-    monitor_options.listen_host = options.listen_host;
-    monitor_options.connect_timeout = options.connect_timeout;
-    SUBSTRAX_ASSIGN_OR_RETURN(monitor, PeerMonitor::Start(monitor_options, options.store));
-    shared.monitor = monitor.get();
-  }
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor, StartPeerMonitor(options));
+  shared.monitor = monitor.get();
 
   std::vector<absl::StatusOr<TrainResult>> results(local_devices.size(),
                                                    absl::UnknownError("not run"));

@@ -22,6 +22,7 @@
 #include "core/mesh.h"
 #include "core/metric_reductions.h"
 #include "substrax/v1/job.pb.h"
+#include "worker/collectives/peer_monitor.h"
 #include "worker/collectives/store.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
@@ -113,6 +114,13 @@ struct TrainingData {
   int64_t total_steps = 0;
 };
 absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec);
+
+// The ids of the mesh devices this process drives (options.process_of_position).
+std::vector<int> LocalDeviceIds(const TrainerOptions& options);
+
+// The liveness monitor of this process's peers (peer_monitor.h), or null when the job has one
+// process. Errors: those of PeerMonitor::Start.
+absl::StatusOr<std::unique_ptr<PeerMonitor>> StartPeerMonitor(const TrainerOptions& options);
 
 // The progress report after `steps_done` steps: steps and epochs from `data`, throughput from
 // the interval's steps of `global_batch` examples over `interval` (time fractions left 0).
