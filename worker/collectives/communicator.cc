@@ -4,6 +4,38 @@
 
 namespace substrax {
 
+size_t DataTypeSize(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return sizeof(float);
+    case DataType::kFloat64:
+      return sizeof(double);
+  }
+  return 0;
+}
+
+const char* DataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
+  }
+  return "unknown";
+}
+
+CollectiveEvent CollectiveEvent::Done(absl::Status status) {
+  CollectiveEvent event;
+  event.done_ = std::move(status);
+  return event;
+}
+
+bool CollectiveEvent::IsReady() const { return pending_ == nullptr || pending_->IsReady(); }
+
+absl::Status CollectiveEvent::Await() const {
+  return pending_ == nullptr ? done_ : pending_->Await();
+}
+
 absl::Status Communicator::CheckSizes(const char* op, size_t input, size_t output,
                                       size_t expected_output) {
   if (output == expected_output) return absl::OkStatus();
@@ -12,54 +44,63 @@ absl::Status Communicator::CheckSizes(const char* op, size_t input, size_t outpu
       " values needs an output of ", expected_output, ", got ", output));
 }
 
-absl::Status Communicator::AllReduce(absl::Span<float> data, ReduceOp op) {
-  return DoAllReduce(data, op);
+absl::Status Communicator::Indivisible(size_t input) {
+  return absl::InvalidArgumentError(absl::StrCat("reduce_scatter on communicator '", name(),
+                                                 "': ", input, " values do not split into ",
+                                                 size(), " equal blocks"));
 }
 
-absl::Status Communicator::AllReduce(absl::Span<double> data, ReduceOp op) {
-  return DoAllReduce(data, op);
+absl::Status Communicator::CheckBuffers(const char* op, const void* a, const void* b,
+                                        size_t count) {
+  if (count == 0 || (a != nullptr && b != nullptr)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, " on communicator '", name(), "': ", count,
+                                                 " values but a null buffer"));
 }
 
-absl::Status Communicator::AllGather(absl::Span<const float> input, absl::Span<float> output) {
-  if (absl::Status s = CheckSizes("all_gather", input.size(), output.size(), input.size() * size());
-      !s.ok()) {
-    return s;
+CollectiveEvent Communicator::AllReduceAsync(void* data, DataType type, size_t count,
+                                             ReduceOp op, ExecutionContext context) {
+  if (absl::Status s = CheckBuffers("all_reduce", data, data, count); !s.ok()) {
+    return CollectiveEvent::Done(s);
   }
-  return DoAllGather(input, output);
+  if (count == 0) return CollectiveEvent::Done();
+  return DoAllReduce(data, type, count, op, context);
 }
 
-absl::Status Communicator::AllGather(absl::Span<const double> input, absl::Span<double> output) {
-  if (absl::Status s = CheckSizes("all_gather", input.size(), output.size(), input.size() * size());
-      !s.ok()) {
-    return s;
+CollectiveEvent Communicator::AllGatherAsync(const void* input, void* output, DataType type,
+                                             size_t count, ExecutionContext context) {
+  if (absl::Status s = CheckBuffers("all_gather", input, output, count); !s.ok()) {
+    return CollectiveEvent::Done(s);
   }
-  return DoAllGather(input, output);
+  if (count == 0) return CollectiveEvent::Done();
+  return DoAllGather(input, output, type, count, context);
 }
 
-absl::Status Communicator::Broadcast(absl::Span<float> data, int root) {
+CollectiveEvent Communicator::BroadcastAsync(void* data, DataType type, size_t count, int root,
+                                             ExecutionContext context) {
   if (root < 0 || root >= size()) {
-    return absl::InvalidArgumentError(absl::StrCat("broadcast on communicator '", name(),
-                                                   "': root ", root, " is not a rank of 0..",
-                                                   size() - 1));
+    return CollectiveEvent::Done(absl::InvalidArgumentError(
+        absl::StrCat("broadcast on communicator '", name(), "': root ", root,
+                     " is not a rank of 0..", size() - 1)));
   }
-  return DoBroadcast(data, root);
+  if (absl::Status s = CheckBuffers("broadcast", data, data, count); !s.ok()) {
+    return CollectiveEvent::Done(s);
+  }
+  if (count == 0) return CollectiveEvent::Done();
+  return DoBroadcast(data, type, count, root, context);
 }
 
-absl::Status Communicator::ReduceScatter(absl::Span<const float> input, absl::Span<float> output,
-                                         ReduceOp op) {
-  if (input.size() % size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reduce_scatter on communicator '", name(), "': ", input.size(),
-        " values do not split into ", size(), " equal blocks"));
+CollectiveEvent Communicator::ReduceScatterAsync(const void* input, void* output, DataType type,
+                                                 size_t count, ReduceOp op,
+                                                 ExecutionContext context) {
+  if (absl::Status s = CheckBuffers("reduce_scatter", input, output, count); !s.ok()) {
+    return CollectiveEvent::Done(s);
   }
-  if (absl::Status s =
-          CheckSizes("reduce_scatter", input.size(), output.size(), input.size() / size());
-      !s.ok()) {
-    return s;
-  }
-  return DoReduceScatter(input, output, op);
+  if (count == 0) return CollectiveEvent::Done();
+  return DoReduceScatter(input, output, type, count, op, context);
 }
 
-absl::Status Communicator::Barrier() { return DoBarrier(); }
+CollectiveEvent Communicator::BarrierAsync(ExecutionContext context) {
+  return DoBarrier(context);
+}
 
 }  // namespace substrax

@@ -1,6 +1,7 @@
 #include "worker/collectives/gloo_communicator.h"
 
 #include <chrono>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -160,12 +161,19 @@ absl::Status GlooCommunicator::Run(const char* op, Fn&& fn) {
   }
 }
 
+absl::Status GlooCommunicator::CheckHost(const char* op, ExecutionContext context) const {
+  if (context.stream == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, " on Gloo communicator '", options_.name,
+      "': a CUDA stream was given, but Gloo moves host memory on the calling thread; use an "
+      "NCCL communicator for GPU buffers"));
+}
+
 template <typename T>
-absl::Status GlooCommunicator::AllReduceImpl(absl::Span<T> data, ReduceOp op) {
-  if (data.empty()) return absl::OkStatus();
+absl::Status GlooCommunicator::AllReduceImpl(T* data, size_t count, ReduceOp op) {
   SUBSTRAX_RETURN_IF_ERROR(Run("all_reduce", [&] {
     gloo::AllreduceOptions opts(context_);
-    opts.setOutput(data.data(), data.size());
+    opts.setOutput(data, count);
     opts.setReduceFunction(ReduceFunction<T>(op));
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setTag(NextTag());
@@ -174,72 +182,111 @@ absl::Status GlooCommunicator::AllReduceImpl(absl::Span<T> data, ReduceOp op) {
   }));
   if (op == ReduceOp::kMean) {
     const T scale = T(1) / static_cast<T>(size());
-    for (T& v : data) v *= scale;
+    for (size_t i = 0; i < count; ++i) data[i] *= scale;
   }
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status GlooCommunicator::AllGatherImpl(absl::Span<const T> input, absl::Span<T> output) {
-  if (input.empty()) return absl::OkStatus();
-  return Run("all_gather", [&] {
+absl::Status GlooCommunicator::AllReduceTyped(void* data, DataType type, size_t count,
+                                              ReduceOp op) {
+  if (type == DataType::kFloat64) return AllReduceImpl(static_cast<double*>(data), count, op);
+  return AllReduceImpl(static_cast<float*>(data), count, op);
+}
+
+CollectiveEvent GlooCommunicator::DoAllReduce(void* data, DataType type, size_t count,
+                                              ReduceOp op, ExecutionContext context) {
+  if (absl::Status s = CheckHost("all_reduce", context); !s.ok()) return CollectiveEvent::Done(s);
+  return CollectiveEvent::Done(AllReduceTyped(data, type, count, op));
+}
+
+CollectiveEvent GlooCommunicator::DoAllGather(const void* input, void* output, DataType type,
+                                              size_t count, ExecutionContext context) {
+  if (absl::Status s = CheckHost("all_gather", context); !s.ok()) return CollectiveEvent::Done(s);
+  return CollectiveEvent::Done(Run("all_gather", [&] {
     gloo::AllgatherOptions opts(context_);
-    opts.setInput(const_cast<T*>(input.data()), input.size());
-    opts.setOutput(output.data(), output.size());
+    if (type == DataType::kFloat64) {
+      opts.setInput(static_cast<double*>(const_cast<void*>(input)), count);
+      opts.setOutput(static_cast<double*>(output), count * size());
+    } else {
+      opts.setInput(static_cast<float*>(const_cast<void*>(input)), count);
+      opts.setOutput(static_cast<float*>(output), count * size());
+    }
     opts.setTag(NextTag());
     opts.setTimeout(Millis(options_.timeout));
     gloo::allgather(opts);
-  });
+  }));
 }
 
-absl::Status GlooCommunicator::DoAllReduce(absl::Span<float> data, ReduceOp op) {
-  return AllReduceImpl(data, op);
-}
-
-absl::Status GlooCommunicator::DoAllReduce(absl::Span<double> data, ReduceOp op) {
-  return AllReduceImpl(data, op);
-}
-
-absl::Status GlooCommunicator::DoAllGather(absl::Span<const float> input,
-                                           absl::Span<float> output) {
-  return AllGatherImpl(input, output);
-}
-
-absl::Status GlooCommunicator::DoAllGather(absl::Span<const double> input,
-                                           absl::Span<double> output) {
-  return AllGatherImpl(input, output);
-}
-
-absl::Status GlooCommunicator::DoBroadcast(absl::Span<float> data, int root) {
-  if (data.empty()) return absl::OkStatus();
-  return Run("broadcast", [&] {
+CollectiveEvent GlooCommunicator::DoBroadcast(void* data, DataType type, size_t count, int root,
+                                              ExecutionContext context) {
+  if (absl::Status s = CheckHost("broadcast", context); !s.ok()) return CollectiveEvent::Done(s);
+  return CollectiveEvent::Done(Run("broadcast", [&] {
     gloo::BroadcastOptions opts(context_);
-    opts.setOutput(data.data(), data.size());
+    if (type == DataType::kFloat64) {
+      opts.setOutput(static_cast<double*>(data), count);
+    } else {
+      opts.setOutput(static_cast<float*>(data), count);
+    }
     opts.setRoot(root);
     opts.setTag(NextTag());
     opts.setTimeout(Millis(options_.timeout));
     gloo::broadcast(opts);
-  });
+  }));
 }
 
-absl::Status GlooCommunicator::DoReduceScatter(absl::Span<const float> input,
-                                               absl::Span<float> output, ReduceOp op) {
-  // This Gloo (0.5, Debian 12) has no reduce-scatter with tags and timeouts, only a legacy
-  // class without either. An all-reduce followed by keeping our block is correct and keeps the
-  // error model; it moves twice the bytes of a true reduce-scatter.
-  std::vector<float> all(input.begin(), input.end());
-  SUBSTRAX_RETURN_IF_ERROR(AllReduceImpl(absl::MakeSpan(all), op));
-  std::copy_n(all.begin() + rank_ * output.size(), output.size(), output.begin());
-  return absl::OkStatus();
+CollectiveEvent GlooCommunicator::DoReduceScatter(const void* input, void* output, DataType type,
+                                                  size_t count, ReduceOp op,
+                                                  ExecutionContext context) {
+  if (absl::Status s = CheckHost("reduce_scatter", context); !s.ok()) {
+    return CollectiveEvent::Done(s);
+  }
+  const size_t bytes = count * DataTypeSize(type);
+  std::vector<char> all(static_cast<const char*>(input),
+                        static_cast<const char*>(input) + bytes * size());
+  absl::Status status = AllReduceTyped(all.data(), type, count * size(), op);
+  if (status.ok()) std::memcpy(output, all.data() + rank_ * bytes, bytes);
+  return CollectiveEvent::Done(status);
 }
 
-absl::Status GlooCommunicator::DoBarrier() {
-  return Run("barrier", [&] {
+CollectiveEvent GlooCommunicator::DoBarrier(ExecutionContext context) {
+  if (absl::Status s = CheckHost("barrier", context); !s.ok()) return CollectiveEvent::Done(s);
+  return CollectiveEvent::Done(Run("barrier", [&] {
     gloo::BarrierOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(Millis(options_.timeout));
     gloo::barrier(opts);
-  });
+  }));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> GlooGroupConnector::ConnectWorld(
+    const CommunicatorGroup& world) {
+  std::vector<RankInfo> ranks;
+  for (size_t i = 0; i < world.members.size(); ++i) {
+    const int64_t position = world.positions[i];
+    if (position < 0 || position >= static_cast<int64_t>(process_of_position_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "communicator '", world.name, "': the process table has ",
+          process_of_position_.size(), " entries, no process for mesh position ", position));
+    }
+    const Device& d = world.members[i];
+    ranks.push_back(RankInfo{
+        process_of_position_[position], d.ToString(),
+        d.worker_id.empty() ? std::string()
+                            : absl::StrCat("worker ", d.worker_id, " (host ", d.host, ")")});
+  }
+  GlooCommunicatorOptions options = options_;
+  options.name = world.name;
+  PrefixStore store(store_, world.store_prefix);
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> comm,
+                            GlooCommunicator::Create(options, &store, world.rank,
+                                                     std::move(ranks), monitor_));
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> GlooGroupConnector::ConnectAxis(
+    Communicator&, const CommunicatorGroup& group) {
+  // Gloo groups connect on their own; the world is not needed.
+  return ConnectWorld(group);
 }
 
 }  // namespace substrax

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "worker/collectives/communicator.h"
 #include "worker/collectives/gloo_errors.h"
+#include "worker/collectives/mesh_communicators.h"
 #include "worker/collectives/peer_monitor.h"
 #include "worker/collectives/store.h"
 
@@ -69,25 +70,32 @@ class GlooCommunicator final : public Communicator {
   const std::string& name() const override { return options_.name; }
 
  protected:
-  absl::Status DoAllReduce(absl::Span<float> data, ReduceOp op) override;
-  absl::Status DoAllReduce(absl::Span<double> data, ReduceOp op) override;
-  absl::Status DoAllGather(absl::Span<const float> input, absl::Span<float> output) override;
-  absl::Status DoAllGather(absl::Span<const double> input, absl::Span<double> output) override;
-  absl::Status DoBroadcast(absl::Span<float> data, int root) override;
-  absl::Status DoReduceScatter(absl::Span<const float> input, absl::Span<float> output,
-                               ReduceOp op) override;
-  absl::Status DoBarrier() override;
+  // Gloo's algorithms run on the calling thread: each returns an event that is already done.
+  // The context must be the calling thread (a CUDA stream is INVALID_ARGUMENT).
+  CollectiveEvent DoAllReduce(void* data, DataType type, size_t count, ReduceOp op,
+                              ExecutionContext context) override;
+  CollectiveEvent DoAllGather(const void* input, void* output, DataType type, size_t count,
+                              ExecutionContext context) override;
+  CollectiveEvent DoBroadcast(void* data, DataType type, size_t count, int root,
+                              ExecutionContext context) override;
+  // This Gloo (0.5, Debian 12) has no reduce-scatter with tags and timeouts: an all-reduce of
+  // the whole input, keeping this rank's block. Correct, with the same error model, but it moves
+  // the bytes of a full all-reduce (twice those of a true reduce-scatter).
+  CollectiveEvent DoReduceScatter(const void* input, void* output, DataType type, size_t count,
+                                  ReduceOp op, ExecutionContext context) override;
+  CollectiveEvent DoBarrier(ExecutionContext context) override;
 
  private:
   GlooCommunicator(const GlooCommunicatorOptions& options, int rank, std::vector<RankInfo> ranks,
                    const PeerMonitor* monitor);
   template <typename T>
-  absl::Status AllReduceImpl(absl::Span<T> data, ReduceOp op);
-  template <typename T>
-  absl::Status AllGatherImpl(absl::Span<const T> input, absl::Span<T> output);
+  absl::Status AllReduceImpl(T* data, size_t count, ReduceOp op);
+  absl::Status AllReduceTyped(void* data, DataType type, size_t count, ReduceOp op);
   // Runs one Gloo operation, translating whatever it throws.
   template <typename Fn>
   absl::Status Run(const char* op, Fn&& fn);
+  // INVALID_ARGUMENT for a CUDA stream: Gloo moves host memory only.
+  absl::Status CheckHost(const char* op, ExecutionContext context) const;
   uint32_t NextTag() { return next_tag_++; }
 
   const GlooCommunicatorOptions options_;
@@ -99,6 +107,32 @@ class GlooCommunicator final : public Communicator {
   uint32_t next_tag_ = 0;
   // Set after a collective fails: Gloo's context is not usable afterwards.
   absl::Status broken_;
+};
+
+// Connects the groups of a mesh with Gloo: each group is its own Gloo context, rendezvousing
+// under its own prefix of `store`.
+class GlooGroupConnector final : public GroupConnector {
+ public:
+  // `process_of_position[i]` is the process that drives mesh position i (for messages that name
+  // a dead peer). `store` and `monitor` (may be null: one process) must outlive the connector.
+  // Errors (of Connect*): INVALID_ARGUMENT when the process table does not cover the group.
+  GlooGroupConnector(GlooCommunicatorOptions options, Store* store,
+                     std::vector<int> process_of_position, const PeerMonitor* monitor)
+      : options_(std::move(options)),
+        store_(store),
+        process_of_position_(std::move(process_of_position)),
+        monitor_(monitor) {}
+
+  absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorld(
+      const CommunicatorGroup& world) override;
+  absl::StatusOr<std::unique_ptr<Communicator>> ConnectAxis(
+      Communicator& world, const CommunicatorGroup& group) override;
+
+ private:
+  const GlooCommunicatorOptions options_;
+  Store* const store_;
+  const std::vector<int> process_of_position_;
+  const PeerMonitor* const monitor_;
 };
 
 }  // namespace substrax

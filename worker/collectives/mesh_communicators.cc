@@ -7,32 +7,17 @@
 namespace substrax {
 
 absl::StatusOr<std::unique_ptr<MeshCommunicators>> MeshCommunicators::Create(
-    const Mesh& mesh, int device_id, const std::vector<int>& process_of_position, Store* store,
-    const PeerMonitor* monitor, const GlooCommunicatorOptions& options) {
-  if (static_cast<int64_t>(process_of_position.size()) != mesh.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("process table has ",
-                                                   process_of_position.size(),
-                                                   " entries for a mesh of ", mesh.size()));
-  }
+    const Mesh& mesh, int device_id, GroupConnector& connector) {
   SUBSTRAX_ASSIGN_OR_RETURN(std::vector<int64_t> coords, mesh.CoordinatesOf(device_id));
-  const int64_t position = mesh.Ravel(coords);
   std::unique_ptr<MeshCommunicators> comms(new MeshCommunicators(mesh));
 
-  auto rank_info = [&](const Device& d) {
-    const int64_t pos = mesh.Ravel(*mesh.CoordinatesOf(d.id));
-    return RankInfo{process_of_position[pos], d.ToString(),
-                    d.worker_id.empty() ? std::string()
-                                        : absl::StrCat("worker ", d.worker_id, " (host ", d.host, ")")};
-  };
-  std::vector<RankInfo> world_ranks;
-  for (const Device& d : mesh.devices()) world_ranks.push_back(rank_info(d));
-  GlooCommunicatorOptions world_options = options;
-  world_options.name = "world";
-  PrefixStore world_store(store, "world");
-  SUBSTRAX_ASSIGN_OR_RETURN(comms->world_,
-                            GlooCommunicator::Create(world_options, &world_store,
-                                                     static_cast<int>(position), world_ranks,
-                                                     monitor));
+  CommunicatorGroup world;
+  world.name = "world";
+  world.store_prefix = "world";
+  world.members = mesh.devices();
+  for (int64_t i = 0; i < mesh.size(); ++i) world.positions.push_back(i);
+  world.rank = static_cast<int>(mesh.Ravel(coords));
+  SUBSTRAX_ASSIGN_OR_RETURN(comms->world_, connector.ConnectWorld(world));
 
   for (int a = 0; a < mesh.ndim(); ++a) {
     const std::string& axis = mesh.axis_names()[a];
@@ -40,18 +25,20 @@ absl::StatusOr<std::unique_ptr<MeshCommunicators>> MeshCommunicators::Create(
       comms->axes_[axis] = comms->world_.get();
       continue;
     }
-    SUBSTRAX_ASSIGN_OR_RETURN(std::vector<Device> group, mesh.DevicesAlongAxis(axis, device_id));
-    // The group is named by the coordinates of its first member, which all members share.
-    std::vector<int64_t> key = *mesh.CoordinatesOf(group.front().id);
-    std::vector<RankInfo> ranks;
-    for (const Device& d : group) ranks.push_back(rank_info(d));
-    GlooCommunicatorOptions axis_options = options;
-    axis_options.name = absl::StrCat("axis '", axis, "' group ", absl::StrJoin(key, "."));
-    PrefixStore axis_store(store, absl::StrCat("axis/", axis, "/", absl::StrJoin(key, ".")));
-    SUBSTRAX_ASSIGN_OR_RETURN(
-        std::unique_ptr<GlooCommunicator> comm,
-        GlooCommunicator::Create(axis_options, &axis_store, static_cast<int>(coords[a]), ranks,
-                                 monitor));
+    CommunicatorGroup group;
+    SUBSTRAX_ASSIGN_OR_RETURN(group.members, mesh.DevicesAlongAxis(axis, device_id));
+    for (const Device& d : group.members) {
+      group.positions.push_back(mesh.Ravel(*mesh.CoordinatesOf(d.id)));
+    }
+    // The group is named by the coordinates of its first member, which all members share; its
+    // position is unique among the groups of the axis.
+    const std::vector<int64_t> key = *mesh.CoordinatesOf(group.members.front().id);
+    group.name = absl::StrCat("axis '", axis, "' group ", absl::StrJoin(key, "."));
+    group.store_prefix = absl::StrCat("axis/", axis, "/", absl::StrJoin(key, "."));
+    group.rank = static_cast<int>(coords[a]);
+    group.color = static_cast<int>(group.positions.front());
+    SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                              connector.ConnectAxis(*comms->world_, group));
     comms->axes_[axis] = comm.get();
     comms->own_axes_[axis] = std::move(comm);
   }
@@ -64,6 +51,11 @@ absl::StatusOr<Communicator*> MeshCommunicators::Axis(absl::string_view name) {
     return Annotate(mesh_.AxisIndex(name).status(), "collective over a mesh axis");
   }
   return it->second;
+}
+
+void MeshCommunicators::PeerDied(const std::string& who) {
+  world_->PeerDied(who);
+  for (auto& [axis, comm] : own_axes_) comm->PeerDied(who);
 }
 
 }  // namespace substrax

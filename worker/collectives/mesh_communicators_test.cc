@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "core/device_mesh_manager.h"
+#include "worker/collectives/gloo_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -21,7 +22,8 @@ TEST(MeshCommunicatorsTest, AxisGroupsReduceOverTheRightDevices) {
   std::vector<std::thread> threads;
   for (const Device& device : mesh->devices()) {
     threads.emplace_back([&, device] {
-      auto comms = MeshCommunicators::Create(*mesh, device.id, processes, &store, nullptr, {});
+      GlooGroupConnector connector({}, &store, processes, nullptr);
+      auto comms = MeshCommunicators::Create(*mesh, device.id, connector);
       ASSERT_TRUE(comms.ok()) << comms.status();
       const std::vector<int64_t> c = *mesh->CoordinatesOf(device.id);
       const float position = float(c[0] * 3 + c[1]);
@@ -54,13 +56,17 @@ TEST(MeshCommunicatorsTest, OneDimensionalMeshReusesTheWorld) {
   std::vector<std::thread> threads;
   for (const Device& device : mesh->devices()) {
     threads.emplace_back([&, device] {
-      auto comms = MeshCommunicators::Create(*mesh, device.id, {0, 0}, &store, nullptr, {});
+      GlooGroupConnector connector({}, &store, {0, 0}, nullptr);
+      auto comms = MeshCommunicators::Create(*mesh, device.id, connector);
       ASSERT_TRUE(comms.ok()) << comms.status();
       EXPECT_EQ(*(*comms)->Axis("data"), &(*comms)->world());
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_FALSE(MeshCommunicators::Create(*mesh, 0, {0}, &store, nullptr, {}).ok());
+  // A process table that does not cover the mesh.
+  GlooGroupConnector short_table({}, &store, {0}, nullptr);
+  EXPECT_EQ(MeshCommunicators::Create(*mesh, 0, short_table).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ absl::Status Translate(ncclResult_t result, ncclComm_t comm, const NcclCall& cal
   return TranslateNcclResult(static_cast<int>(result), last == nullptr ? "" : last, call);
 }
 
-ncclRedOp_t ToNccl(ReduceOp op) {
+ncclRedOp_t ToNcclOp(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
       return ncclSum;
@@ -69,17 +69,6 @@ ncclRedOp_t ToNccl(ReduceOp op) {
       return ncclMin;
   }
   return ncclSum;
-}
-
-template <typename T>
-ncclDataType_t DataType();
-template <>
-ncclDataType_t DataType<float>() {
-  return ncclFloat32;
-}
-template <>
-ncclDataType_t DataType<double>() {
-  return ncclFloat64;
 }
 
 // Polls a non-blocking communicator until it leaves ncclInProgress (creation, split, finalize):
@@ -158,21 +147,17 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (absl::Status s = WaitReady(comm, deadline, options.poll_interval, call); !s.ok()) return s;
 
   cudaStream_t stream = nullptr;
-  cudaEvent_t event = nullptr;
-  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (e != cudaSuccess) {
+  if (const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      e != cudaSuccess) {
     ncclCommAbort(comm);
-    if (stream != nullptr) cudaStreamDestroy(stream);
     return CudaError(e, "creating the communicator's stream", call);
   }
-  return std::unique_ptr<NcclCommunicator>(
-      new NcclCommunicator(options, rank, size, comm, stream, event));
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(options, rank, size, comm, stream));
 }
 
 NcclCommunicator::NcclCommunicator(const NcclCommunicatorOptions& options, int rank, int size,
-                                   ncclComm_t comm, cudaStream_t stream, cudaEvent_t event)
-    : options_(options), rank_(rank), size_(size), stream_(stream), event_(event), comm_(comm) {
+                                   ncclComm_t comm, cudaStream_t stream)
+    : options_(options), rank_(rank), size_(size), stream_(stream), comm_(comm) {
   NcclWatchdog::Options w;
   w.communicator = options_.name;
   w.rank = rank_;
@@ -196,7 +181,7 @@ NcclCommunicator::NcclCommunicator(const NcclCommunicatorOptions& options, int r
     ncclCommAbort(comm_);
     comm_ = nullptr;
   };
-  watchdog_ = std::make_unique<NcclWatchdog>(std::move(w));
+  watchdog_ = std::make_shared<NcclWatchdog>(std::move(w));
   poller_ = std::thread([this] { PollLoop(); });
 }
 
@@ -230,11 +215,11 @@ NcclCommunicator::~NcclCommunicator() {
     }  // else WaitReady aborted it
   }
   if (scratch_ != nullptr) cudaFree(scratch_);
-  if (event_ != nullptr) cudaEventDestroy(event_);
+  if (barrier_ != nullptr) cudaFree(barrier_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-void NcclCommunicator::PeerDied(std::string who) { watchdog_->PeerDied(std::move(who)); }
+void NcclCommunicator::PeerDied(const std::string& who) { watchdog_->PeerDied(who); }
 
 absl::Status NcclCommunicator::Broken(const char* op) const {
   return absl::FailedPreconditionError(absl::StrCat(
@@ -257,86 +242,100 @@ absl::Status NcclCommunicator::WaitUntilIdle(std::string op, absl::Time deadline
   return watchdog_->Wait(*id);
 }
 
+namespace {
+
+ncclDataType_t ToNccl(DataType type) {
+  return type == DataType::kFloat64 ? ncclFloat64 : ncclFloat32;
+}
+
+// A collective queued on a stream, resolved by the communicator's watchdog. Owns the CUDA event
+// recorded after it; waits for the outcome before it goes (an op nobody waited for would stay in
+// the watchdog).
+class NcclPending final : public CollectiveEvent::Pending {
+ public:
+  NcclPending(std::shared_ptr<NcclWatchdog> watchdog, NcclWatchdog::OpId id, cudaEvent_t event)
+      : watchdog_(std::move(watchdog)), id_(id), event_(event) {}
+  ~NcclPending() override {
+    Await().IgnoreError();
+    cudaEventDestroy(event_);
+  }
+
+  bool IsReady() override {
+    absl::MutexLock lock(&mu_);
+    return collected_ || watchdog_->Resolved(id_);
+  }
+
+  absl::Status Await() override {
+    absl::MutexLock lock(&mu_);
+    if (!collected_) {
+      status_ = watchdog_->Wait(id_);
+      collected_ = true;
+    }
+    return status_;
+  }
+
+ private:
+  const std::shared_ptr<NcclWatchdog> watchdog_;
+  const NcclWatchdog::OpId id_;
+  const cudaEvent_t event_;
+  absl::Mutex mu_;
+  bool collected_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
 template <typename Enqueue>
-absl::Status NcclCommunicator::Run(const char* op, cudaStream_t stream, Enqueue&& enqueue) {
+CollectiveEvent NcclCommunicator::Run(const char* op, ExecutionContext context,
+                                      Enqueue&& enqueue) {
   const NcclCall call = CallOf(op, options_, rank_, size_);
+  cudaStream_t stream = context.stream != nullptr ? context.stream : stream_;
   const absl::Time deadline = absl::Now() + options_.timeout;
   ncclResult_t result = ncclSuccess;
   {
     absl::MutexLock lock(&comm_mu_);
-    if (comm_ == nullptr) return Broken(op);
-    result = enqueue(comm_);
-    if (result != ncclSuccess && result != ncclInProgress) return Translate(result, comm_, call);
+    if (comm_ == nullptr) return CollectiveEvent::Done(Broken(op));
+    result = enqueue(comm_, stream);
+    if (result != ncclSuccess && result != ncclInProgress) {
+      return CollectiveEvent::Done(Translate(result, comm_, call));
+    }
   }
   if (result == ncclInProgress) {
     if (absl::Status s = WaitUntilIdle(absl::StrCat(op, " (enqueue)"), deadline); !s.ok()) {
-      return s;
+      return CollectiveEvent::Done(s);
     }
   }
-  if (const cudaError_t e = cudaEventRecord(event_, stream); e != cudaSuccess) {
-    return CudaError(e, "cudaEventRecord after the collective", call);
+  cudaEvent_t event = nullptr;
+  cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(event, stream);
+  if (e != cudaSuccess) {
+    if (event != nullptr) cudaEventDestroy(event);
+    return CollectiveEvent::Done(CudaError(e, "recording an event after the collective", call));
   }
-  cudaEvent_t event = event_;
+  // Only cudaErrorNotReady means "still running"; any other error is the device failing.
   absl::StatusOr<NcclWatchdog::OpId> id =
-      watchdog_->Register(op, deadline, [event] { return cudaEventQuery(event) == cudaSuccess; });
-  if (!id.ok()) return id.status();
-  return watchdog_->Wait(*id);
-}
-
-template <typename T>
-absl::Status NcclCommunicator::AllReduceDeviceImpl(T* data, size_t count, ReduceOp op,
-                                                   cudaStream_t stream) {
-  return Run("all_reduce", stream, [&](ncclComm_t comm) {
-    return ncclAllReduce(data, data, count, DataType<T>(), ToNccl(op), comm, stream);
-  });
-}
-
-absl::Status NcclCommunicator::AllReduceDevice(float* data, size_t count, ReduceOp op,
-                                               cudaStream_t stream) {
-  return AllReduceDeviceImpl(data, count, op, stream);
-}
-
-absl::Status NcclCommunicator::AllReduceDevice(double* data, size_t count, ReduceOp op,
-                                               cudaStream_t stream) {
-  return AllReduceDeviceImpl(data, count, op, stream);
-}
-
-template <typename T>
-absl::Status NcclCommunicator::AllGatherDeviceImpl(const T* input, T* output, size_t count,
-                                                   cudaStream_t stream) {
-  return Run("all_gather", stream, [&](ncclComm_t comm) {
-    return ncclAllGather(input, output, count, DataType<T>(), comm, stream);
-  });
-}
-
-absl::Status NcclCommunicator::AllGatherDevice(const float* input, float* output, size_t count,
-                                               cudaStream_t stream) {
-  return AllGatherDeviceImpl(input, output, count, stream);
-}
-
-absl::Status NcclCommunicator::AllGatherDevice(const double* input, double* output,
-                                               size_t count, cudaStream_t stream) {
-  return AllGatherDeviceImpl(input, output, count, stream);
-}
-
-absl::Status NcclCommunicator::BroadcastDevice(float* data, size_t count, int root,
-                                               cudaStream_t stream) {
-  if (root < 0 || root >= size_) {
-    return absl::InvalidArgumentError(absl::StrCat("broadcast on communicator '", name(),
-                                                   "': root ", root, " is not a rank of 0..",
-                                                   size_ - 1));
+      watchdog_->Register(op, deadline, [event]() -> absl::StatusOr<bool> {
+        const cudaError_t state = cudaEventQuery(event);
+        if (state == cudaSuccess) return true;
+        if (state == cudaErrorNotReady) return false;
+        return absl::InternalError(absl::StrCat("waiting for the collective on its stream: ",
+                                                cudaGetErrorName(state), ": ",
+                                                cudaGetErrorString(state)));
+      });
+  if (!id.ok()) {
+    cudaEventDestroy(event);
+    return CollectiveEvent::Done(id.status());
   }
-  return Run("broadcast", stream, [&](ncclComm_t comm) {
-    return ncclBroadcast(data, data, count, ncclFloat32, root, comm, stream);
-  });
+  return CollectiveEvent(std::make_shared<NcclPending>(watchdog_, *id, event));
 }
 
-absl::Status NcclCommunicator::ReduceScatterDevice(const float* input, float* output,
-                                                   size_t count, ReduceOp op,
-                                                   cudaStream_t stream) {
-  return Run("reduce_scatter", stream, [&](ncclComm_t comm) {
-    return ncclReduceScatter(input, output, count, ncclFloat32, ToNccl(op), comm, stream);
-  });
+bool NcclCommunicator::OnDevice(const void* ptr) const {
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();  // clear it: an unknown pointer is host memory, not a failure
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
 absl::StatusOr<void*> NcclCommunicator::Scratch(size_t bytes) {
@@ -367,80 +366,89 @@ absl::Status NcclCommunicator::CopyAndWait(void* dst, const void* src, size_t by
   return absl::OkStatus();
 }
 
-// The host-span methods: copy in, collective on stream_, copy out. One extra round trip over
-// PCIe each way; GPU code uses the ...Device methods instead.
-template <typename T>
-absl::Status NcclCommunicator::StagedAllReduce(absl::Span<T> data, ReduceOp op) {
-  const size_t bytes = data.size() * sizeof(T);
-  absl::StatusOr<void*> scratch = Scratch(bytes);
+// Host buffers: copy in, collective on stream_, copy out. One extra round trip over PCIe each
+// way; GPU code passes device memory instead. Staged calls wait, so the scratch is never shared
+// by two collectives in flight.
+template <typename Fn>
+absl::Status NcclCommunicator::Staged(const void* input, size_t in_bytes, void* output,
+                                      size_t out_bytes, Fn&& fn) {
+  absl::StatusOr<void*> scratch = Scratch(in_bytes + out_bytes);
   if (!scratch.ok()) return scratch.status();
-  T* d = static_cast<T*>(*scratch);
-  if (absl::Status s = CopyAndWait(d, data.data(), bytes, true); !s.ok()) return s;
-  if (absl::Status s = AllReduceDeviceImpl(d, data.size(), op, stream_); !s.ok()) return s;
-  return CopyAndWait(data.data(), d, bytes, false);
+  char* in = static_cast<char*>(*scratch);
+  char* out = in + in_bytes;
+  if (absl::Status s = CopyAndWait(in, input, in_bytes, true); !s.ok()) return s;
+  if (absl::Status s = fn(in, out).Await(); !s.ok()) return s;
+  return CopyAndWait(output, out, out_bytes, false);
 }
 
-template <typename T>
-absl::Status NcclCommunicator::StagedAllGather(absl::Span<const T> input, absl::Span<T> output) {
-  absl::StatusOr<void*> scratch = Scratch((input.size() + output.size()) * sizeof(T));
-  if (!scratch.ok()) return scratch.status();
-  T* in = static_cast<T*>(*scratch);
-  T* out = in + input.size();
-  if (absl::Status s = CopyAndWait(in, input.data(), input.size() * sizeof(T), true); !s.ok()) {
-    return s;
+CollectiveEvent NcclCommunicator::DoAllReduce(void* data, DataType type, size_t count,
+                                              ReduceOp op, ExecutionContext context) {
+  auto enqueue = [&](const void* in, void* out, ExecutionContext ctx) {
+    return Run("all_reduce", ctx, [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclAllReduce(in, out, count, ToNccl(type), ToNcclOp(op), comm, stream);
+    });
+  };
+  if (OnDevice(data)) return enqueue(data, data, context);
+  const size_t bytes = count * DataTypeSize(type);
+  return CollectiveEvent::Done(Staged(data, bytes, data, bytes, [&](void* in, void* out) {
+    return enqueue(in, out, ExecutionContext());
+  }));
+}
+
+CollectiveEvent NcclCommunicator::DoAllGather(const void* input, void* output, DataType type,
+                                              size_t count, ExecutionContext context) {
+  auto enqueue = [&](const void* in, void* out, ExecutionContext ctx) {
+    return Run("all_gather", ctx, [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclAllGather(in, out, count, ToNccl(type), comm, stream);
+    });
+  };
+  if (OnDevice(input) && OnDevice(output)) return enqueue(input, output, context);
+  const size_t bytes = count * DataTypeSize(type);
+  return CollectiveEvent::Done(
+      Staged(input, bytes, output, bytes * size_,
+             [&](void* in, void* out) { return enqueue(in, out, ExecutionContext()); }));
+}
+
+CollectiveEvent NcclCommunicator::DoBroadcast(void* data, DataType type, size_t count, int root,
+                                              ExecutionContext context) {
+  auto enqueue = [&](const void* in, void* out, ExecutionContext ctx) {
+    return Run("broadcast", ctx, [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclBroadcast(in, out, count, ToNccl(type), root, comm, stream);
+    });
+  };
+  if (OnDevice(data)) return enqueue(data, data, context);
+  const size_t bytes = count * DataTypeSize(type);
+  return CollectiveEvent::Done(Staged(data, bytes, data, bytes, [&](void* in, void* out) {
+    return enqueue(in, out, ExecutionContext());
+  }));
+}
+
+CollectiveEvent NcclCommunicator::DoReduceScatter(const void* input, void* output, DataType type,
+                                                  size_t count, ReduceOp op,
+                                                  ExecutionContext context) {
+  auto enqueue = [&](const void* in, void* out, ExecutionContext ctx) {
+    return Run("reduce_scatter", ctx, [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclReduceScatter(in, out, count, ToNccl(type), ToNcclOp(op), comm, stream);
+    });
+  };
+  if (OnDevice(input) && OnDevice(output)) return enqueue(input, output, context);
+  const size_t bytes = count * DataTypeSize(type);
+  return CollectiveEvent::Done(
+      Staged(input, bytes * size_, output, bytes,
+             [&](void* in, void* out) { return enqueue(in, out, ExecutionContext()); }));
+}
+
+CollectiveEvent NcclCommunicator::DoBarrier(ExecutionContext context) {
+  if (barrier_ == nullptr) {
+    if (const cudaError_t e = cudaMalloc(&barrier_, sizeof(float)); e != cudaSuccess) {
+      barrier_ = nullptr;
+      return CollectiveEvent::Done(CudaError(e, "cudaMalloc of the barrier's value",
+                                             CallOf("barrier", options_, rank_, size_)));
+    }
   }
-  if (absl::Status s = AllGatherDeviceImpl<T>(in, out, input.size(), stream_); !s.ok()) return s;
-  return CopyAndWait(output.data(), out, output.size() * sizeof(T), false);
-}
-
-absl::Status NcclCommunicator::DoAllReduce(absl::Span<float> data, ReduceOp op) {
-  return StagedAllReduce(data, op);
-}
-
-absl::Status NcclCommunicator::DoAllReduce(absl::Span<double> data, ReduceOp op) {
-  return StagedAllReduce(data, op);
-}
-
-absl::Status NcclCommunicator::DoAllGather(absl::Span<const float> input,
-                                           absl::Span<float> output) {
-  return StagedAllGather(input, output);
-}
-
-absl::Status NcclCommunicator::DoAllGather(absl::Span<const double> input,
-                                           absl::Span<double> output) {
-  return StagedAllGather(input, output);
-}
-
-absl::Status NcclCommunicator::DoBroadcast(absl::Span<float> data, int root) {
-  const size_t bytes = data.size() * sizeof(float);
-  absl::StatusOr<void*> scratch = Scratch(bytes);
-  if (!scratch.ok()) return scratch.status();
-  float* d = static_cast<float*>(*scratch);
-  if (absl::Status s = CopyAndWait(d, data.data(), bytes, true); !s.ok()) return s;
-  if (absl::Status s = BroadcastDevice(d, data.size(), root, stream_); !s.ok()) return s;
-  return CopyAndWait(data.data(), d, bytes, false);
-}
-
-absl::Status NcclCommunicator::DoReduceScatter(absl::Span<const float> input,
-                                               absl::Span<float> output, ReduceOp op) {
-  absl::StatusOr<void*> scratch = Scratch((input.size() + output.size()) * sizeof(float));
-  if (!scratch.ok()) return scratch.status();
-  float* in = static_cast<float*>(*scratch);
-  float* out = in + input.size();
-  if (absl::Status s = CopyAndWait(in, input.data(), input.size() * sizeof(float), true);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ReduceScatterDevice(in, out, output.size(), op, stream_); !s.ok()) {
-    return s;
-  }
-  return CopyAndWait(output.data(), out, output.size() * sizeof(float), false);
-}
-
-absl::Status NcclCommunicator::DoBarrier() {
-  absl::StatusOr<void*> scratch = Scratch(sizeof(float));
-  if (!scratch.ok()) return scratch.status();
-  return AllReduceDeviceImpl(static_cast<float*>(*scratch), 1, ReduceOp::kSum, stream_);
+  return Run("barrier", context, [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllReduce(barrier_, barrier_, 1, ncclFloat32, ncclSum, comm, stream);
+  });
 }
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int color, int key,
@@ -477,16 +485,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int co
   if (absl::Status s = Translate(ncclCommUserRank(child, &rank), child, call); !s.ok()) return s;
   if (absl::Status s = Translate(ncclCommCount(child, &size), child, call); !s.ok()) return s;
   cudaStream_t stream = nullptr;
-  cudaEvent_t event = nullptr;
-  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (e != cudaSuccess) {
+  if (const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      e != cudaSuccess) {
     ncclCommAbort(child);
-    if (stream != nullptr) cudaStreamDestroy(stream);
     return CudaError(e, "creating the split communicator's stream", call);
   }
-  return std::unique_ptr<NcclCommunicator>(
-      new NcclCommunicator(options, rank, size, child, stream, event));
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(options, rank, size, child, stream));
 }
 
 }  // namespace substrax

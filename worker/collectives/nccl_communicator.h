@@ -16,10 +16,12 @@
 // ncclGetLastError's text). After an abort every call fails with FAILED_PRECONDITION: create a
 // new communicator (in practice: restart the job attempt).
 //
-// Buffers: the Communicator interface takes host spans. Those methods stage through device
-// memory (copy in, collective, copy out on this communicator's stream): correct but slower,
-// for tests and small values. GPU code calls the ...Device methods with device pointers. Every
-// method returns when the collective has completed on the device (or failed).
+// Buffers and streams: a collective on device memory is queued on the context's stream (the
+// communicator's own stream when the context has none) and returns at once; its CollectiveEvent
+// is resolved by the watchdog when an event recorded after it on that stream completes. A host
+// buffer (memory CUDA does not map to the device, found with cudaPointerGetAttributes) is staged:
+// copied in, reduced and copied back on the communicator's stream before the call returns:
+// correct but slower, for metrics and other small values.
 //
 // ReduceOp mapping: kSum -> ncclSum, kMean -> ncclAvg, kMax -> ncclMax, kMin -> ncclMin.
 //
@@ -40,6 +42,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "worker/collectives/communicator.h"
+#include "worker/collectives/mesh_communicators.h"
 #include "worker/collectives/nccl_watchdog.h"
 #include "worker/collectives/store.h"
 
@@ -47,7 +50,6 @@
 // neither (it is also compiled without CUDA).
 typedef struct ncclComm* ncclComm_t;
 typedef struct CUstream_st* cudaStream_t;
-typedef struct CUevent_st* cudaEvent_t;
 
 namespace substrax {
 
@@ -91,62 +93,48 @@ class NcclCommunicator final : public Communicator {
   // DEADLINE_EXCEEDED (not every rank split within connect_timeout), NCCL's errors.
   absl::StatusOr<std::unique_ptr<NcclCommunicator>> Split(int color, int key, std::string name);
 
-  // The coordinator or the peer monitor says `who` died ("process 2 (worker w-2, host b)
+  // PeerDied(who) (the coordinator or the peer monitor says "process 2 (worker w-2, host b)
   // died: ..."): the watchdog aborts this communicator at once, and a collective in flight
   // fails with UNAVAILABLE naming `who`. Forward it to every communicator of the process
   // (each split communicator has its own watchdog).
-  void PeerDied(std::string who);
 
-  // The stream the host-span methods and Barrier use (created for this communicator).
+  // The communicator's own stream (collectives whose context has none; staging; Barrier).
   cudaStream_t stream() const { return stream_; }
 
-  // Device-pointer collectives, enqueued on `stream` (any stream of this device; pass
-  // stream() for this communicator's), returning once complete. Counts are elements. Errors:
-  // as Communicator (communicator.h), plus INTERNAL for a CUDA failure (the message says to
-  // check the GPU).
-  absl::Status AllReduceDevice(float* data, size_t count, ReduceOp op, cudaStream_t stream);
-  absl::Status AllReduceDevice(double* data, size_t count, ReduceOp op, cudaStream_t stream);
-  // `output` holds count * size() elements: the inputs of ranks 0..size-1 concatenated.
-  absl::Status AllGatherDevice(const float* input, float* output, size_t count,
-                               cudaStream_t stream);
-  absl::Status AllGatherDevice(const double* input, double* output, size_t count,
-                               cudaStream_t stream);
-  absl::Status BroadcastDevice(float* data, size_t count, int root, cudaStream_t stream);
-  // `input` holds count * size() elements; `output` gets block rank() of their reduction.
-  absl::Status ReduceScatterDevice(const float* input, float* output, size_t count, ReduceOp op,
-                                   cudaStream_t stream);
+  void PeerDied(const std::string& who) override;
 
  protected:
-  absl::Status DoAllReduce(absl::Span<float> data, ReduceOp op) override;
-  absl::Status DoAllReduce(absl::Span<double> data, ReduceOp op) override;
-  absl::Status DoAllGather(absl::Span<const float> input, absl::Span<float> output) override;
-  absl::Status DoAllGather(absl::Span<const double> input, absl::Span<double> output) override;
-  absl::Status DoBroadcast(absl::Span<float> data, int root) override;
-  absl::Status DoReduceScatter(absl::Span<const float> input, absl::Span<float> output,
-                               ReduceOp op) override;
-  // An all-reduce of one element on stream().
-  absl::Status DoBarrier() override;
+  CollectiveEvent DoAllReduce(void* data, DataType type, size_t count, ReduceOp op,
+                              ExecutionContext context) override;
+  CollectiveEvent DoAllGather(const void* input, void* output, DataType type, size_t count,
+                              ExecutionContext context) override;
+  CollectiveEvent DoBroadcast(void* data, DataType type, size_t count, int root,
+                              ExecutionContext context) override;
+  CollectiveEvent DoReduceScatter(const void* input, void* output, DataType type, size_t count,
+                                  ReduceOp op, ExecutionContext context) override;
+  // An all-reduce of one element on the context's stream.
+  CollectiveEvent DoBarrier(ExecutionContext context) override;
 
  private:
   NcclCommunicator(const NcclCommunicatorOptions& options, int rank, int size, ncclComm_t comm,
-                   cudaStream_t stream, cudaEvent_t event);
+                   cudaStream_t stream);
 
-  // Enqueues one collective with `enqueue(comm)` (an ncclResult_t value) under comm_mu_, then
-  // waits for it through the watchdog: first until NCCL has enqueued it (a non-blocking
-  // communicator may answer ncclInProgress), then until an event recorded after it on `stream`
-  // has completed.
+  // Queues one collective with `enqueue(comm, stream)` (an ncclResult_t value) under comm_mu_ on
+  // the context's stream, then returns an event the watchdog resolves: first NCCL must have
+  // enqueued it (a non-blocking communicator may answer ncclInProgress), then an event recorded
+  // after it on the stream must complete. `data` and `more` are the buffers it touches: host
+  // memory is staged through device memory (and the call then waits).
   template <typename Enqueue>
-  absl::Status Run(const char* op, cudaStream_t stream, Enqueue&& enqueue);
+  CollectiveEvent Run(const char* op, ExecutionContext context, Enqueue&& enqueue);
   // Waits (through the watchdog) until this non-blocking communicator has left ncclInProgress.
   absl::Status WaitUntilIdle(std::string op, absl::Time deadline);
-  template <typename T>
-  absl::Status AllReduceDeviceImpl(T* data, size_t count, ReduceOp op, cudaStream_t stream);
-  template <typename T>
-  absl::Status AllGatherDeviceImpl(const T* input, T* output, size_t count, cudaStream_t stream);
-  template <typename T>
-  absl::Status StagedAllReduce(absl::Span<T> data, ReduceOp op);
-  template <typename T>
-  absl::Status StagedAllGather(absl::Span<const T> input, absl::Span<T> output);
+  // Whether `ptr` is memory the device can access (device or managed memory).
+  bool OnDevice(const void* ptr) const;
+  // A host-buffer collective: copy `in_bytes` from `input` into device scratch, run `fn(in,
+  // out)` on stream_ with device pointers, wait, copy `out_bytes` back into `output`.
+  template <typename Fn>
+  absl::Status Staged(const void* input, size_t in_bytes, void* output, size_t out_bytes,
+                      Fn&& fn);
   // Device scratch of at least `bytes` (grown, never shrunk).
   absl::StatusOr<void*> Scratch(size_t bytes);
   // Copies on stream_ and waits for it.
@@ -157,10 +145,11 @@ class NcclCommunicator final : public Communicator {
   const NcclCommunicatorOptions options_;
   const int rank_;
   const int size_;
-  std::unique_ptr<NcclWatchdog> watchdog_;
+  // Shared with the events of collectives in flight, which may outlive a call.
+  std::shared_ptr<NcclWatchdog> watchdog_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t event_ = nullptr;
   void* scratch_ = nullptr;
+  void* barrier_ = nullptr;  // one float in device memory for Barrier
   size_t scratch_bytes_ = 0;
 
   // Held while calling into NCCL with comm_ from the device thread (enqueueing) and from the
@@ -171,6 +160,26 @@ class NcclCommunicator final : public Communicator {
 
   absl::Notification stop_;
   std::thread poller_;
+};
+
+// Connects the groups of a mesh with NCCL: the world from a unique id published under its prefix
+// of `store`, each axis group split from the world (color = the group, key = the rank on the
+// axis). `options` names the device and the timeouts; name and self are set per group.
+class NcclGroupConnector final : public GroupConnector {
+ public:
+  // `store` must outlive the connector.
+  NcclGroupConnector(NcclCommunicatorOptions options, Store* store)
+      : options_(std::move(options)), store_(store) {}
+
+  absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorld(
+      const CommunicatorGroup& world) override;
+  // Errors: INVALID_ARGUMENT when `world` is not an NcclCommunicator; those of Split.
+  absl::StatusOr<std::unique_ptr<Communicator>> ConnectAxis(
+      Communicator& world, const CommunicatorGroup& group) override;
+
+ private:
+  const NcclCommunicatorOptions options_;
+  Store* const store_;
 };
 
 }  // namespace substrax

@@ -24,39 +24,24 @@ NcclCommunicator::~NcclCommunicator() = default;
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(int, int, std::string) {
   return NotBuilt();
 }
-void NcclCommunicator::PeerDied(std::string) {}
-absl::Status NcclCommunicator::AllReduceDevice(float*, size_t, ReduceOp, cudaStream_t) {
-  return NotBuilt();
+void NcclCommunicator::PeerDied(const std::string&) {}
+CollectiveEvent NcclCommunicator::DoAllReduce(void*, DataType, size_t, ReduceOp,
+                                              ExecutionContext) {
+  return CollectiveEvent::Done(NotBuilt());
 }
-absl::Status NcclCommunicator::AllReduceDevice(double*, size_t, ReduceOp, cudaStream_t) {
-  return NotBuilt();
+CollectiveEvent NcclCommunicator::DoAllGather(const void*, void*, DataType, size_t,
+                                              ExecutionContext) {
+  return CollectiveEvent::Done(NotBuilt());
 }
-absl::Status NcclCommunicator::AllGatherDevice(const float*, float*, size_t, cudaStream_t) {
-  return NotBuilt();
+CollectiveEvent NcclCommunicator::DoBroadcast(void*, DataType, size_t, int, ExecutionContext) {
+  return CollectiveEvent::Done(NotBuilt());
 }
-absl::Status NcclCommunicator::AllGatherDevice(const double*, double*, size_t, cudaStream_t) {
-  return NotBuilt();
+CollectiveEvent NcclCommunicator::DoReduceScatter(const void*, void*, DataType, size_t, ReduceOp,
+                                                  ExecutionContext) {
+  return CollectiveEvent::Done(NotBuilt());
 }
-absl::Status NcclCommunicator::BroadcastDevice(float*, size_t, int, cudaStream_t) {
-  return NotBuilt();
+CollectiveEvent NcclCommunicator::DoBarrier(ExecutionContext) {
+  return CollectiveEvent::Done(NotBuilt());
 }
-absl::Status NcclCommunicator::ReduceScatterDevice(const float*, float*, size_t, ReduceOp,
-                                                   cudaStream_t) {
-  return NotBuilt();
-}
-absl::Status NcclCommunicator::DoAllReduce(absl::Span<float>, ReduceOp) { return NotBuilt(); }
-absl::Status NcclCommunicator::DoAllReduce(absl::Span<double>, ReduceOp) { return NotBuilt(); }
-absl::Status NcclCommunicator::DoAllGather(absl::Span<const float>, absl::Span<float>) {
-  return NotBuilt();
-}
-absl::Status NcclCommunicator::DoAllGather(absl::Span<const double>, absl::Span<double>) {
-  return NotBuilt();
-}
-absl::Status NcclCommunicator::DoBroadcast(absl::Span<float>, int) { return NotBuilt(); }
-absl::Status NcclCommunicator::DoReduceScatter(absl::Span<const float>, absl::Span<float>,
-                                               ReduceOp) {
-  return NotBuilt();
-}
-absl::Status NcclCommunicator::DoBarrier() { return NotBuilt(); }
 
 }  // namespace substrax

@@ -90,10 +90,10 @@ TEST(NcclCommunicatorTest, SingleRankHostCollectives) {
   EXPECT_THAT(d, ElementsAre(0.25, 7.0));
 
   std::vector<float> gathered(3);
-  ASSERT_TRUE(comm->AllGather(f, absl::MakeSpan(gathered)).ok());
+  ASSERT_TRUE(comm->AllGather(absl::MakeConstSpan(f), absl::MakeSpan(gathered)).ok());
   EXPECT_THAT(gathered, ElementsAre(1.5f, -2.0f, 3.0f));
   std::vector<double> gathered_d(2);
-  ASSERT_TRUE(comm->AllGather(d, absl::MakeSpan(gathered_d)).ok());
+  ASSERT_TRUE(comm->AllGather(absl::MakeConstSpan(d), absl::MakeSpan(gathered_d)).ok());
   EXPECT_THAT(gathered_d, ElementsAre(0.25, 7.0));
 
   ASSERT_TRUE(comm->Broadcast(absl::MakeSpan(f), 0).ok());
@@ -116,7 +116,8 @@ TEST(NcclCommunicatorTest, SingleRankDevicePointersAndSplit) {
   ASSERT_EQ(cudaMalloc(&d, 4 * sizeof(float)), cudaSuccess);
   const float in[4] = {1, 2, 3, 4};
   ASSERT_EQ(cudaMemcpy(d, in, sizeof(in), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_TRUE(comm->AllReduceDevice(d, 4, ReduceOp::kMin, comm->stream()).ok());
+  ASSERT_TRUE(comm->AllReduce(d, DataType::kFloat32, 4, ReduceOp::kMin,
+                                ExecutionContext::Stream(comm->stream())).ok());
   float out[4] = {};
   ASSERT_EQ(cudaMemcpy(out, d, sizeof(out), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_THAT(out, ElementsAre(1, 2, 3, 4));

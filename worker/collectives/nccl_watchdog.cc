@@ -8,7 +8,7 @@
 namespace substrax {
 
 absl::StatusOr<NcclWatchdog::OpId> NcclWatchdog::Register(std::string op, absl::Time deadline,
-                                                          std::function<bool()> done) {
+                                                          DoneFn done) {
   absl::MutexLock lock(&mu_);
   if (!aborted_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -37,7 +37,7 @@ absl::Status NcclWatchdog::Poll() {
     OpId id;
     std::string op;
     absl::Time deadline;
-    std::function<bool()> done;
+    DoneFn done;
   };
   std::vector<Pending> pending;
   std::vector<std::string> dead;
@@ -77,7 +77,15 @@ absl::Status NcclWatchdog::Poll() {
   if (error.ok()) {
     const absl::Time now = options_.clock();
     for (const Pending& p : pending) {
-      if (p.done && p.done()) {
+      absl::StatusOr<bool> done = p.done ? p.done() : absl::StatusOr<bool>(false);
+      if (!done.ok()) {
+        // The device failed (a CUDA error other than "not ready"): report it at once, never
+        // as a timeout. Nothing queued on the communicator can be trusted afterwards.
+        error = absl::InternalError(absl::StrCat(Where(p.op), done.status().message(),
+                                                 "; check the GPU (nvidia-smi, dmesg)"));
+        break;
+      }
+      if (*done) {
         finished.push_back(p.id);
       } else if (now >= p.deadline) {
         error = absl::DeadlineExceededError(absl::StrCat(

@@ -9,6 +9,7 @@
 //   the communicator reports an async error        -> abort; that error (via nccl_errors)
 //   a peer was reported dead (PeerDied)            -> abort; UNAVAILABLE naming it
 //   per pending op, oldest first:
+//     its `done` callback fails (a CUDA error)     -> abort; INTERNAL with that error, at once
 //     finished (its `done` callback is true)       -> OK
 //     its deadline has passed                      -> abort; DEADLINE_EXCEEDED naming the op,
 //                                                     the communicator and the rank
@@ -61,13 +62,16 @@ class NcclWatchdog {
   };
 
   using OpId = uint64_t;
+  // Whether an op has finished: true, false (still in flight), or an error when the device
+  // failed (cudaEventQuery answered anything but cudaSuccess or cudaErrorNotReady).
+  using DoneFn = std::function<absl::StatusOr<bool>()>;
 
   explicit NcclWatchdog(Options options) : options_(std::move(options)) {}
 
   // Starts watching op `op` ("all_reduce") that must finish by `deadline`; `done` says whether
   // it has finished (cudaEventQuery on an event recorded after it; called only from Poll).
   // Errors: FAILED_PRECONDITION once the communicator has been aborted (the message quotes why).
-  absl::StatusOr<OpId> Register(std::string op, absl::Time deadline, std::function<bool()> done);
+  absl::StatusOr<OpId> Register(std::string op, absl::Time deadline, DoneFn done);
 
   // Looks at every pending op once (see the header comment). Returns the abort's error if this
   // call aborted the communicator, else OK.
@@ -91,7 +95,7 @@ class NcclWatchdog {
   struct Op {
     std::string op;
     absl::Time deadline;
-    std::function<bool()> done;
+    DoneFn done;
     bool resolved = false;
     absl::Status status;
   };

@@ -133,5 +133,21 @@ TEST_F(NcclWatchdogTest, FinishedOpsStayOkWhenALaterOneTimesOut) {
   EXPECT_EQ(aborts_, 1);
 }
 
+TEST_F(NcclWatchdogTest, DeviceErrorFailsAtOnceAsInternalNotAsTimeout) {
+  bool done = false;
+  const auto a = Register("all_reduce", absl::Seconds(30), &done);
+  absl::StatusOr<NcclWatchdog::OpId> b = watchdog_->Register(
+      "all_gather", now_ + absl::Seconds(30),
+      [] { return absl::StatusOr<bool>(absl::InternalError("cudaErrorIllegalAddress")); });
+  ASSERT_TRUE(b.ok()) << b.status();
+  // No time passes: the error is reported by the first poll, long before any deadline.
+  const absl::Status polled = watchdog_->Poll();
+  EXPECT_EQ(polled.code(), absl::StatusCode::kInternal) << polled;
+  EXPECT_NE(polled.message().find("cudaErrorIllegalAddress"), std::string::npos) << polled;
+  EXPECT_EQ(watchdog_->Wait(*b).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(watchdog_->Wait(a).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(aborts_, 1);
+}
+
 }  // namespace
 }  // namespace substrax

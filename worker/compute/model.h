@@ -53,13 +53,6 @@ struct LossAndGrads {
   TensorTree grads;
 };
 
-// Sums, so results of several shards add up.
-struct EvalResult {
-  double loss_sum = 0;  // sum over examples of the per-example loss
-  int64_t correct = 0;  // classification only
-  int64_t count = 0;
-};
-
 // How this device takes part in tensor parallelism.
 struct TensorParallelism {
   // Devices on the model axis (1: no tensor parallelism).

@@ -48,7 +48,7 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(const CudaDevice& device, in
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) {
+  if (data_ != nullptr && owned_) {
     // cudaFree needs the owning device current; errors here (a dead context) cannot be reported.
     int current = 0;
     cudaGetDevice(&current);
@@ -61,7 +61,8 @@ DeviceBuffer::~DeviceBuffer() {
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      device_(other.device_) {}
+      device_(other.device_),
+      owned_(other.owned_) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
@@ -69,6 +70,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     device_ = other.device_;
+    owned_ = other.owned_;
   }
   return *this;
 }

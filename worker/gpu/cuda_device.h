@@ -48,6 +48,15 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   // Errors: RESOURCE_EXHAUSTED when the device is out of memory; INTERNAL otherwise.
   static absl::StatusOr<DeviceBuffer> Allocate(const CudaDevice& device, int64_t count);
+  // A view of `count` floats at `data`, memory that someone else owns and frees (a slice of a
+  // flat buffer); it must outlive the view.
+  static DeviceBuffer View(float* data, int64_t count) {
+    DeviceBuffer view;
+    view.data_ = data;
+    view.size_ = count;
+    view.owned_ = false;
+    return view;
+  }
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -61,6 +70,7 @@ class DeviceBuffer {
   float* data_ = nullptr;
   int64_t size_ = 0;
   int device_ = 0;
+  bool owned_ = true;
 };
 
 // A row-major float32 array in device memory: worker/tensor's Tensor on a GPU.

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
+#include "worker/runtime/gradient_buckets.h"
 
 namespace substrax {
 namespace {
@@ -57,40 +59,25 @@ absl::StatusOr<StackedMetrics> GatherMetrics(DeviceContext& ctx, const Metrics& 
   return stacked;
 }
 
-// All-reduces every tensor of `tree` over `comm`, packed into buckets of at most bucket_bytes
-// (a tensor larger than a bucket travels alone).
-absl::Status AllReduceTree(Communicator& comm, TensorTree* tree, ReduceOp op, int64_t bucket_bytes,
-                           const char* fn) {
-  const int64_t bucket_values = std::max<int64_t>(1, bucket_bytes / int64_t{sizeof(float)});
-  std::vector<Tensor*> pending;
-  std::vector<float> buffer;
-  auto flush = [&]() -> absl::Status {
-    if (pending.empty()) return absl::OkStatus();
-    if (pending.size() == 1) {
-      SUBSTRAX_RETURN_IF_ERROR(Annotate(comm.AllReduce(pending[0]->span(), op), fn));
-    } else {
-      buffer.clear();
-      for (Tensor* t : pending) buffer.insert(buffer.end(), t->data(), t->data() + t->size());
-      SUBSTRAX_RETURN_IF_ERROR(Annotate(comm.AllReduce(absl::MakeSpan(buffer), op), fn));
-      size_t offset = 0;
-      for (Tensor* t : pending) {
-        std::memcpy(t->data(), buffer.data() + offset, t->size() * sizeof(float));
-        offset += t->size();
-      }
-    }
-    pending.clear();
-    return absl::OkStatus();
-  };
-  int64_t in_bucket = 0;
-  for (auto& [name, tensor] : *tree) {
-    if (in_bucket + tensor.size() > bucket_values) {
-      SUBSTRAX_RETURN_IF_ERROR(flush());
-      in_bucket = 0;
-    }
-    pending.push_back(&tensor);
-    in_bucket += tensor.size();
-  }
-  return flush();
+// Reduces every tensor of `tree` as `plan` says, in buckets, through one flat host buffer.
+absl::Status ReduceTree(DeviceContext& ctx, TensorTree* tree, ReduceOp op,
+                        const std::function<GradientPlan(const FlatLayout&)>& plan,
+                        int64_t bucket_bytes, const char* fn) {
+  const FlatLayout layout = LayoutOfTree(*tree);
+  std::vector<float> flat(layout.total);
+  SUBSTRAX_RETURN_IF_ERROR(PackTree(*tree, layout, flat.data()));
+  SUBSTRAX_RETURN_IF_ERROR(ReduceFlat(*ctx.comms, plan(layout), flat.data(), op, bucket_bytes,
+                                      ExecutionContext::CallingThread(), fn));
+  return UnpackTree(flat.data(), layout, tree);
+}
+
+absl::Status ReduceTreeOverAxis(DeviceContext& ctx, TensorTree* tree, absl::string_view axis,
+                                ReduceOp op, int64_t bucket_bytes, const char* fn) {
+  SUBSTRAX_RETURN_IF_ERROR(ctx.comms->Axis(axis).status());
+  return ReduceTree(
+      ctx, tree, op,
+      [&](const FlatLayout& layout) { return PlanOverAxis(std::string(axis), layout); },
+      bucket_bytes, fn);
 }
 
 absl::StatusOr<Metrics> ReduceMetricsOverAxis(DeviceContext& ctx, const Metrics& metrics,
@@ -180,15 +167,13 @@ absl::StatusOr<std::vector<Metrics>> CollectFromDevices(DeviceContext& ctx,
 }
 
 absl::Status ReduceMeanCollective(DeviceContext& ctx, TensorTree* tree, absl::string_view axis) {
-  SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(axis));
-  return AllReduceTree(*comm, tree, ReduceOp::kMean, GradientReductionOptions().bucket_bytes,
-                       "reduce_mean_collective");
+  return ReduceTreeOverAxis(ctx, tree, axis, ReduceOp::kMean,
+                            GradientReductionOptions().bucket_bytes, "reduce_mean_collective");
 }
 
 absl::Status ReduceSumCollective(DeviceContext& ctx, TensorTree* tree, absl::string_view axis) {
-  SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(axis));
-  return AllReduceTree(*comm, tree, ReduceOp::kSum, GradientReductionOptions().bucket_bytes,
-                       "reduce_sum_collective");
+  return ReduceTreeOverAxis(ctx, tree, axis, ReduceOp::kSum,
+                            GradientReductionOptions().bucket_bytes, "reduce_sum_collective");
 }
 
 absl::StatusOr<Metrics> ReduceMeanCollective(DeviceContext& ctx, const Metrics& metrics,
@@ -214,34 +199,20 @@ absl::StatusOr<Tensor> AllGather(DeviceContext& ctx, const Tensor& tensor,
 absl::Status ReduceGradientTree(DeviceContext& ctx, TensorTree* grads, ReduceType type,
                                 const GradientReductionOptions& options) {
   if (!ctx.mesh->HasAxis(kDataAxis)) return absl::OkStatus();
-  SUBSTRAX_ASSIGN_OR_RETURN(Communicator * data, ctx.comms->Axis(kDataAxis));
-  return AllReduceTree(*data, grads, type == ReduceType::kMean ? ReduceOp::kMean : ReduceOp::kSum,
-                       options.bucket_bytes, "reduce_gradient_tree");
+  return ReduceTreeOverAxis(ctx, grads, kDataAxis,
+                            type == ReduceType::kMean ? ReduceOp::kMean : ReduceOp::kSum,
+                            options.bucket_bytes, "reduce_gradient_tree");
 }
 
 absl::Status ReduceGradientsBySharding(DeviceContext& ctx, TensorTree* grads,
                                        const std::map<std::string, PartitionSpec>& specs,
                                        const GradientReductionOptions& options) {
-  // One pass per mesh axis: the gradients of the parameters that are replicated along it.
-  for (const std::string& axis : ctx.mesh->axis_names()) {
-    TensorTree replicated;
-    for (auto& [name, grad] : *grads) {
-      auto spec = specs.find(name);
-      bool split = false;
-      if (spec != specs.end()) {
-        for (const auto& dim : spec->second.dims()) {
-          split |= std::find(dim.begin(), dim.end(), axis) != dim.end();
-        }
-      }
-      if (!split) replicated[name] = std::move(grad);
-    }
-    SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(axis));
-    absl::Status status = AllReduceTree(*comm, &replicated, ReduceOp::kMean, options.bucket_bytes,
-                                        "reduce_gradients_by_sharding");
-    for (auto& [name, grad] : replicated) (*grads)[name] = std::move(grad);
-    SUBSTRAX_RETURN_IF_ERROR(status);
-  }
-  return absl::OkStatus();
+  return ReduceTree(
+      ctx, grads, ReduceOp::kMean,
+      [&](const FlatLayout& layout) {
+        return PlanBySharding(ctx.mesh->axis_names(), layout, specs);
+      },
+      options.bucket_bytes, "reduce_gradients_by_sharding");
 }
 
 absl::StatusOr<TensorTree> AllGatherState(DeviceContext& ctx, const TensorTree& local,

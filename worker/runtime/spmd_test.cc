@@ -3,12 +3,11 @@
 #include "worker/runtime/spmd.h"
 
 #include <functional>
-#include <thread>
 
 #include "core/device_mesh_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/collectives/store.h"
+#include "worker/runtime/test_mesh.h"
 
 namespace substrax {
 namespace {
@@ -16,20 +15,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Runs body(ctx) on one thread per device of `mesh`.
 void OnDevices(const Mesh& mesh, const std::function<void(DeviceContext&)>& body) {
-  InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (const Device& device : mesh.devices()) {
-    threads.emplace_back([&, device] {
-      auto comms = MeshCommunicators::Create(mesh, device.id, std::vector<int>(mesh.size(), 0),
-                                             &store, nullptr, {});
-      ASSERT_TRUE(comms.ok()) << comms.status();
-      DeviceContext ctx{&mesh, device, *mesh.CoordinatesOf(device.id), comms->get()};
-      body(ctx);
-    });
-  }
-  for (auto& t : threads) t.join();
+  RunOnDevices(mesh, body);
 }
 
 Mesh Hybrid() { return *DeviceMeshManager::CreateHybridMesh(MakeUniformCluster(2, 2), 2, 2); }

@@ -87,6 +87,14 @@ struct Batch {
   int64_t size() const { return inputs.rank() == 0 ? 0 : inputs.dim(0); }
 };
 
+// Loss and accuracy sums of some examples, as every backend's models report them. Sums, so the
+// results of several shards, batches or devices add up.
+struct EvalResult {
+  double loss_sum = 0;  // sum over examples of the per-example loss
+  int64_t correct = 0;  // classification only
+  int64_t count = 0;
+};
+
 }  // namespace substrax
 
 #endif  // SUBSTRAX_WORKER_TENSOR_TENSOR_H_

@@ -1,0 +1,104 @@
+// DeviceBackend: what the step loop needs from one device, whatever its kind. The loop
+// (step_loop.h) owns the order of a step, the collectives, the metrics and the reports; a backend
+// owns the device's model, optimizer, parameters, input pipeline, metric sums and clock.
+// Implementations: CPU (cpu_backend.h: Eigen models, PrefetchToDevice) and CUDA
+// (cuda_backend.h: cuBLAS models, CudaPrefetcher, NCCL on its stream); tests add fakes.
+//
+// A step, as the loop drives it:
+//   MarkPhase(kData); NextBatch();
+//   MarkPhase(kCompute); ComputeGradients();        -> the flat gradient buffer
+//   MarkPhase(kCollective); <all-reduce buckets of the buffer on execution_context()>
+//   MarkPhase(kCompute); ApplyGradients();
+// A backend may queue its work and return (CUDA); everything it queues is ordered on its
+// execution context, which is where the loop's collectives go too.
+//
+// Used by one device thread.
+#ifndef SUBSTRAX_WORKER_RUNTIME_DEVICE_BACKEND_H_
+#define SUBSTRAX_WORKER_RUNTIME_DEVICE_BACKEND_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/model_catalog.h"
+#include "worker/collectives/communicator.h"
+#include "worker/data/dataset.h"
+#include "worker/runtime/gradient_buckets.h"
+#include "worker/tensor/tensor.h"
+
+namespace substrax {
+
+// Where a device's time goes.
+enum class Phase { kData = 0, kCompute = 1, kCollective = 2 };
+inline constexpr int kNumPhases = 3;
+using PhaseSeconds = std::array<double, kNumPhases>;
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // The model's parameters (global shapes, partition specs) in layer order, the shape of this
+  // device's block of each, and whether the model classifies.
+  virtual const std::vector<ParamSpec>& params() const = 0;
+  virtual std::vector<int64_t> LocalShape(const ParamSpec& p) const = 0;
+  virtual bool is_classification() const = 0;
+
+  // Where this device's work and its collectives are ordered (a CUDA stream, or the thread).
+  virtual ExecutionContext execution_context() const = 0;
+
+  // From now on ComputeGradients writes every gradient into one flat buffer laid out as
+  // `layout` (this device's memory), and ApplyGradients reads it from there. Returns the buffer.
+  virtual absl::StatusOr<float*> BindGradients(const FlatLayout& layout) = 0;
+
+  // Takes the next training batch: false after the last one. Errors: the input pipeline's.
+  virtual absl::StatusOr<bool> NextBatch() = 0;
+  // Loss and gradients of the current batch into the gradient buffer; the batch's loss sum,
+  // correct predictions and size are added to the metric sums.
+  virtual absl::Status ComputeGradients() = 0;
+  // One optimizer update of the parameters from the gradient buffer.
+  virtual absl::Status ApplyGradients() = 0;
+  // The metric sums since the last call (waiting for the device), then zero.
+  virtual absl::StatusOr<EvalResult> TakeMetrics() = 0;
+
+  // Starts `phase` in the device's order (it ends the previous one). TakePhaseSeconds returns
+  // the seconds spent in each phase since its last call (waiting for the device) and restarts.
+  virtual void MarkPhase(Phase phase) = 0;
+  virtual absl::StatusOr<PhaseSeconds> TakePhaseSeconds() = 0;
+
+  // Loss sum, correct predictions and count over rows [begin, end) of `data` with the current
+  // parameters.
+  virtual absl::StatusOr<EvalResult> Evaluate(const Dataset& data, int64_t begin,
+                                              int64_t end) = 0;
+  // The parameters (this device's blocks) in host memory.
+  virtual absl::StatusOr<TensorTree> Parameters() = 0;
+};
+
+// Phase timing on the host clock, for backends whose work is done when their calls return.
+class HostPhaseClock {
+ public:
+  void Mark(Phase phase) {
+    const absl::Time now = absl::Now();
+    seconds_[static_cast<int>(current_)] += absl::ToDoubleSeconds(now - since_);
+    current_ = phase;
+    since_ = now;
+  }
+  PhaseSeconds Take() {
+    Mark(current_);
+    PhaseSeconds out = seconds_;
+    seconds_ = {};
+    return out;
+  }
+
+ private:
+  Phase current_ = Phase::kCompute;
+  absl::Time since_ = absl::Now();
+  PhaseSeconds seconds_ = {};
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_RUNTIME_DEVICE_BACKEND_H_

@@ -1,0 +1,233 @@
+#include "worker/runtime/step_loop.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/status.h"
+
+namespace substrax {
+namespace {
+
+// The flat layout of the gradients: parameters replicated over every axis first, then the split
+// ones, each group in layer order. So the ranges each axis averages are few and long (on a
+// (data, model) mesh the model axis averages one prefix of the buffer).
+FlatLayout GradientLayout(const DeviceBackend& backend) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> replicated, split;
+  for (const ParamSpec& p : backend.params()) {
+    (p.partition == PartitionSpec() ? replicated : split)
+        .emplace_back(p.name, backend.LocalShape(p));
+  }
+  replicated.insert(replicated.end(), split.begin(), split.end());
+  return MakeFlatLayout(replicated);
+}
+
+std::map<std::string, PartitionSpec> Specs(const DeviceBackend& backend) {
+  std::map<std::string, PartitionSpec> specs;
+  for (const ParamSpec& p : backend.params()) specs[p.name] = p.partition;
+  return specs;
+}
+
+// The pmap path, as the guide writes it with axis names: every gradient averaged over "data",
+// then the gradients of the parameters tensor parallelism replicates over "model".
+std::vector<std::pair<std::string, GradientPlan>> ExplicitPlans(const Mesh& mesh,
+                                                              const FlatLayout& layout,
+                                                              const DeviceBackend& backend) {
+  std::vector<std::pair<std::string, GradientPlan>> plans;
+  if (mesh.HasAxis(kDataAxis)) plans.emplace_back(kDataAxis, PlanOverAxis(kDataAxis, layout));
+  if (mesh.HasAxis(kModelAxis)) {
+    std::map<std::string, PartitionSpec> split_everywhere;
+    for (const ParamSpec& p : backend.params()) {
+      if (!(p.partition == PartitionSpec())) {
+        split_everywhere[p.name] = PartitionSpec::Of({std::string(kModelAxis)});
+      }
+    }
+    plans.emplace_back(kModelAxis, PlanBySharding({kModelAxis}, layout, split_everywhere));
+  }
+  return plans;
+}
+
+// Evaluation: the devices of the data axis each take a contiguous share of `data` (devices along
+// the model axis evaluate the same share together, as tensor parallelism needs); the sums are
+// added over the data axis.
+absl::StatusOr<Metrics> Evaluate(DeviceContext& ctx, DeviceBackend& backend, const Dataset& data,
+                                 const std::string& prefix) {
+  const int64_t n = data.num_examples();
+  const int64_t shards = ctx.data_size(), shard = ctx.data_index();
+  SUBSTRAX_ASSIGN_OR_RETURN(EvalResult r,
+                            backend.Evaluate(data, n * shard / shards, n * (shard + 1) / shards));
+  std::vector<double> sums = {r.loss_sum, static_cast<double>(r.correct),
+                              static_cast<double>(r.count)};
+  if (ctx.mesh->HasAxis(kDataAxis)) {
+    SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, ctx.comms->Axis(kDataAxis));
+    SUBSTRAX_RETURN_IF_ERROR(
+        Annotate(comm->AllReduce(absl::MakeSpan(sums), ReduceOp::kSum), "evaluation"));
+  }
+  Metrics out;
+  if (sums[2] == 0) return out;
+  out[prefix + "_loss"] = sums[0] / sums[2];
+  if (backend.is_classification()) out[prefix + "_accuracy"] = sums[1] / sums[2];
+  return out;
+}
+
+// The interval's metrics on this device, for the metric names the spec declares.
+Metrics LocalMetrics(const std::map<std::string, ReduceOp>& reductions, const EvalResult& sums,
+                     int64_t step) {
+  const double count = static_cast<double>(std::max<int64_t>(1, sums.count));
+  Metrics local;
+  for (const auto& [name, op] : reductions) {
+    if (name == "loss") local[name] = sums.loss_sum / count;
+    if (name == "accuracy") local[name] = static_cast<double>(sums.correct) / count;
+    if (name == "step") local[name] = static_cast<double>(step);
+  }
+  return local;
+}
+
+}  // namespace
+
+ProgressReport MakeProgressReport(int64_t total_steps, int64_t steps_per_epoch,
+                                  int64_t steps_done, Metrics metrics, int64_t global_batch,
+                                  int64_t interval_steps, absl::Duration interval,
+                                  absl::Duration elapsed) {
+  steps_per_epoch = std::max<int64_t>(1, steps_per_epoch);
+  ProgressReport report;
+  report.step = steps_done;
+  report.total_steps = total_steps;
+  report.epoch = (steps_done - 1) / steps_per_epoch + 1;
+  report.total_epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
+  report.metrics = std::move(metrics);
+  report.samples_per_second = static_cast<double>(global_batch * interval_steps) /
+                              std::max(1e-9, absl::ToDoubleSeconds(interval));
+  report.elapsed = elapsed;
+  return report;
+}
+
+absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBackend& backend,
+                                        StepLoopStats* stats) {
+  if (options.spec == nullptr || options.mesh == nullptr || options.comms == nullptr) {
+    return absl::InvalidArgumentError("step loop: spec, mesh and communicators are required");
+  }
+  const v1::JobSpec& spec = *options.spec;
+  const Mesh& mesh = *options.mesh;
+  DeviceContext ctx;
+  ctx.mesh = &mesh;
+  SUBSTRAX_ASSIGN_OR_RETURN(ctx.coords, mesh.CoordinatesOf(options.device_id));
+  ctx.device = mesh.DeviceAt(ctx.coords);
+  ctx.comms = options.comms;
+
+  std::map<std::string, ReduceOp> reductions;
+  for (const auto& [name, reduction] : spec.metrics()) {
+    absl::StatusOr<ReduceOp> op = ReduceOpFromProto(reduction);
+    if (!op.ok()) return Annotate(op.status(), absl::StrCat("spec.metrics.", name));
+    reductions[name] = *op;
+  }
+
+  const FlatLayout layout = GradientLayout(backend);
+  SUBSTRAX_ASSIGN_OR_RETURN(float* grads, backend.BindGradients(layout));
+  const GradientPlan sharding_plan = PlanBySharding(mesh.axis_names(), layout, Specs(backend));
+  const std::vector<std::pair<std::string, GradientPlan>> explicit_plans =
+      ExplicitPlans(mesh, layout, backend);
+  const ExecutionContext exec = backend.execution_context();
+  BucketStats buckets;
+  auto reduce_gradients = [&]() -> absl::Status {
+    if (!options.explicit_collectives) {
+      return ReduceFlat(*ctx.comms, sharding_plan, grads, ReduceOp::kMean,
+                        options.gradients.bucket_bytes, exec, "gradient reduction", &buckets);
+    }
+    for (const auto& [axis, plan] : explicit_plans) {
+      SUBSTRAX_RETURN_IF_ERROR(ReduceFlat(*ctx.comms, plan, grads, ReduceOp::kMean,
+                                          options.gradients.bucket_bytes, exec,
+                                          "reduce_mean_collective", &buckets));
+    }
+    return absl::OkStatus();
+  };
+
+  const bool reporter = mesh.Ravel(ctx.coords) == 0;
+  const int64_t global_batch = spec.batch().global_batch_size();
+  const int64_t report_every = std::max<int64_t>(1, spec.report_every_steps());
+  TrainResult result;
+  int64_t interval_steps = 0;
+  absl::Time interval_start = absl::Now();
+  const absl::Time start = interval_start;
+  SUBSTRAX_RETURN_IF_ERROR(backend.TakePhaseSeconds().status());  // start the clock afresh
+
+  for (int64_t step = 0; step < options.total_steps; ++step) {
+    auto step_error = [step](const absl::Status& s) {
+      return Annotate(s, absl::StrCat("step ", step + 1));
+    };
+    backend.MarkPhase(Phase::kData);
+    absl::StatusOr<bool> more = backend.NextBatch();
+    if (!more.ok()) return step_error(more.status());
+    if (!*more) {
+      return absl::InternalError(absl::StrCat("input ended after ", step, " of ",
+                                              options.total_steps, " steps"));
+    }
+    backend.MarkPhase(Phase::kCompute);
+    if (absl::Status s = backend.ComputeGradients(); !s.ok()) return step_error(s);
+    backend.MarkPhase(Phase::kCollective);
+    if (absl::Status s = reduce_gradients(); !s.ok()) return step_error(s);
+    backend.MarkPhase(Phase::kCompute);
+    if (absl::Status s = backend.ApplyGradients(); !s.ok()) return step_error(s);
+    ++interval_steps;
+
+    const bool last = step + 1 == options.total_steps;
+    if ((step + 1) % report_every != 0 && !last) continue;
+    // The report: this device's metrics of the interval, reduced over the devices as the spec
+    // declares, and the slowest device's time fractions.
+    backend.MarkPhase(Phase::kCollective);
+    SUBSTRAX_ASSIGN_OR_RETURN(EvalResult sums, backend.TakeMetrics());
+    SUBSTRAX_ASSIGN_OR_RETURN(PhaseSeconds seconds, backend.TakePhaseSeconds());
+    const double wall = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - interval_start));
+    const Metrics local = LocalMetrics(reductions, sums, step + 1);
+    if (options.on_device_report) {
+      DeviceReport report;
+      report.device_id = options.device_id;
+      report.step = step + 1;
+      report.values = local;
+      report.samples_per_second = static_cast<double>(sums.count) / wall;
+      report.data_wait_seconds = seconds[static_cast<int>(Phase::kData)];
+      report.compute_seconds = seconds[static_cast<int>(Phase::kCompute)];
+      report.collective_seconds = seconds[static_cast<int>(Phase::kCollective)];
+      options.on_device_report(report);
+    }
+    SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx, local, reductions));
+    const Metrics fractions = {
+        {"collective", seconds[static_cast<int>(Phase::kCollective)] / wall},
+        {"compute", seconds[static_cast<int>(Phase::kCompute)] / wall},
+        {"data", seconds[static_cast<int>(Phase::kData)] / wall}};
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        Metrics slowest,
+        ReduceCustom(ctx, fractions,
+                     std::map<std::string, ReduceOp>{{"collective", ReduceOp::kMax},
+                                                     {"compute", ReduceOp::kMax},
+                                                     {"data", ReduceOp::kMax}}));
+    if (reporter && options.on_progress) {
+      ProgressReport report =
+          MakeProgressReport(options.total_steps, options.steps_per_epoch, step + 1, reduced,
+                             global_batch, interval_steps, absl::Seconds(wall),
+                             absl::Now() - start);
+      report.data_wait_fraction = slowest["data"];
+      report.compute_fraction = slowest["compute"];
+      report.collective_fraction = slowest["collective"];
+      options.on_progress(report);
+    }
+    result.final_metrics = std::move(reduced);
+    interval_steps = 0;
+    interval_start = absl::Now();
+  }
+  result.steps = options.total_steps;
+  if (stats != nullptr) stats->gradient_collectives = buckets.collectives;
+  if (options.eval != nullptr) {
+    SUBSTRAX_ASSIGN_OR_RETURN(result.evaluation,
+                              Evaluate(ctx, backend, *options.eval, options.eval_prefix));
+  }
+  // Full-shape parameters: this device's blocks, gathered over the axes they are split on.
+  SUBSTRAX_ASSIGN_OR_RETURN(TensorTree local, backend.Parameters());
+  SUBSTRAX_ASSIGN_OR_RETURN(result.params, AllGatherState(ctx, local, Specs(backend)));
+  return result;
+}
+
+}  // namespace substrax
