@@ -1,0 +1,395 @@
+// The one step loop driven with a fake backend: gradients reduced as the shardings imply and on
+// the explicit-collective (pmap) path, in buckets of the requested size, metrics reduced as the
+// spec declares, evaluation and parameter gathering. On CPU over real Gloo (a (data=2, model=2)
+// mesh of 4 device threads); the CUDA variant keeps the fake's buffers in GPU memory and
+// connects with NCCL (a single-rank mesh: NCCL refuses two ranks on one GPU), and skips itself
+// without a GPU or without --config=cuda.
+#include "worker/runtime/step_loop.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "core/device_mesh_manager.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/collectives/nccl_communicator.h"
+#include "worker/collectives/store.h"
+#include "worker/runtime/test_mesh.h"
+
+#ifdef SUBSTRAX_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace substrax {
+namespace {
+
+using ::testing::DoubleEq;
+using ::testing::ElementsAreArray;
+
+// Where the fake keeps its gradient buffer: host memory, or GPU memory.
+struct Memory {
+  std::function<float*(int64_t)> allocate;
+  std::function<void(float*)> release;
+  std::function<void(float* dst, const float* src, int64_t n)> to_buffer;
+  std::function<void(float* dst, const float* src, int64_t n)> from_buffer;
+};
+
+Memory HostMemory() {
+  auto copy = [](float* dst, const float* src, int64_t n) {
+    std::memcpy(dst, src, n * sizeof(float));
+  };
+  return {[](int64_t n) { return new float[n > 0 ? n : 1]; }, [](float* p) { delete[] p; }, copy,
+          copy};
+}
+
+// Three parameters: two replicated ("a" [3], "c" [2]) and one split over "model" ("b" [4]).
+std::vector<ParamSpec> FakeParams() {
+  return {{"a", {3}, PartitionSpec(), 3, 3},
+          {"b", {4}, PartitionSpec::Of({"model"}), 4, 4},
+          {"c", {2}, PartitionSpec(), 2, 2}};
+}
+
+// The gradient value device `id` computes for element i of `name` at step `step`.
+float GradValue(int id, int64_t step, const std::string& name, int64_t i) {
+  return static_cast<float>((id + 1) * (i + 1) + 10 * step + (name == "b" ? 100 : 0));
+}
+
+class FakeBackend final : public DeviceBackend {
+ public:
+  FakeBackend(int id, int64_t model_size, int64_t model_index, Memory memory)
+      : id_(id),
+        model_size_(model_size),
+        model_index_(model_index),
+        memory_(std::move(memory)),
+        params_(FakeParams()) {}
+  ~FakeBackend() override {
+    if (flat_ != nullptr) memory_.release(flat_);
+  }
+
+  const std::vector<ParamSpec>& params() const override { return params_; }
+  std::vector<int64_t> LocalShape(const ParamSpec& p) const override {
+    if (p.partition == PartitionSpec()) return p.shape;
+    return {p.shape[0] / model_size_};
+  }
+  bool is_classification() const override { return true; }
+  ExecutionContext execution_context() const override { return ExecutionContext(); }
+
+  absl::StatusOr<float*> BindGradients(const FlatLayout& layout) override {
+    layout_ = layout;
+    flat_ = memory_.allocate(layout.total);
+    return flat_;
+  }
+  absl::StatusOr<bool> NextBatch() override { return step_ < 1000; }
+  absl::Status ComputeGradients() override {
+    std::vector<float> host(layout_.total);
+    for (const FlatSlot& slot : layout_.slots) {
+      for (int64_t i = 0; i < slot.size; ++i) {
+        host[slot.offset + i] = GradValue(id_, step_, slot.name, i);
+      }
+    }
+    memory_.to_buffer(flat_, host.data(), layout_.total);
+    sums_.loss_sum += 2.0 * (id_ + 1);  // loss (id + 1) on 2 examples
+    sums_.correct += id_ % 2;           // accuracy 0 or 0.5
+    sums_.count += 2;
+    return absl::OkStatus();
+  }
+  absl::Status ApplyGradients() override {
+    std::vector<float> host(layout_.total);
+    memory_.from_buffer(host.data(), flat_, layout_.total);
+    std::map<std::string, std::vector<float>> step;
+    for (const FlatSlot& slot : layout_.slots) {
+      step[slot.name].assign(host.begin() + slot.offset, host.begin() + slot.offset + slot.size);
+    }
+    applied.push_back(std::move(step));
+    ++step_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<EvalResult> TakeMetrics() override { return std::exchange(sums_, EvalResult()); }
+  void MarkPhase(Phase phase) override { clock_.Mark(phase); }
+  absl::StatusOr<PhaseSeconds> TakePhaseSeconds() override { return clock_.Take(); }
+  absl::StatusOr<EvalResult> Evaluate(const Dataset&, int64_t begin, int64_t end) override {
+    evaluated_rows = {begin, end};
+    return EvalResult{static_cast<double>(id_ + 1), 1, 1};
+  }
+  absl::StatusOr<TensorTree> Parameters() override {
+    TensorTree tree;
+    for (const ParamSpec& p : params_) {
+      const std::vector<int64_t> shape = LocalShape(p);
+      std::vector<float> values;
+      // Each block of "b" holds its global indices, so gathering must rebuild 0..3.
+      const int64_t base = p.name == "b" ? model_index_ * shape[0] : 0;
+      for (int64_t i = 0; i < shape[0]; ++i) values.push_back(static_cast<float>(base + i));
+      tree[p.name] = Tensor(shape, values);
+    }
+    return tree;
+  }
+
+  // What ApplyGradients saw, per step: the reduced gradients by name.
+  std::vector<std::map<std::string, std::vector<float>>> applied;
+  std::pair<int64_t, int64_t> evaluated_rows;
+
+ private:
+  const int id_;
+  const int64_t model_size_;
+  const int64_t model_index_;
+  const Memory memory_;
+  const std::vector<ParamSpec> params_;
+  FlatLayout layout_;
+  float* flat_ = nullptr;
+  int64_t step_ = 0;
+  EvalResult sums_;
+  HostPhaseClock clock_;
+};
+
+// Counts the float32 all-reduces (the gradient buckets) of every communicator it connects.
+class CountingCommunicator final : public Communicator {
+ public:
+  CountingCommunicator(std::unique_ptr<Communicator> inner, std::atomic<int64_t>* count)
+      : inner_(std::move(inner)), count_(count) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+
+ protected:
+  CollectiveEvent DoAllReduce(void* data, DataType type, size_t count, ReduceOp op,
+                              ExecutionContext context) override {
+    if (type == DataType::kFloat32) ++*count_;
+    return inner_->AllReduceAsync(data, type, count, op, context);
+  }
+  CollectiveEvent DoAllGather(const void* input, void* output, DataType type, size_t count,
+                              ExecutionContext context) override {
+    return inner_->AllGatherAsync(input, output, type, count, context);
+  }
+  CollectiveEvent DoBroadcast(void* data, DataType type, size_t count, int root,
+                              ExecutionContext context) override {
+    return inner_->BroadcastAsync(data, type, count, root, context);
+  }
+  CollectiveEvent DoReduceScatter(const void* input, void* output, DataType type, size_t count,
+                                  ReduceOp op, ExecutionContext context) override {
+    return inner_->ReduceScatterAsync(input, output, type, count, op, context);
+  }
+  CollectiveEvent DoBarrier(ExecutionContext context) override {
+    return inner_->BarrierAsync(context);
+  }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+  std::atomic<int64_t>* count_;
+};
+
+class CountingConnector final : public GroupConnector {
+ public:
+  CountingConnector(std::unique_ptr<GroupConnector> inner, std::atomic<int64_t>* count)
+      : inner_(std::move(inner)), count_(count) {}
+  absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorld(
+      const CommunicatorGroup& world) override {
+    return Wrap(inner_->ConnectWorld(world));
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> ConnectAxis(
+      Communicator& world, const CommunicatorGroup& group) override {
+    return Wrap(inner_->ConnectAxis(world, group));
+  }
+
+ private:
+  absl::StatusOr<std::unique_ptr<Communicator>> Wrap(
+      absl::StatusOr<std::unique_ptr<Communicator>> comm) {
+    if (!comm.ok()) return comm;
+    return std::unique_ptr<Communicator>(
+        std::make_unique<CountingCommunicator>(std::move(*comm), count_));
+  }
+  std::unique_ptr<GroupConnector> inner_;
+  std::atomic<int64_t>* count_;
+};
+
+v1::JobSpec Spec() {
+  v1::JobSpec spec;
+  spec.set_report_every_steps(2);
+  spec.mutable_batch()->set_global_batch_size(4);
+  (*spec.mutable_metrics())["loss"] = v1::REDUCTION_MEAN;
+  (*spec.mutable_metrics())["accuracy"] = v1::REDUCTION_MAX;
+  (*spec.mutable_metrics())["step"] = v1::REDUCTION_MIN;
+  return spec;
+}
+
+struct LoopCase {
+  bool explicit_collectives;
+  int64_t bucket_bytes;
+  // Float32 all-reduces per step on every device: buckets over "data" plus over "model".
+  int64_t collectives_per_step;
+};
+
+class StepLoopTest : public ::testing::TestWithParam<LoopCase> {};
+
+TEST_P(StepLoopTest, ReducesGradientsAndMetricsOnAHybridMesh) {
+  const LoopCase c = GetParam();
+  const Mesh mesh = *DeviceMeshManager::CreateHybridMesh(MakeUniformCluster(2, 2), 2, 2);
+  const v1::JobSpec spec = Spec();
+  constexpr int64_t kSteps = 3;
+  Dataset eval;  // the fake evaluates rows only
+  absl::Mutex mu;
+  std::vector<ProgressReport> reports;
+  std::map<int, std::unique_ptr<FakeBackend>> backends;
+  std::map<int, absl::StatusOr<TrainResult>> results;
+  std::map<int, StepLoopStats> stats;
+  std::atomic<int64_t> collectives{0};
+  RunOnDevices(
+      mesh,
+      [&](DeviceContext& ctx) {
+        const int id = ctx.device.id;
+        auto backend = std::make_unique<FakeBackend>(id, 2, ctx.coords[1], HostMemory());
+        StepLoopOptions options;
+        options.spec = &spec;
+        options.mesh = &mesh;
+        options.device_id = id;
+        options.comms = ctx.comms;
+        options.total_steps = kSteps;
+        options.steps_per_epoch = 2;
+        options.eval = &eval;
+        options.explicit_collectives = c.explicit_collectives;
+        options.gradients.bucket_bytes = c.bucket_bytes;
+        options.on_progress = [&](const ProgressReport& r) {
+          absl::MutexLock lock(&mu);
+          reports.push_back(r);
+        };
+        StepLoopStats s;
+        absl::StatusOr<TrainResult> r = RunStepLoop(options, *backend, &s);
+        absl::MutexLock lock(&mu);
+        results.emplace(id, std::move(r));
+        stats[id] = s;
+        backends[id] = std::move(backend);
+      },
+      [&](std::unique_ptr<GroupConnector> inner) -> std::unique_ptr<GroupConnector> {
+        return std::make_unique<CountingConnector>(std::move(inner), &collectives);
+      });
+
+  ASSERT_EQ(results.size(), 4u);
+  for (const auto& [id, r] : results) ASSERT_TRUE(r.ok()) << "device " << id << ": " << r.status();
+
+  // Gradients: replicated parameters averaged over all 4 devices, "b" over the data axis only
+  // (the devices with the same model coordinate), at every step, on every device.
+  for (const auto& [id, backend] : backends) {
+    const std::vector<int64_t> mine = *mesh.CoordinatesOf(id);
+    ASSERT_EQ(backend->applied.size(), static_cast<size_t>(kSteps));
+    for (int64_t step = 0; step < kSteps; ++step) {
+      for (const std::string name : {"a", "b", "c"}) {
+        const std::vector<float>& got = backend->applied[step].at(name);
+        std::vector<float> want(got.size(), 0.0f);
+        int replicas = 0;
+        for (const Device& d : mesh.devices()) {
+          const std::vector<int64_t> theirs = *mesh.CoordinatesOf(d.id);
+          if (name == "b" && theirs[1] != mine[1]) continue;
+          ++replicas;
+          for (size_t i = 0; i < want.size(); ++i) want[i] += GradValue(d.id, step, name, i);
+        }
+        for (float& w : want) w /= static_cast<float>(replicas);
+        EXPECT_THAT(got, ElementsAreArray(want)) << "device " << id << " step " << step << " "
+                                                 << name;
+      }
+    }
+    // Buckets: as many float32 all-reduces as the bucket size implies, and no more.
+    EXPECT_EQ(stats[id].gradient_collectives, kSteps * c.collectives_per_step);
+  }
+  EXPECT_EQ(collectives.load(), 4 * kSteps * c.collectives_per_step);
+
+  // Metrics, reduced as declared: loss mean of 1..4, accuracy max of {0, 0.5}, step min.
+  ASSERT_EQ(reports.size(), 2u);  // after step 2 and after the last
+  EXPECT_EQ(reports[0].step, 2);
+  EXPECT_EQ(reports[1].step, 3);
+  EXPECT_EQ(reports[1].epoch, 2);
+  EXPECT_EQ(reports[1].total_epochs, 2);
+  EXPECT_THAT(reports[1].metrics.at("loss"), DoubleEq(2.5));
+  EXPECT_THAT(reports[1].metrics.at("accuracy"), DoubleEq(0.5));
+  EXPECT_THAT(reports[1].metrics.at("step"), DoubleEq(3));
+  EXPECT_GT(reports[1].samples_per_second, 0);
+
+  for (const auto& [id, r] : results) {
+    // Evaluation sums over the data axis: the two devices with this model coordinate.
+    const std::vector<int64_t> mine = *mesh.CoordinatesOf(id);
+    double loss = 0;
+    for (const Device& d : mesh.devices()) {
+      if ((*mesh.CoordinatesOf(d.id))[1] == mine[1]) loss += d.id + 1;
+    }
+    EXPECT_THAT(r->evaluation.at("test_loss"), DoubleEq(loss / 2)) << "device " << id;
+    EXPECT_THAT(r->evaluation.at("test_accuracy"), DoubleEq(1.0));
+    // Parameters gathered to their full shapes: "b" rebuilt from its two blocks.
+    EXPECT_THAT(r->params.at("b").span(), ElementsAreArray({0.0f, 1.0f, 2.0f, 3.0f}));
+    EXPECT_EQ(r->params.at("a").size(), 3);
+    EXPECT_EQ(r->steps, kSteps);
+  }
+}
+
+// Flat layout: a[3] c[2] (replicated) then b[2] (this device's block). Over "data": all 7 values;
+// over "model": the 5 replicated ones. Buckets of 2 values: 4 + 3; of 25 MiB: 1 + 1.
+INSTANTIATE_TEST_SUITE_P(
+    Paths, StepLoopTest,
+    ::testing::Values(LoopCase{false, 8, 7}, LoopCase{false, int64_t{25} << 20, 2},
+                      LoopCase{true, 8, 7}, LoopCase{true, int64_t{25} << 20, 2}),
+    [](const ::testing::TestParamInfo<LoopCase>& info) {
+      return std::string(info.param.explicit_collectives ? "Explicit" : "Sharding") +
+             (info.param.bucket_bytes == 8 ? "SmallBuckets" : "LargeBuckets");
+    });
+
+// The CUDA variant: the fake's gradient buffer in GPU memory, NCCL communicators (one rank), the
+// loop's collectives on the device. Needs a GPU; part of the GPU check.
+TEST(StepLoopCudaTest, RunsOnGpuMemoryWithNccl) {
+#ifndef SUBSTRAX_CUDA
+  GTEST_SKIP() << "built without --config=cuda: no CUDA backend to test";
+#else
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    GTEST_SKIP() << "no CUDA device on this machine";
+  }
+  Memory gpu;
+  gpu.allocate = [](int64_t n) {
+    void* p = nullptr;
+    return cudaMalloc(&p, (n > 0 ? n : 1) * sizeof(float)) == cudaSuccess
+               ? static_cast<float*>(p)
+               : nullptr;
+  };
+  gpu.release = [](float* p) { cudaFree(p); };
+  gpu.to_buffer = [](float* dst, const float* src, int64_t n) {
+    cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice);
+  };
+  gpu.from_buffer = [](float* dst, const float* src, int64_t n) {
+    cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost);
+  };
+  std::vector<Device> devices = MakeUniformCluster(1, 1);
+  devices[0].kind = DeviceKind::kCuda;
+  const Mesh mesh = *DeviceMeshManager::CreateHybridMesh(devices, 1, 1);
+  InMemoryStore store;
+  NcclGroupConnector connector(NcclCommunicatorOptions(), &store);
+  auto comms = MeshCommunicators::Create(mesh, mesh.devices()[0].id, connector);
+  ASSERT_TRUE(comms.ok()) << comms.status();
+  FakeBackend backend(mesh.devices()[0].id, 1, 0, gpu);
+  const v1::JobSpec spec = Spec();
+  Dataset eval;
+  StepLoopOptions options;
+  options.spec = &spec;
+  options.mesh = &mesh;
+  options.device_id = mesh.devices()[0].id;
+  options.comms = comms->get();
+  options.total_steps = 3;
+  options.eval = &eval;
+  options.gradients.bucket_bytes = 8;
+  std::vector<ProgressReport> reports;
+  options.on_progress = [&](const ProgressReport& r) { reports.push_back(r); };
+  absl::StatusOr<TrainResult> result = RunStepLoop(options, backend);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(backend.applied.size(), 3u);
+  EXPECT_THAT(backend.applied[2].at("a"),
+              ElementsAreArray({GradValue(options.device_id, 2, "a", 0),
+                                GradValue(options.device_id, 2, "a", 1),
+                                GradValue(options.device_id, 2, "a", 2)}));
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_THAT(reports[1].metrics.at("loss"), DoubleEq(options.device_id + 1));
+  EXPECT_THAT(result->params.at("b").span(), ElementsAreArray({0.0f, 1.0f, 2.0f, 3.0f}));
+#endif
+}
+
+}  // namespace
+}  // namespace substrax
