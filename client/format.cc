@@ -267,8 +267,8 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
 std::string FormatJobOutcome(const v1::Job& job) {
   std::string out = absl::StrCat(job.id(), " ", JobStateName(job.state()));
   if (job.has_create_time() && job.has_update_time()) {
-    absl::StrAppend(&out, " after ",
-                    FormatShortDuration(FromProtoTime(job.update_time()) - FromProtoTime(job.create_time())));
+    const absl::Duration took = FromProtoTime(job.update_time()) - FromProtoTime(job.create_time());
+    absl::StrAppend(&out, " after ", FormatShortDuration(took));
   }
   if (job.progress().total_steps() > 0) {
     absl::StrAppend(&out, " at step ", job.progress().step(), "/", job.progress().total_steps());
