@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check of the workspace and ends with one summary line, "N passed, M failed":
-#   1. bazel test //... (each test counted from Bazel's per-test results);
-#   2. the visibility probes: each target in VISIBILITY_PROBES depends across a forbidden edge
+#   1. tools/check_duplicates.py: no block of 15 or more meaningful lines stands twice in
+#      core/, worker/, coordinator/, client/ (counted as one test);
+#   2. bazel test //... (each test counted from Bazel's per-test results);
+#   3. the visibility probes: each target in VISIBILITY_PROBES depends across a forbidden edge
 #      (tools/visibility/BUILD.bazel) and must fail to build with a visibility error (one test
 #      each).
 # Extra arguments go to `bazel test`.
@@ -23,6 +25,16 @@ trap 'rm -f "$log" "$probe_log"' EXIT
 passed=0
 failed=0
 exit_status=0
+
+echo "== tools/check_duplicates.py"
+if tools/check_duplicates.py; then
+  echo "//tools:check_duplicates PASSED"
+  passed=$((passed + 1))
+else
+  echo "//tools:check_duplicates FAILED: the blocks above stand twice; extract the shared code"
+  failed=$((failed + 1))
+  exit_status=1
+fi
 
 bazel test //... --test_summary=short "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
