@@ -1,5 +1,5 @@
 // An in-process coordinator on a real gRPC port, driven by client-side agents that play worker
-// daemons and runners (STYLE.md 14, second tier).
+// daemons and runners: the second tier of tests, between units on fakes and real processes.
 #include "coordinator/server.h"
 
 #include <thread>
