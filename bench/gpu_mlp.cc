@@ -2,7 +2,7 @@
 // model, batch and optimizer bench/torch_mlp.py runs in PyTorch: an mlp 784-512-256-10, softmax
 // cross-entropy, adam(1e-3), batch 128, float32 (no TF32). Three loops over the same synthetic
 // batches: batches already on the device (pure compute), a synchronous upload before every step
-// (no prefetch), and CudaPrefetcher (size 2). Verifies what it measures (STYLE.md 15): the mean
+// (no prefetch), and CudaPrefetcher (size 2). Verifies what it measures in the same run: the mean
 // loss read back at the end must be finite and lower than the first step's.
 //
 //   bazel build -c opt --config=cuda //bench:gpu_mlp && bazel-bin/bench/gpu_mlp --steps 1000

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "rpc/grpc_status.h"
 
 namespace substrax::ctl {
 
@@ -17,8 +18,7 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 
 int ReportRpcError(const CommandContext& ctx, const grpc::Status& status,
                    grpc::Channel* channel) {
-  // grpc::StatusCode and absl::StatusCode share their numbering.
-  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  const absl::StatusCode code = FromGrpcStatus(status).code();
   *ctx.err << "substraxctl: " << absl::StatusCodeToString(code) << ": "
            << status.error_message() << "\n";
   const bool connected =

@@ -17,6 +17,7 @@
 #include "core/mesh.h"
 #include "core/plan.h"
 #include "core/sharding.h"
+#include "rpc/proto_time.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -121,13 +122,9 @@ std::string FormatAge(absl::Duration d) {
   return absl::StrCat(s / 86400, "d");
 }
 
-absl::Time ToTime(const google::protobuf::Timestamp& t) {
-  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-}
-
 std::string FormatTimestamp(const google::protobuf::Timestamp& t, absl::TimeZone zone) {
-  if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S", ToTime(t), zone);
+  if (IsUnsetProtoTime(t)) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", FromProtoTime(t), zone);
 }
 
 std::string FormatMetricValue(double value) {
@@ -210,7 +207,7 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOption
     table.AddRow({job.id(), job.spec().name(), StateCell(job.state()),
                   absl::StrCat(job.attempt()), StepCell(job.progress()),
                   devices > 0 ? absl::StrCat(devices) : "-",
-                  job.has_create_time() ? FormatAge(options.now - ToTime(job.create_time()))
+                  job.has_create_time() ? FormatAge(options.now - FromProtoTime(job.create_time()))
                                         : "-"});
   }
   return table.Render(options.color);
@@ -219,9 +216,9 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOption
 std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   std::vector<std::pair<std::string, std::string>> fields;
   auto timestamp = [&](const google::protobuf::Timestamp& t) {
-    if (t.seconds() == 0 && t.nanos() == 0) return std::string("-");
+    if (IsUnsetProtoTime(t)) return std::string("-");
     return absl::StrCat(FormatTimestamp(t, options.zone), " (",
-                        FormatAge(options.now - ToTime(t)), " ago)");
+                        FormatAge(options.now - FromProtoTime(t)), " ago)");
   };
   const v1::JobProgress& p = job.progress();
   std::string state = JobStateName(job.state());
@@ -270,8 +267,8 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
 std::string FormatJobOutcome(const v1::Job& job) {
   std::string out = absl::StrCat(job.id(), " ", JobStateName(job.state()));
   if (job.has_create_time() && job.has_update_time()) {
-    absl::StrAppend(&out, " after ",
-                    FormatShortDuration(ToTime(job.update_time()) - ToTime(job.create_time())));
+    const absl::Duration took = FromProtoTime(job.update_time()) - FromProtoTime(job.create_time());
+    absl::StrAppend(&out, " after ", FormatShortDuration(took));
   }
   if (job.progress().total_steps() > 0) {
     absl::StrAppend(&out, " at step ", job.progress().step(), "/", job.progress().total_steps());

@@ -72,7 +72,6 @@ std::string FormatShortDuration(absl::Duration d);
 std::string FormatAge(absl::Duration d);
 // "2024-05-01 12:00:00" in `zone`; "-" for an unset timestamp.
 std::string FormatTimestamp(const google::protobuf::Timestamp& t, absl::TimeZone zone);
-absl::Time ToTime(const google::protobuf::Timestamp& t);
 // Metric values: integers as integers, else 4 decimals ("0.8812"), tiny values in %g.
 std::string FormatMetricValue(double value);
 // "name=value" pairs sorted by name, "loss" first, joined by `separator`; `skip` left out.

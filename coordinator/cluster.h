@@ -3,7 +3,8 @@
 // runners report. Pure: no RPC, no threads of its own, time from an injected clock; the gRPC
 // services are thin layers on top (docs/architecture.md).
 //
-// Jobs. SubmitJob applies the spec's defaults and validates it in full, then queues the job
+// Jobs. SubmitJob admits the spec by the submit policy (submit_policy.h: defaults, full
+// validation, refusals, whether the alive workers could hold it), then queues the job
 // (PENDING). Scheduling is gang (all or nothing) and FIFO: the oldest pending job that the
 // alive workers could hold blocks every younger one until enough of their devices are free; a
 // job the whole cluster of alive workers could not hold even when idle does not block the
@@ -29,7 +30,7 @@
 // attempt, process, worker, host, devices and cause.
 //
 // Progress. Job.progress comes from the latest reports (MetricsStore::Latest); total_steps is
-// spec.steps (0 for jobs given in epochs: the coordinator does not know the data size).
+// TotalSteps(spec) (0 for jobs given in epochs whose data headers the coordinator cannot read).
 // final_metrics are process 0's at success.
 //
 // Persistence. Every change of a job or worker, and every report batch, is written to the
@@ -62,6 +63,7 @@
 #include "absl/time/time.h"
 #include "coordinator/metrics_store.h"
 #include "coordinator/state_store.h"
+#include "coordinator/submit_policy.h"
 #include "core/mesh.h"
 #include "substrax/v1/coordinator_service.pb.h"
 #include "substrax/v1/job.pb.h"
@@ -77,7 +79,14 @@ struct ClusterOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // A lease expires when no heartbeat arrived for longer than this.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // SubmitJob refuses (RESOURCE_EXHAUSTED) a job whose mesh the alive workers could not hold even
+  // when idle. Off, such a job is queued and waits for more workers, without blocking younger
+  // jobs (for clusters whose workers join after jobs are submitted).
+  bool refuse_jobs_that_cannot_fit = true;
 };
+
+// SUCCEEDED, FAILED and CANCELLED: the job has ended and will not change again.
+bool IsTerminalJobState(v1::JobState state);
 
 class Cluster {
  public:
@@ -134,11 +143,12 @@ class Cluster {
 
   // --- client-facing ---
 
-  // Applies the spec's defaults, validates it, and queues it as "<spec.name>-<n>" (n counts
+  // Admits the spec by the submit policy (AdmitJobSpec in submit_policy.h: defaults, validation,
+  // refusals, mesh fit against the alive workers), and queues it as "<spec.name>-<n>" (n counts
   // the jobs of the cluster's whole life, over restarts), scheduling at once if devices are
   // free. OK once the queued job is stored (a failed write of what scheduling then changed is
-  // retried at the next Tick). Errors: INVALID_ARGUMENT (ValidateJobSpec's message: one
-  // "path: problem" per line), UNAVAILABLE (the state store failed; the job was not queued).
+  // retried at the next Tick). Errors: AdmitJobSpec's (UNIMPLEMENTED, INVALID_ARGUMENT,
+  // RESOURCE_EXHAUSTED), UNAVAILABLE (the state store failed; the job was not queued).
   absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec);
   // Errors: NOT_FOUND.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
@@ -202,6 +212,9 @@ class Cluster {
 
   absl::Status LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The submit policy applied to the alive workers as they are now.
+  absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec) const ABSL_LOCKS_EXCLUDED(mu_);
+  AliveDevices AliveDevicesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker, if the caller's incarnation is its current one and it is alive.
   absl::StatusOr<WorkerEntry*> LiveWorkerLocked(const std::string& worker_id,
                                                 const std::string& incarnation)

@@ -59,7 +59,7 @@ class ClusterTest : public ::testing::Test {
   void SetUp() override { cluster_ = MakeCluster(state_); }
 
   std::unique_ptr<Cluster> MakeCluster(StateStore& state) {
-    auto cluster = Cluster::Create(ClusterOptions{}, [this] { return now_; }, &state);
+    auto cluster = Cluster::Create(options_, [this] { return now_; }, &state);
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     if (!cluster.ok()) return nullptr;
     (*cluster)->SetAttemptEndedCallback(
@@ -144,6 +144,13 @@ class ClusterTest : public ::testing::Test {
     return states;
   }
 
+  // Most tests see jobs wait for workers that come later, so the submit policy queues jobs the
+  // alive workers cannot hold; SubmitRefusesWhatTheAliveWorkersCouldNeverHold turns it back on.
+  ClusterOptions options_ = [] {
+    ClusterOptions options;
+    options.refuse_jobs_that_cannot_fit = false;
+    return options;
+  }();
   absl::Time now_ = absl::FromUnixSeconds(1700000000);
   InMemoryStateStore state_;
   std::unique_ptr<Cluster> cluster_;
@@ -522,6 +529,27 @@ TEST_F(ClusterTest, ReportsFeedProgressAndQueries) {
             absl::StatusCode::kNotFound);
   query.set_job_id("nope");
   EXPECT_EQ(cluster_->QueryMetrics(query).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
+  options_.refuse_jobs_that_cannot_fit = true;
+  cluster_ = MakeCluster(state_);
+  auto nobody = cluster_->SubmitJob(Spec("early", 2));
+  EXPECT_EQ(nobody.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(nobody.status().message(), HasSubstr("the cluster has 0 alive workers"));
+  RegisterTwoWorkers();
+  auto huge = cluster_->SubmitJob(Spec("huge", 8));
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(huge.status().message(),
+              HasSubstr("spec.mesh: data-parallel mesh of 8 devices, but only 4 are available"));
+  EXPECT_THAT(huge.status().message(), HasSubstr("the cluster has 2 alive workers"));
+  v1::JobSpec checkpointed = Spec("checkpointed", 2);
+  checkpointed.mutable_checkpoint()->set_directory("/tmp/ckpt");
+  EXPECT_EQ(cluster_->SubmitJob(checkpointed).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
+  // Fits, though busy: admitted, and waits.
+  EXPECT_EQ(Get(Submit(Spec("first", 4))).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(Submit(Spec("second", 4))).state(), v1::JOB_STATE_PENDING);
 }
 
 TEST_F(ClusterTest, BadSpecIsRejectedWithTheFieldAndTheClusterStillWorks) {

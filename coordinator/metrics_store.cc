@@ -8,12 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/metric_reductions.h"
+#include "rpc/proto_time.h"
 
 namespace substrax {
 namespace {
 
 bool Earlier(const google::protobuf::Timestamp& a, const google::protobuf::Timestamp& b) {
-  return std::make_pair(a.seconds(), a.nanos()) < std::make_pair(b.seconds(), b.nanos());
+  return FromProtoTime(a) < FromProtoTime(b);
 }
 
 // Values combined into one point, and the latest arrival among them.

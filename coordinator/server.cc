@@ -5,11 +5,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/device.h"
-#include "core/device_mesh_manager.h"
-#include "core/job_spec.h"
 #include "core/status.h"
 #include "proto/health_server.h"
+#include "rpc/grpc_status.h"
+#include "rpc/proto_time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/counter.h"
@@ -23,22 +22,6 @@
 namespace substrax {
 namespace {
 
-// absl and gRPC share the canonical status codes.
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
-
-absl::Duration FromProto(const google::protobuf::Duration& d) {
-  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
-}
-
-bool IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
-}
-
 // How long a stream handler waits for a change before it looks at cancellation again.
 constexpr absl::Duration kStreamPoll = absl::Milliseconds(250);
 
@@ -49,7 +32,7 @@ struct CoordinatorServer::Impl {
       : options(o), cluster(c), rendezvous(r), stopping(s) {}
 
   absl::Duration CapWait(const google::protobuf::Duration& d) const {
-    return std::min(FromProto(d), options.max_rendezvous_wait);
+    return std::min(FromProtoDuration(d), options.max_rendezvous_wait);
   }
 
   class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
@@ -60,12 +43,12 @@ struct CoordinatorServer::Impl {
                                 v1::RegisterWorkerResponse* response) override {
       absl::StatusOr<v1::RegisterWorkerResponse> r = impl_->cluster->RegisterWorker(*request);
       if (r.ok()) *response = *std::move(r);
-      return ToGrpc(r.status());
+      return ToGrpcStatus(r.status());
     }
 
     grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
                            v1::HeartbeatResponse*) override {
-      return ToGrpc(impl_->cluster->Heartbeat(request->worker_id(), request->incarnation()));
+      return ToGrpcStatus(impl_->cluster->Heartbeat(request->worker_id(), request->incarnation()));
     }
 
     grpc::Status WatchAssignments(grpc::ServerContext* context,
@@ -77,13 +60,13 @@ struct CoordinatorServer::Impl {
         seen = impl_->cluster->version();
         absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> events =
             impl_->cluster->PollAssignments(request->worker_id(), request->incarnation(), &cursor);
-        if (!events.ok()) return ToGrpc(events.status());
+        if (!events.ok()) return ToGrpcStatus(events.status());
         for (const auto& event : *events) {
           if (!writer->Write(event)) return grpc::Status::CANCELLED;
         }
         impl_->cluster->AwaitChange(seen, kStreamPoll);
       }
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+      return ToGrpcStatus(absl::UnavailableError("the coordinator is shutting down"));
     }
 
     grpc::Status ReportSteps(grpc::ServerContext*, const v1::ReportStepsRequest* request,
@@ -92,13 +75,13 @@ struct CoordinatorServer::Impl {
       if (status.ok() && impl_->step_reports != nullptr) {
         impl_->step_reports->Increment(request->reports_size());
       }
-      return ToGrpc(status);
+      return ToGrpcStatus(status);
     }
 
     grpc::Status ReportAttemptStatus(grpc::ServerContext*,
                                      const v1::ReportAttemptStatusRequest* request,
                                      v1::ReportAttemptStatusResponse*) override {
-      return ToGrpc(impl_->cluster->ReportAttemptStatus(*request));
+      return ToGrpcStatus(impl_->cluster->ReportAttemptStatus(*request));
     }
 
     grpc::Status KeyValueSet(grpc::ServerContext*, const v1::KeyValueSetRequest* request,
@@ -106,9 +89,9 @@ struct CoordinatorServer::Impl {
       const auto& scope = request->scope();
       if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
           !s.ok()) {
-        return ToGrpc(s);
+        return ToGrpcStatus(s);
       }
-      return ToGrpc(impl_->rendezvous->Set({scope.job_id(), scope.attempt()}, request->key(),
+      return ToGrpcStatus(impl_->rendezvous->Set({scope.job_id(), scope.attempt()}, request->key(),
                                            request->value(), request->allow_overwrite()));
     }
 
@@ -117,12 +100,12 @@ struct CoordinatorServer::Impl {
       const auto& scope = request->scope();
       if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
           !s.ok()) {
-        return ToGrpc(s);
+        return ToGrpcStatus(s);
       }
       absl::StatusOr<std::string> value = impl_->rendezvous->Get(
           {scope.job_id(), scope.attempt()}, request->key(), impl_->CapWait(request->timeout()));
       if (value.ok()) response->set_value(*std::move(value));
-      return ToGrpc(value.status());
+      return ToGrpcStatus(value.status());
     }
 
     grpc::Status Barrier(grpc::ServerContext*, const v1::BarrierRequest* request,
@@ -130,9 +113,9 @@ struct CoordinatorServer::Impl {
       const auto& scope = request->scope();
       if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
           !s.ok()) {
-        return ToGrpc(s);
+        return ToGrpcStatus(s);
       }
-      return ToGrpc(impl_->rendezvous->Barrier({scope.job_id(), scope.attempt()},
+      return ToGrpcStatus(impl_->rendezvous->Barrier({scope.job_id(), scope.attempt()},
                                                request->barrier_id(), request->participant(),
                                                request->num_participants(),
                                                impl_->CapWait(request->timeout())));
@@ -148,34 +131,8 @@ struct CoordinatorServer::Impl {
 
     grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
                            v1::SubmitJobResponse* response) override {
-      // Checkpoints are not implemented: refuse rather than run without them.
-      if (request->spec().has_checkpoint()) {
-        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                            "spec.checkpoint: checkpoints are not implemented yet (restarts start "
-                            "from the beginning); remove the checkpoint section");
-      }
-      // A job whose mesh the alive cluster could never hold is refused now, saying what is
-      // available, rather than left waiting (a mesh that fits but is busy waits, PENDING).
-      v1::JobSpec defaulted = request->spec();
-      ApplyJobSpecDefaults(&defaulted);
-      if (ValidateJobSpec(defaulted).ok()) {
-        std::vector<Device> devices;
-        int alive = 0;
-        for (const v1::Worker& w : impl_->cluster->ListWorkers()) {
-          if (w.state() != v1::WORKER_STATE_ALIVE) continue;
-          ++alive;
-          for (const v1::Device& d : w.devices()) devices.push_back(DeviceFromProto(d));
-        }
-        absl::StatusOr<Mesh> mesh =
-            CreateMeshForJob(defaulted.mesh(), DevicesForBackend(defaulted.backend(), devices));
-        if (!mesh.ok()) {
-          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                              absl::StrCat(mesh.status().message(), "; the cluster has ", alive,
-                                           alive == 1 ? " alive worker" : " alive workers"));
-        }
-      }
       absl::StatusOr<v1::Job> job = impl_->cluster->SubmitJob(request->spec());
-      if (!job.ok()) return ToGrpc(job.status());
+      if (!job.ok()) return ToGrpcStatus(job.status());
       if (impl_->jobs_submitted != nullptr) impl_->jobs_submitted->Increment();
       *response->mutable_job() = *std::move(job);
       return grpc::Status::OK;
@@ -185,7 +142,7 @@ struct CoordinatorServer::Impl {
                         v1::GetJobResponse* response) override {
       absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
       if (job.ok()) *response->mutable_job() = *std::move(job);
-      return ToGrpc(job.status());
+      return ToGrpcStatus(job.status());
     }
 
     grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
@@ -193,8 +150,8 @@ struct CoordinatorServer::Impl {
       int64_t offset = 0;
       if (!request->page_token().empty() &&
           (!absl::SimpleAtoi(request->page_token(), &offset) || offset < 0)) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "page_token: not a token this coordinator handed out");
+        return ToGrpcStatus(
+            absl::InvalidArgumentError("page_token: not a token this coordinator handed out"));
       }
       const int64_t page = request->page_size() <= 0 ? 100 : std::min(request->page_size(), 1000);
       std::vector<v1::JobState> states;
@@ -211,10 +168,9 @@ struct CoordinatorServer::Impl {
 
     grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
                            v1::CancelJobResponse* response) override {
-      absl::StatusOr<v1::Job> job = impl_->cluster->CancelJob(
-          request->job_id(), request->reason().empty() ? "cancelled by user" : request->reason());
+      absl::StatusOr<v1::Job> job = impl_->cluster->CancelJob(request->job_id(), request->reason());
       if (job.ok()) *response->mutable_job() = *std::move(job);
-      return ToGrpc(job.status());
+      return ToGrpcStatus(job.status());
     }
 
     grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
@@ -223,7 +179,7 @@ struct CoordinatorServer::Impl {
       while (!context->IsCancelled() && !impl_->stopping->load()) {
         const uint64_t seen = impl_->cluster->version();
         absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
-        if (!job.ok()) return ToGrpc(job.status());
+        if (!job.ok()) return ToGrpcStatus(job.status());
         std::string now = job->SerializeAsString();
         if (now != last) {
           v1::WatchJobResponse response;
@@ -231,10 +187,10 @@ struct CoordinatorServer::Impl {
           if (!writer->Write(response)) return grpc::Status::CANCELLED;
           last = std::move(now);
         }
-        if (IsTerminal(job->state())) return grpc::Status::OK;
+        if (IsTerminalJobState(job->state())) return grpc::Status::OK;
         impl_->cluster->AwaitChange(seen, kStreamPoll);
       }
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+      return ToGrpcStatus(absl::UnavailableError("the coordinator is shutting down"));
     }
 
     grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
@@ -247,7 +203,7 @@ struct CoordinatorServer::Impl {
                          v1::GetMeshResponse* response) override {
       absl::StatusOr<v1::GetMeshResponse> mesh = impl_->cluster->GetMesh(request->job_id());
       if (mesh.ok()) *response = *std::move(mesh);
-      return ToGrpc(mesh.status());
+      return ToGrpcStatus(mesh.status());
     }
 
    private:
@@ -262,7 +218,7 @@ struct CoordinatorServer::Impl {
                               v1::QueryMetricsResponse* response) override {
       absl::StatusOr<v1::QueryMetricsResponse> r = impl_->cluster->QueryMetrics(*request);
       if (r.ok()) *response = *std::move(r);
-      return ToGrpc(r.status());
+      return ToGrpcStatus(r.status());
     }
 
    private:

@@ -1,6 +1,7 @@
 // The coordinator's gRPC layer: CoordinatorService (workers and runners), JobService and
-// MetricsService (clients), grpc.health.v1, and Prometheus /metrics. Only threading and status
-// conversion live here (STYLE.md 1): every decision is the Cluster's or the Rendezvous's.
+// MetricsService (clients), grpc.health.v1, and Prometheus /metrics. Only threading, streaming,
+// paging and status conversion (//rpc) live here: every decision, the submit policy included, is
+// the Cluster's or the Rendezvous's.
 #ifndef SUBSTRAX_COORDINATOR_SERVER_H_
 #define SUBSTRAX_COORDINATOR_SERVER_H_
 

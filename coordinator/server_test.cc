@@ -1,5 +1,5 @@
 // An in-process coordinator on a real gRPC port, driven by client-side agents that play worker
-// daemons and runners (STYLE.md 14, second tier).
+// daemons and runners: the second tier of tests, between units on fakes and real processes.
 #include "coordinator/server.h"
 
 #include <thread>
@@ -12,7 +12,6 @@
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "substrax/v1/job_service.grpc.pb.h"
 #include "substrax/v1/metrics_service.grpc.pb.h"
-#include "worker/daemon/coordinator_store.h"
 
 namespace substrax {
 namespace {
@@ -76,6 +75,32 @@ class ServerTest : public ::testing::Test {
     return response;
   }
 
+  // The rendezvous calls a runner makes (KeyValueSet / KeyValueGet of one attempt's scope).
+  grpc::Status KeyValueSet(const std::string& job_id, int attempt, const std::string& key,
+                           const std::string& value) {
+    v1::KeyValueSetRequest request;
+    request.mutable_scope()->set_job_id(job_id);
+    request.mutable_scope()->set_attempt(attempt);
+    request.set_key(key);
+    request.set_value(value);
+    request.set_allow_overwrite(true);
+    v1::KeyValueSetResponse response;
+    return coordinator_->KeyValueSet(Context().get(), request, &response);
+  }
+
+  grpc::Status KeyValueGet(const std::string& job_id, int attempt, const std::string& key,
+                           std::string* value) {
+    v1::KeyValueGetRequest request;
+    request.mutable_scope()->set_job_id(job_id);
+    request.mutable_scope()->set_attempt(attempt);
+    request.set_key(key);
+    request.mutable_timeout()->set_seconds(10);
+    v1::KeyValueGetResponse response;
+    grpc::Status status = coordinator_->KeyValueGet(Context().get(), request, &response);
+    *value = response.value();
+    return status;
+  }
+
   InMemoryStateStore state_;
   std::unique_ptr<Cluster> cluster_;
   Rendezvous rendezvous_;
@@ -122,17 +147,17 @@ TEST_F(ServerTest, AJobRunsThroughAssignmentsRendezvousAndReports) {
   EXPECT_EQ(mesh.layouts().at("dense_0/kernel").global_shape(0), 4);
   EXPECT_EQ(mesh.layouts().at("dense_0/kernel").num_replicas(), 4);
 
-  // Rendezvous through the coordinator's store, as Gloo does.
-  std::shared_ptr<v1::CoordinatorService::StubInterface> shared = std::move(coordinator_);
-  CoordinatorStore store_a(shared, id, assignments[0].attempt());
-  CoordinatorStore store_b(shared, id, assignments[0].attempt());
-  std::thread setter([&] { ASSERT_TRUE(store_a.Set("addr/0", "127.0.0.1:1234").ok()); });
-  auto got = store_b.Get("addr/0", absl::Seconds(10));
+  // Rendezvous through the coordinator's store, as Gloo does: a get waits for the set.
+  const int attempt = assignments[0].attempt();
+  std::thread setter(
+      [&] { EXPECT_TRUE(KeyValueSet(id, attempt, "addr/0", "127.0.0.1:1234").ok()); });
+  std::string got;
+  const grpc::Status got_status = KeyValueGet(id, attempt, "addr/0", &got);
   setter.join();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(*got, "127.0.0.1:1234");
-  CoordinatorStore wrong_attempt(shared, id, 7);
-  EXPECT_EQ(wrong_attempt.Set("x", "y").code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(got_status.ok()) << got_status.error_message();
+  EXPECT_EQ(got, "127.0.0.1:1234");
+  EXPECT_EQ(KeyValueSet(id, 7, "x", "y").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  auto* shared = coordinator_.get();
 
   // Reports, then both processes succeed.
   v1::ReportStepsRequest steps;

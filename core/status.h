@@ -1,7 +1,7 @@
 // Status helpers used across substrax: early-return macros for absl::Status and
 // absl::StatusOr, and a way to add context to an error without losing its code.
 //
-// Errors travel upward through every layer, and each hop says who it was (STYLE.md, Errors):
+// Errors travel upward through every layer, and each hop says who it was:
 //   SUBSTRAX_RETURN_IF_ERROR(Annotate(status, "worker w-3 (host gpu-7)"));
 #ifndef SUBSTRAX_CORE_STATUS_H_
 #define SUBSTRAX_CORE_STATUS_H_

@@ -23,7 +23,7 @@ const char* const kServiceFiles[] = {
     "substrax/v1/metrics_service.proto",
 };
 
-// STYLE.md: a FooRequest/FooResponse pair for every rpc, even when empty.
+// A FooRequest/FooResponse pair for every rpc, even when empty.
 TEST(ContractTest, EveryRpcHasItsOwnRequestAndResponse) {
   const auto* pool = google::protobuf::DescriptorPool::generated_pool();
   int methods = 0;
@@ -46,7 +46,7 @@ TEST(ContractTest, EveryRpcHasItsOwnRequestAndResponse) {
   EXPECT_GE(methods, 15);
 }
 
-// STYLE.md: a comment on every rpc that names its possible errors.
+// A comment on every rpc that names its possible errors.
 TEST(ContractTest, EveryRpcDocumentsItsErrors) {
   const std::regex rpc_line(R"(^\s*rpc\s+(\w+)\s*\()");
   for (const char* name : kServiceFiles) {

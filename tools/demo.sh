@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-tools/install_deps.sh
+# The build and the demo need Debian packages only (not the manifest tests' tools).
+SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 tools/install_deps.sh
 echo "demo: building (optimised)..." >&2
 bazel build -c opt --noshow_progress //coordinator:substrax-coordinator //worker:substrax-worker \
   //client:substraxctl 2>&1 | grep -vE '^(INFO|Loading|Analyzing|Target|  bazel-bin)' >&2 || true

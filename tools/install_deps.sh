@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages substrax needs to build and test, and nothing else.
+# Installs what substrax needs to build and test: Debian packages (all the build needs), and for
+# the Kubernetes manifest tests a Python virtual environment with pinned packages from PyPI (the
+# section at the end; SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 leaves it out).
 # Idempotent: when everything is present it prints nothing and returns at once.
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail

@@ -1,19 +1,67 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace (bazel test //...) and ends with one summary line,
-# "N passed, M failed", counted from Bazel's per-test results. Extra arguments go to Bazel.
+# Runs every check of the workspace and ends with one summary line, "N passed, M failed":
+#   1. tools/check_duplicates.py: no block of 15 or more meaningful lines stands twice in
+#      core/, worker/, coordinator/, client/ (counted as one test);
+#   2. bazel test //... (each test counted from Bazel's per-test results);
+#   3. the visibility probes: each target in VISIBILITY_PROBES depends across a forbidden edge
+#      (tools/visibility/BUILD.bazel) and must fail to build with a visibility error (one test
+#      each).
+# Extra arguments go to `bazel test`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+VISIBILITY_PROBES=(
+  //core/visibility_probe:core_to_worker
+  //core/visibility_probe:core_to_rpc
+  //coordinator/visibility_probe:coordinator_to_worker
+  //coordinator/visibility_probe:coordinator_to_client
+  //worker/collectives/visibility_probe:collectives_to_compute
+  //worker/collectives/visibility_probe:collectives_to_data
+)
+
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+probe_log=$(mktemp)
+trap 'rm -f "$log" "$probe_log"' EXIT
+passed=0
+failed=0
+exit_status=0
+
+echo "== tools/check_duplicates.py"
+if tools/check_duplicates.py; then
+  echo "//tools:check_duplicates PASSED"
+  passed=$((passed + 1))
+else
+  echo "//tools:check_duplicates FAILED: the blocks above stand twice; extract the shared code"
+  failed=$((failed + 1))
+  exit_status=1
+fi
+
 bazel test //... --test_summary=short "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
-
-passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
-failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|INCOMPLETE|NO STATUS|FAILED TO BUILD)' "$log")
-if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
-  failed=1  # the build itself failed before any test ran
+bazel_passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+bazel_failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|INCOMPLETE|NO STATUS|FAILED TO BUILD)' "$log")
+if [ "$status" -ne 0 ] && [ "$bazel_failed" -eq 0 ]; then
+  bazel_failed=1  # the build itself failed before any test ran
 fi
+passed=$((passed + bazel_passed))
+failed=$((failed + bazel_failed))
+if [ "$status" -ne 0 ]; then exit_status=$status; fi
+
+echo "== visibility probes (each must fail to build with a visibility error)"
+bazel build --keep_going "${VISIBILITY_PROBES[@]}" >"$probe_log" 2>&1
+for probe in "${VISIBILITY_PROBES[@]}"; do
+  if grep -qF "is not visible from target '$probe'" "$probe_log"; then
+    echo "$probe PASSED (refused: not visible)"
+    passed=$((passed + 1))
+  else
+    echo "$probe FAILED: this forbidden dependency is allowed by the visibility rules, or the" \
+      "probe failed for another reason; see tools/visibility/BUILD.bazel"
+    grep -F "$probe" "$probe_log" | head -5
+    failed=$((failed + 1))
+    exit_status=1
+  fi
+done
+
 echo
 echo "$passed passed, $failed failed"
-exit "$status"
+exit "$exit_status"

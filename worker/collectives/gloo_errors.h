@@ -1,4 +1,4 @@
-// The one place where Gloo's exceptions become absl::Status (STYLE.md 7). Gloo reports a dead
+// The one place where Gloo's exceptions become absl::Status. Gloo reports a dead
 // peer, a timeout and a misuse through three exception types whose meaning differs completely;
 // each maps to the code its retry semantics call for, and the message says which collective,
 // which communicator and rank, and, when the peer monitor knows, which process died.

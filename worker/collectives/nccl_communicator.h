@@ -4,7 +4,7 @@
 // returns UNIMPLEMENTED, so that everything that depends on this target builds everywhere.
 //
 // Creation: rank 0 draws NCCL's unique id (ncclGetUniqueId) and publishes it in the Store under
-// "nccl_unique_id" (STYLE.md 13; give each communicator its own PrefixStore); the other ranks
+// "nccl_unique_id" (give each communicator its own PrefixStore); the other ranks
 // read it with connect_timeout. Communicators are non-blocking (ncclConfig_t blocking = 0):
 // creation polls ncclCommGetAsyncError until the communicator is ready or connect_timeout
 // passes (then it is aborted).

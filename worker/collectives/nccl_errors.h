@@ -1,4 +1,4 @@
-// The one place where NCCL's results become absl::Status (STYLE.md 7). Builds without CUDA:
+// The one place where NCCL's results become absl::Status. Builds without CUDA:
 // NcclResult mirrors ncclResult_t's stable values, so the mapping and its table test run in the
 // default build; under --config=cuda, nccl_communicator.cc static_asserts the mirror against
 // nccl.h.

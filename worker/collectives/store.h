@@ -1,4 +1,4 @@
-// Store: the small key-value interface runners rendezvous through (STYLE.md 13). Gloo connects
+// Store: the small key-value interface runners rendezvous through. Gloo connects
 // its contexts through it, NCCL's unique id travels through it, and peers publish their
 // liveness addresses in it.
 //

@@ -3,14 +3,10 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/grpc_status.h"
+#include "rpc/proto_time.h"
 
 namespace substrax {
-
-absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
-}
 
 CoordinatorStore::CoordinatorStore(std::shared_ptr<v1::CoordinatorService::StubInterface> stub,
                                    std::string job_id, int attempt)
@@ -26,7 +22,7 @@ absl::Status CoordinatorStore::Set(const std::string& key, const std::string& va
   request.set_value(value);
   request.set_allow_overwrite(true);
   v1::KeyValueSetResponse response;
-  return FromGrpc(stub_->KeyValueSet(&context, request, &response),
+  return FromGrpcStatus(stub_->KeyValueSet(&context, request, &response),
                   absl::StrCat("rendezvous set '", key, "'"));
 }
 
@@ -38,11 +34,9 @@ absl::StatusOr<std::string> CoordinatorStore::Get(const std::string& key, absl::
   request.mutable_scope()->set_job_id(job_id_);
   request.mutable_scope()->set_attempt(attempt_);
   request.set_key(key);
-  request.mutable_timeout()->set_seconds(absl::ToInt64Seconds(timeout));
-  request.mutable_timeout()->set_nanos(
-      static_cast<int32_t>(absl::ToInt64Nanoseconds(timeout - absl::Seconds(absl::ToInt64Seconds(timeout)))));
+  *request.mutable_timeout() = ToProtoDuration(timeout);
   v1::KeyValueGetResponse response;
-  absl::Status status = FromGrpc(stub_->KeyValueGet(&context, request, &response),
+  absl::Status status = FromGrpcStatus(stub_->KeyValueGet(&context, request, &response),
                                  absl::StrCat("rendezvous get '", key, "'"));
   if (!status.ok()) return status;
   return response.value();

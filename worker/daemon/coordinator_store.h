@@ -16,9 +16,6 @@
 
 namespace substrax {
 
-// absl and gRPC share the canonical codes; one conversion for the worker side.
-absl::Status FromGrpc(const grpc::Status& status, const std::string& what);
-
 class CoordinatorStore final : public Store {
  public:
   CoordinatorStore(std::shared_ptr<v1::CoordinatorService::StubInterface> stub, std::string job_id,

@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/grpc_status.h"
+#include "rpc/proto_time.h"
 #include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/devices.h"
 
@@ -114,8 +116,7 @@ absl::Status WorkerDaemon::Register() {
     if (status.ok()) {
       absl::MutexLock lock(&mu_);
       incarnation_ = incarnation;
-      heartbeat_interval_ = absl::Seconds(response.heartbeat_interval().seconds()) +
-                            absl::Nanoseconds(response.heartbeat_interval().nanos());
+      heartbeat_interval_ = FromProtoDuration(response.heartbeat_interval());
       if (heartbeat_interval_ <= absl::ZeroDuration()) heartbeat_interval_ = absl::Seconds(1);
       Log(absl::StrCat("registered as ", options_.worker_id, " (host ", options_.host, ", ",
                        devices_.size(), " devices from '", options_.devices, "') with ",
@@ -124,7 +125,7 @@ absl::Status WorkerDaemon::Register() {
     }
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
         status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return FromGrpc(status, "registering with the coordinator");
+      return FromGrpcStatus(status, "registering with the coordinator");
     }
     Log(absl::StrCat("coordinator ", options_.coordinator, " unreachable (",
                      status.error_message(), "); retrying"));

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
-#include "google/protobuf/util/time_util.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/proto_time.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "worker/collectives/store.h"
 #include "worker/daemon/coordinator_store.h"
@@ -79,8 +79,7 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
     report->set_data_wait_seconds(r.data_wait_seconds);
     report->set_compute_seconds(r.compute_seconds);
     report->set_collective_seconds(r.collective_seconds);
-    *report->mutable_time() =
-        google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
+    *report->mutable_time() = ToProtoTime(absl::Now());
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ReportStepsResponse response;

@@ -97,7 +97,7 @@ class Prefetcher {
         mu_.Await(absl::Condition(this, &Prefetcher::HasRoomOrStoppingLocked));
         if (stopping_) return;
       }
-      // Without the lock: a slow producer must not hold up Next() (STYLE.md, rule 10).
+      // Without the lock: a slow producer must not hold up Next().
       absl::StatusOr<std::optional<T>> item = producer_();
       absl::MutexLock lock(&mu_);
       if (stopping_) return;

@@ -1,4 +1,4 @@
-// The one translation of CUDA runtime and cuBLAS errors into absl::Status (STYLE.md 7).
+// The one translation of CUDA runtime and cuBLAS errors into absl::Status.
 // CUDA builds only (includes CUDA headers).
 //
 //   cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED       -> RESOURCE_EXHAUSTED

@@ -43,7 +43,7 @@ struct TrainerOptions {
   Store* store = nullptr;
   // Address peers reach this process on (Gloo and the peer monitor).
   std::string listen_host = "127.0.0.1";
-  // Every collective must finish within this time (STYLE.md: every collective has a timeout).
+  // Every collective must finish within this time: a dead peer becomes an error, not a hang.
   absl::Duration collective_timeout = absl::Seconds(30);
   // Connecting to every peer at start may take this long.
   absl::Duration connect_timeout = absl::Seconds(60);

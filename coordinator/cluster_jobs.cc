@@ -1,0 +1,392 @@
+// Job lifecycle: submission, state transitions, how attempts end (success, failure and
+// restart, cancellation), runner reports, and the client-facing queries.
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/cluster.h"
+#include "coordinator/cluster_internal.h"
+#include "coordinator/submit_policy.h"
+#include "core/device_mesh_manager.h"
+#include "core/input_shape.h"
+#include "core/job_spec.h"
+#include "core/model_catalog.h"
+#include "core/sharding.h"
+#include "core/status.h"
+#include "rpc/proto_time.h"
+
+namespace substrax {
+
+using cluster_internal::LayoutsFor;
+using cluster_internal::StateName;
+
+// ---------------------------------------------------------------------------------------------
+// State transitions and how attempts end
+
+void Cluster::RefreshProgressLocked(JobEntry& entry) {
+  const v1::Job& job = entry.job;
+  if (job.attempt() == 0) return;
+  std::optional<v1::JobProgress> latest =
+      metrics_.Latest(job.id(), job.attempt(), job.spec().metrics());
+  if (!latest.has_value()) return;
+  v1::JobProgress* progress = entry.job.mutable_progress();
+  progress->set_step(latest->step());
+  *progress->mutable_metrics() = latest->metrics();
+  progress->set_samples_per_second(latest->samples_per_second());
+}
+
+void Cluster::TransitionLocked(JobEntry& entry, v1::JobState to, const std::string& reason) {
+  v1::JobTransition* t = entry.job.add_transitions();
+  t->set_from(entry.job.state());
+  t->set_to(to);
+  *t->mutable_time() = ToProtoTime(clock_());
+  t->set_reason(reason);
+  t->set_attempt(entry.job.attempt());
+  entry.job.set_state(to);
+  if (to == v1::JOB_STATE_PENDING) entry.pending_reason = reason;
+  MarkJobChangedLocked(entry);
+}
+
+void Cluster::EndAttemptLocked(JobEntry& entry, const std::string& why,
+                               const std::string& culprit, EndedAttempts* ended) {
+  for (const Process& process : entry.processes) {
+    for (int id : process.device_ids) busy_devices_.erase(id);
+    // A culprit's runner is gone already; succeeded runners have exited.
+    if (process.worker_id == culprit || process.succeeded || why.empty()) continue;
+    v1::WatchAssignmentsResponse event;
+    v1::StopAttempt* stop = event.mutable_stop();
+    stop->set_job_id(entry.job.id());
+    stop->set_attempt(entry.job.attempt());
+    stop->set_reason(why);
+    PushEventLocked(process.worker_id, std::move(event));
+  }
+  entry.processes.clear();
+  entry.mesh.reset();
+  ended->emplace_back(entry.job.id(), entry.job.attempt());
+}
+
+void Cluster::FailAttemptLocked(JobEntry& entry, const std::string& culprit,
+                                const std::string& cause, EndedAttempts* ended) {
+  v1::Job& job = entry.job;
+  std::string where = absl::StrCat("attempt ", job.attempt());
+  for (size_t p = 0; p < entry.processes.size(); ++p) {
+    if (entry.processes[p].worker_id != culprit) continue;
+    absl::StrAppend(&where, ", process ", p, " (devices ",
+                    absl::StrJoin(entry.processes[p].device_ids, ", "), ")");
+  }
+  const std::string error = absl::StrCat(where, ": ", cause);
+  EndAttemptLocked(entry, error, culprit, ended);
+  const int restarts_used = job.attempt() - 1;
+  if (restarts_used < job.spec().max_restarts()) {
+    TransitionLocked(entry, v1::JOB_STATE_PENDING,
+                     absl::StrCat(error, "; restarting (restart ", restarts_used + 1, " of ",
+                                  job.spec().max_restarts(), ")"));
+    return;
+  }
+  job.set_error(error);
+  TransitionLocked(entry, v1::JOB_STATE_FAILED,
+                   job.spec().max_restarts() == 0
+                       ? error
+                       : absl::StrCat(error, "; no restarts left (max_restarts ",
+                                      job.spec().max_restarts(), ")"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runner reports
+
+absl::Status Cluster::CheckAttemptRunning(const std::string& job_id, int attempt) const {
+  absl::MutexLock lock(&mu_);
+  return CheckAttemptRunningLocked(job_id, attempt);
+}
+
+absl::Status Cluster::CheckAttemptRunningLocked(const std::string& job_id, int attempt) const {
+  const JobEntry* entry = FindJobOrNullLocked(job_id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  const v1::Job& job = entry->job;
+  if (job.state() == v1::JOB_STATE_RUNNING && job.attempt() == attempt) return absl::OkStatus();
+  std::string how;
+  if (attempt > job.attempt() || attempt <= 0) {
+    how = absl::StrCat("job ", job_id, " has no attempt ", attempt, " (", job.attempt(),
+                       " started; the job is ", StateName(job.state()), ")");
+  } else if (attempt < job.attempt()) {
+    how = absl::StrCat("attempt ", attempt, " of job ", job_id, " has ended; attempt ",
+                       job.attempt(), " is the current one (", StateName(job.state()), ")");
+  } else {
+    const std::string& reason =
+        job.transitions_size() > 0 ? job.transitions(job.transitions_size() - 1).reason() : "";
+    how = absl::StrCat("attempt ", attempt, " of job ", job_id, " has ended: the job is ",
+                       StateName(job.state()), " (", reason, ")");
+  }
+  return absl::FailedPreconditionError(absl::StrCat(how, "; the runner should stop"));
+}
+
+absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request) {
+  absl::MutexLock lock(&mu_);
+  SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(request.job_id(), request.attempt()));
+  JobEntry* entry = &jobs_.at(request.job_id());
+  std::map<int, std::pair<std::string, int>> where;  // device id -> (host, process index)
+  for (size_t p = 0; p < entry->processes.size(); ++p) {
+    for (int id : entry->processes[p].device_ids) {
+      where[id] = {workers_.at(entry->processes[p].worker_id).proto.host(), static_cast<int>(p)};
+    }
+  }
+  const std::string scope = absl::StrCat("job ", request.job_id(), " attempt ", request.attempt());
+  std::vector<v1::StepReport> reports;
+  for (int i = 0; i < request.reports_size(); ++i) {
+    v1::StepReport report = request.reports(i);
+    if ((!report.job_id().empty() && report.job_id() != request.job_id()) ||
+        (report.attempt() != 0 && report.attempt() != request.attempt())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          scope, ": reports[", i, "] is for job ", report.job_id(), " attempt ",
+          report.attempt(), "; send each attempt's reports in its own request"));
+    }
+    auto device = where.find(report.device_id());
+    if (device == where.end()) {
+      std::vector<int> ids;
+      for (const auto& [id, unused] : where) ids.push_back(id);
+      return absl::InvalidArgumentError(absl::StrCat(
+          scope, ": reports[", i, "].device_id: device ", report.device_id(),
+          " is not in the attempt's mesh (devices ", absl::StrJoin(ids, ", "), ")"));
+    }
+    report.set_job_id(request.job_id());
+    report.set_attempt(request.attempt());
+    report.set_host(device->second.first);
+    report.set_process_index(device->second.second);
+    if (!report.has_time()) *report.mutable_time() = ToProtoTime(clock_());
+    reports.push_back(std::move(report));
+  }
+  SUBSTRAX_RETURN_IF_ERROR(
+      Annotate(state_->AppendReports(reports), absl::StrCat(scope, ": reports not stored")));
+  for (const v1::StepReport& report : reports) metrics_.Add(report);
+  RefreshProgressLocked(*entry);
+  // Progress is derived from the stored points, so the job itself need not be written again.
+  *entry->job.mutable_update_time() = ToProtoTime(clock_());
+  ++version_;
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& request) {
+  if (request.state() == v1::RUNNER_STATE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("state: unspecified; give RUNNING, SUCCEEDED or FAILED");
+  }
+  EndedAttempts ended;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(request.job_id(), request.attempt()));
+    JobEntry* entry = &jobs_.at(request.job_id());
+    v1::Job& job = entry->job;
+    const int p = request.process_index();
+    if (p < 0 || p >= static_cast<int>(entry->processes.size()) ||
+        entry->processes[p].worker_id != request.worker_id()) {
+      std::vector<std::string> table;
+      for (size_t i = 0; i < entry->processes.size(); ++i) {
+        table.push_back(absl::StrCat(i, " on ", entry->processes[i].worker_id));
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", request.worker_id(), " does not run process ", p, " of job ", job.id(),
+          " attempt ", job.attempt(), " (processes: ", absl::StrJoin(table, ", "), ")"));
+    }
+    Process& process = entry->processes[p];
+    switch (request.state()) {
+      case v1::RUNNER_STATE_SUCCEEDED: {
+        process.succeeded = true;
+        process.final_metrics.clear();
+        process.final_metrics.insert(request.final_metrics().begin(),
+                                     request.final_metrics().end());
+        const bool all = std::all_of(entry->processes.begin(), entry->processes.end(),
+                                     [](const Process& q) { return q.succeeded; });
+        if (!all) break;
+        auto* final_metrics = job.mutable_progress()->mutable_final_metrics();
+        final_metrics->clear();
+        final_metrics->insert(entry->processes[0].final_metrics.begin(),
+                              entry->processes[0].final_metrics.end());
+        const size_t n = entry->processes.size();
+        EndAttemptLocked(*entry, "", "", &ended);
+        TransitionLocked(*entry, v1::JOB_STATE_SUCCEEDED,
+                         absl::StrCat(n == 1 ? "its process" : absl::StrCat("all ", n, " processes"),
+                                      " succeeded"));
+        break;
+      }
+      case v1::RUNNER_STATE_FAILED: {
+        std::string cause = absl::StrCat("runner of process ", p, " on ",
+                                         DescribeWorkerLocked(request.worker_id()),
+                                         " exited with status ", request.exit_code());
+        if (request.exit_code() > 128) {
+          absl::StrAppend(&cause, " (signal ", request.exit_code() - 128, ")");
+        }
+        if (!request.error().empty()) absl::StrAppend(&cause, ": ", request.error());
+        if (!request.stderr_tail().empty()) {
+          absl::StrAppend(&cause, "; stderr: ", request.stderr_tail());
+        }
+        FailAttemptLocked(*entry, request.worker_id(), cause, &ended);
+        break;
+      }
+      default:  // RUNNING: nothing to change.
+        break;
+    }
+    ScheduleLocked();
+    status = FlushLocked();
+  }
+  NotifyEnded(ended);
+  return status;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client-facing
+
+absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
+  AliveDevices alive;
+  {
+    absl::MutexLock lock(&mu_);
+    alive = AliveDevicesLocked();
+  }
+  // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
+  return substrax::AdmitJobSpec(std::move(spec), alive, options_.refuse_jobs_that_cannot_fit);
+}
+
+absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted) {
+  SUBSTRAX_ASSIGN_OR_RETURN(v1::JobSpec spec, AdmitJobSpec(std::move(submitted)));
+  const int64_t total_steps = TotalSteps(spec);
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  v1::Job job;
+  job.set_id(absl::StrCat(spec.name(), "-", next_job_number_));
+  *job.mutable_spec() = std::move(spec);
+  job.set_state(v1::JOB_STATE_PENDING);
+  *job.mutable_create_time() = ToProtoTime(now);
+  *job.mutable_update_time() = ToProtoTime(now);
+  job.mutable_progress()->set_total_steps(total_steps);
+  v1::JobTransition* t = job.add_transitions();
+  t->set_from(v1::JOB_STATE_UNSPECIFIED);
+  t->set_to(v1::JOB_STATE_PENDING);
+  *t->mutable_time() = ToProtoTime(now);
+  t->set_reason("submitted");
+  SUBSTRAX_RETURN_IF_ERROR(Annotate(state_->PutJob(job), "the job was not queued"));
+  ++next_job_number_;
+  const std::string id = job.id();
+  JobEntry& entry = jobs_[id];
+  entry.job = std::move(job);
+  entry.pending_reason = "submitted";
+  job_order_.push_back(id);
+  ++version_;
+  ScheduleLocked();
+  // The job is stored (acknowledged); a failed write of what scheduling changed stays dirty and
+  // is retried at the next Tick.
+  FlushLocked().IgnoreError();
+  return JobViewLocked(jobs_.at(id));
+}
+
+absl::StatusOr<v1::Job> Cluster::GetJob(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  const JobEntry* entry = FindJobOrNullLocked(job_id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return JobViewLocked(*entry);
+}
+
+std::vector<v1::Job> Cluster::ListJobs(const std::vector<v1::JobState>& states) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Job> jobs;
+  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
+    const JobEntry& entry = jobs_.at(*it);
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), entry.job.state()) == states.end()) {
+      continue;
+    }
+    jobs.push_back(JobViewLocked(entry));
+  }
+  return jobs;
+}
+
+absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id, const std::string& reason) {
+  EndedAttempts ended;
+  absl::Status status;
+  v1::Job view;
+  {
+    absl::MutexLock lock(&mu_);
+    SUBSTRAX_ASSIGN_OR_RETURN(JobEntry * entry, FindJobLocked(job_id));
+    const v1::Job& job = entry->job;
+    if (IsTerminalJobState(job.state())) {
+      const v1::JobTransition& last = job.transitions(job.transitions_size() - 1);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " has already ended: ", StateName(job.state()), " at ",
+          absl::FormatTime(absl::FromUnixSeconds(absl::ToUnixSeconds(FromProtoTime(last.time()))),
+                           absl::UTCTimeZone()),
+          " (", last.reason(), "); nothing to cancel"));
+    }
+    const std::string why = reason.empty() ? "cancelled by user" : reason;
+    if (job.state() == v1::JOB_STATE_RUNNING) EndAttemptLocked(*entry, why, "", &ended);
+    TransitionLocked(*entry, v1::JOB_STATE_CANCELLED, why);
+    ScheduleLocked();
+    status = FlushLocked();
+    view = JobViewLocked(*entry);
+  }
+  NotifyEnded(ended);
+  SUBSTRAX_RETURN_IF_ERROR(status);
+  return view;
+}
+
+std::vector<v1::Worker> Cluster::ListWorkers() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  std::vector<v1::Worker> workers;
+  for (const std::string& worker_id : worker_order_) {
+    const WorkerEntry& entry = workers_.at(worker_id);
+    v1::Worker worker = entry.proto;
+    worker.set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - entry.last_heartbeat));
+    for (const std::string& job_id : job_order_) {
+      const JobEntry& job = jobs_.at(job_id);
+      for (const Process& process : job.processes) {
+        if (process.worker_id == worker_id) worker.add_job_ids(job_id);
+      }
+    }
+    workers.push_back(std::move(worker));
+  }
+  return workers;
+}
+
+absl::StatusOr<v1::GetMeshResponse> Cluster::GetMesh(const std::string& job_id) const {
+  v1::JobSpec spec;
+  v1::GetMeshResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    const JobEntry* entry = FindJobOrNullLocked(job_id);
+    if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    if (entry->job.mesh().devices().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " has no mesh yet: it is ", StateName(entry->job.state()),
+          " and has never started"));
+    }
+    spec = entry->job.spec();
+    *response.mutable_mesh() = entry->job.mesh();
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(Mesh mesh, Mesh::FromProto(response.mesh()));
+  SUBSTRAX_ASSIGN_OR_RETURN(*response.mutable_layouts(), LayoutsFor(spec, mesh));
+  // Parameter layouts need the input width, which the data's header gives: shown when this host
+  // can read it (outside the lock: it reads a file).
+  absl::StatusOr<int64_t> features = InputFeatures(spec.data());
+  if (!features.ok()) return response;
+  absl::StatusOr<std::vector<ParamSpec>> params =
+      ModelParams(spec.model(), *features, ModelAxisSize(spec));
+  if (!params.ok()) return response;
+  for (const ParamSpec& p : *params) {
+    absl::StatusOr<NamedSharding> sharding = NamedSharding::Create(mesh, p.partition);
+    if (!sharding.ok()) continue;
+    absl::StatusOr<ShardLayout> layout = sharding->Layout(p.shape);
+    if (layout.ok()) (*response.mutable_layouts())[p.name] = layout->ToProto();
+  }
+  return response;
+}
+
+absl::StatusOr<v1::QueryMetricsResponse> Cluster::QueryMetrics(
+    const v1::QueryMetricsRequest& request) const {
+  absl::MutexLock lock(&mu_);
+  const JobEntry* entry = FindJobOrNullLocked(request.job_id());
+  if (entry == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
+  }
+  return metrics_.Query(request, entry->job.spec().metrics());
+}
+}  // namespace substrax

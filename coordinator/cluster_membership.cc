@@ -1,0 +1,151 @@
+// Membership: registration, heartbeats and leases of worker daemons, their assignment queues,
+// and what a lost or restarted worker does to the attempts it takes part in.
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/cluster.h"
+#include "core/status.h"
+#include "rpc/proto_time.h"
+
+namespace substrax {
+
+absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
+  const std::string worker_id = request.worker_id().empty() ? request.host() : request.worker_id();
+  if (request.host().empty()) return absl::InvalidArgumentError("host: must not be empty");
+  if (request.incarnation().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", worker_id, ": incarnation: must not be empty"));
+  }
+  if (request.devices().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", worker_id, " (host ", request.host(), "): devices: none given; a worker "
+        "needs at least one device"));
+  }
+  std::set<int> local_indices;
+  for (int i = 0; i < request.devices_size(); ++i) {
+    const int local = request.devices(i).local_index();
+    if (local < 0 || !local_indices.insert(local).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker ", worker_id, " (host ", request.host(), "): devices[", i, "].local_index: ",
+          local < 0 ? "must be >= 0" : "repeated", ", got ", local));
+    }
+  }
+
+  EndedAttempts ended;
+  v1::RegisterWorkerResponse response;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, is_new] = workers_.try_emplace(worker_id);
+    WorkerEntry& worker = it->second;
+    const bool retry = !is_new && worker.proto.incarnation() == request.incarnation();
+    if (is_new) worker_order_.push_back(worker_id);
+    if (!is_new && !retry) {
+      FailAttemptsOfWorkerLocked(
+          worker_id,
+          absl::StrCat("worker ", worker_id, " restarted (host ", request.host(),
+                       ", new incarnation): its runners died with the old process; check its "
+                       "log"),
+          &ended);
+    }
+    worker.last_heartbeat = clock_();
+    if (!retry || worker.proto.state() != v1::WORKER_STATE_ALIVE) {
+      // A new process, or one declared dead: nothing of its old queue applies any more.
+      worker.events.clear();
+      ++version_;
+      v1::Worker& proto = worker.proto;
+      proto.Clear();
+      proto.set_worker_id(worker_id);
+      proto.set_host(request.host());
+      proto.set_address(request.address());
+      proto.set_incarnation(request.incarnation());
+      proto.set_state(v1::WORKER_STATE_ALIVE);
+      for (const v1::Device& given : request.devices()) {
+        v1::Device* device = proto.add_devices();
+        *device = given;
+        auto [id, added] = device_ids_.try_emplace({worker_id, given.local_index()},
+                                                   next_device_id_);
+        if (added) ++next_device_id_;
+        device->set_id(id->second);
+        device->set_host(request.host());
+        device->set_worker_id(worker_id);
+      }
+      dirty_workers_.insert(worker_id);
+      ScheduleLocked();
+    }
+    *response.mutable_devices() = worker.proto.devices();
+    status = FlushLocked();
+  }
+  NotifyEnded(ended);
+  SUBSTRAX_RETURN_IF_ERROR(status);
+  *response.mutable_heartbeat_interval() = ToProtoDuration(options_.heartbeat_interval);
+  *response.mutable_heartbeat_timeout() = ToProtoDuration(options_.heartbeat_timeout);
+  return response;
+}
+
+absl::Status Cluster::Heartbeat(const std::string& worker_id, const std::string& incarnation) {
+  absl::MutexLock lock(&mu_);
+  SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker, LiveWorkerLocked(worker_id, incarnation));
+  worker->last_heartbeat = clock_();
+  return absl::OkStatus();
+}
+
+void Cluster::Tick() {
+  EndedAttempts ended;
+  {
+    absl::MutexLock lock(&mu_);
+    ExpireLeasesLocked(&ended);
+    ScheduleLocked();
+    // A failed write stays dirty and is retried at the next Tick or call.
+    FlushLocked().IgnoreError();
+  }
+  NotifyEnded(ended);
+}
+
+absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> Cluster::PollAssignments(
+    const std::string& worker_id, const std::string& incarnation, int64_t* cursor) {
+  absl::MutexLock lock(&mu_);
+  SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker, LiveWorkerLocked(worker_id, incarnation));
+  const int64_t size = static_cast<int64_t>(worker->events.size());
+  std::vector<v1::WatchAssignmentsResponse> events;
+  for (int64_t i = std::max<int64_t>(*cursor, 0); i < size; ++i) {
+    events.push_back(worker->events[i]);
+  }
+  *cursor = std::max(*cursor, size);
+  return events;
+}
+
+void Cluster::FailAttemptsOfWorkerLocked(const std::string& worker_id, const std::string& cause,
+                                         EndedAttempts* ended) {
+  for (auto& [id, entry] : jobs_) {
+    if (entry.job.state() != v1::JOB_STATE_RUNNING) continue;
+    const bool involved =
+        std::any_of(entry.processes.begin(), entry.processes.end(),
+                    [&](const Process& p) { return p.worker_id == worker_id; });
+    if (involved) FailAttemptLocked(entry, worker_id, cause, ended);
+  }
+}
+
+void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
+  const absl::Time now = clock_();
+  for (const std::string& worker_id : worker_order_) {
+    WorkerEntry& worker = workers_.at(worker_id);
+    if (worker.proto.state() != v1::WORKER_STATE_ALIVE ||
+        now - worker.last_heartbeat <= options_.heartbeat_timeout) {
+      continue;
+    }
+    worker.proto.set_state(v1::WORKER_STATE_DEAD);
+    dirty_workers_.insert(worker_id);
+    FailAttemptsOfWorkerLocked(
+        worker_id,
+        absl::StrCat(DescribeWorkerLocked(worker_id), " missed heartbeats for ",
+                     absl::FormatDuration(options_.heartbeat_timeout),
+                     ": the process died or was preempted; check its log"),
+        ended);
+  }
+}
+
+}  // namespace substrax

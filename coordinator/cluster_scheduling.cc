@@ -1,0 +1,167 @@
+// Scheduling: the gang (all or nothing), FIFO scheduler over the free devices of alive workers,
+// why a pending job waits, and how an attempt starts (mesh, process table, assignments).
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/cluster.h"
+#include "coordinator/cluster_internal.h"
+#include "core/device.h"
+#include "core/device_mesh_manager.h"
+#include "core/job_spec.h"
+
+namespace substrax {
+
+using cluster_internal::Count;
+using cluster_internal::kWaitingSeparator;
+using cluster_internal::LayoutsFor;
+
+void Cluster::TakeDevicesLocked(JobEntry& entry, Mesh mesh) {
+  // Process p is the p-th distinct worker in row-major device order (the runtime's rule).
+  entry.processes.clear();
+  std::map<std::string, size_t> index;
+  for (const Device& device : mesh.devices()) {
+    auto [it, inserted] = index.emplace(device.worker_id, entry.processes.size());
+    if (inserted) entry.processes.push_back(Process{device.worker_id, {}, false, {}});
+    entry.processes[it->second].device_ids.push_back(device.id);
+    busy_devices_[device.id] = entry.job.id();
+  }
+  entry.mesh = std::move(mesh);
+}
+
+void Cluster::SetWaitingLocked(JobEntry& entry, const std::string& why) {
+  if (entry.job.transitions_size() == 0) return;
+  v1::JobTransition* last = entry.job.mutable_transitions(entry.job.transitions_size() - 1);
+  const std::string reason = absl::StrCat(entry.pending_reason, kWaitingSeparator, why);
+  if (last->reason() == reason) return;
+  last->set_reason(reason);
+  MarkJobChangedLocked(entry);
+}
+
+void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason) {
+  v1::Job& job = entry.job;
+  job.set_attempt(job.attempt() + 1);
+  job.clear_error();
+  v1::JobProgress* progress = job.mutable_progress();
+  const int64_t total = progress->total_steps();  // computed at submit
+  progress->Clear();
+  progress->set_total_steps(total);
+
+  // The mesh as clients and runners see it: every device as its worker registered it.
+  v1::Mesh mesh_proto = mesh.ToProto();
+  for (v1::Device& device : *mesh_proto.mutable_devices()) {
+    for (const v1::Device& known : workers_.at(device.worker_id()).proto.devices()) {
+      if (known.id() == device.id()) device = known;
+    }
+  }
+  *job.mutable_mesh() = mesh_proto;
+  // Checked by the scheduler before it chose this mesh.
+  const auto layouts = LayoutsFor(job.spec(), mesh).value();
+
+  TakeDevicesLocked(entry, std::move(mesh));
+  for (size_t p = 0; p < entry.processes.size(); ++p) {
+    v1::WatchAssignmentsResponse event;
+    v1::Assignment* a = event.mutable_start();
+    a->set_job_id(job.id());
+    a->set_attempt(job.attempt());
+    *a->mutable_spec() = job.spec();
+    *a->mutable_mesh() = mesh_proto;
+    a->set_process_index(static_cast<int32_t>(p));
+    a->set_num_processes(static_cast<int32_t>(entry.processes.size()));
+    for (int id : entry.processes[p].device_ids) a->add_local_device_ids(id);
+    *a->mutable_layouts() = layouts;
+    a->set_rendezvous_prefix(absl::StrCat(job.id(), "/attempt-", job.attempt()));
+    PushEventLocked(entry.processes[p].worker_id, std::move(event));
+  }
+  TransitionLocked(entry, v1::JOB_STATE_RUNNING, reason);
+}
+
+AliveDevices Cluster::AliveDevicesLocked() const {
+  AliveDevices alive;
+  for (const std::string& worker_id : worker_order_) {
+    const v1::Worker& worker = workers_.at(worker_id).proto;
+    if (worker.state() != v1::WORKER_STATE_ALIVE) continue;
+    ++alive.workers;
+    for (const v1::Device& device : worker.devices()) {
+      alive.devices.push_back(DeviceFromProto(device));
+    }
+  }
+  return alive;
+}
+
+void Cluster::ScheduleLocked() {
+  const AliveDevices everything = AliveDevicesLocked();
+  const std::vector<Device>& all_alive = everything.devices;
+  const size_t alive_workers = everything.workers;
+  std::vector<Device> all_free;
+  for (const Device& device : all_alive) {
+    if (busy_devices_.count(device.id) == 0) all_free.push_back(device);
+  }
+  // The oldest job that the alive workers could hold but not now; everything younger waits.
+  std::string blocked_by;
+  for (const std::string& job_id : job_order_) {
+    JobEntry& entry = jobs_.at(job_id);
+    if (entry.job.state() != v1::JOB_STATE_PENDING) continue;
+    const v1::JobSpec& spec = entry.job.spec();
+    const int64_t need = RequiredDevices(spec);
+    // Only devices of the kind the job's backend runs on.
+    const std::vector<Device> alive = DevicesForBackend(spec.backend(), all_alive);
+    std::vector<Device> free = DevicesForBackend(spec.backend(), all_free);
+    if (!blocked_by.empty()) {
+      SetWaitingLocked(entry, absl::StrCat(need, " free devices behind job ", blocked_by,
+                                           " (jobs start in submission order)"));
+      continue;
+    }
+    if (alive.empty()) {
+      SetWaitingLocked(entry, all_alive.empty()
+                                  ? absl::StrCat(need, " devices: no worker is alive")
+                                  : absl::StrCat(need, " devices of the kind backend ",
+                                                 BackendName(spec.backend()),
+                                                 " runs on: no alive worker has any"));
+      continue;
+    }
+    absl::StatusOr<Mesh> could = CreateMeshForJob(spec.mesh(), alive);
+    if (!could.ok()) {
+      // Not even an idle cluster could hold it: wait for more workers, without blocking others.
+      SetWaitingLocked(entry, absl::StrCat("workers: the ", Count(alive.size(), "device"),
+                                           " of ", Count(alive_workers, "alive worker"),
+                                           " cannot hold the mesh (", could.status().message(),
+                                           ")"));
+      continue;
+    }
+    const std::string free_note = absl::StrCat(free.size(), " free on ",
+                                               Count(alive_workers, "alive worker"));
+    if (static_cast<int64_t>(free.size()) < need) {
+      SetWaitingLocked(entry, absl::StrCat(need, " free devices; ", free_note));
+      blocked_by = job_id;
+      continue;
+    }
+    absl::StatusOr<Mesh> mesh = CreateMeshForJob(spec.mesh(), free);
+    if (!mesh.ok()) {
+      SetWaitingLocked(entry, absl::StrCat("free devices that can hold the mesh; ", free_note,
+                                           " (", mesh.status().message(), ")"));
+      blocked_by = job_id;
+      continue;
+    }
+    if (absl::Status layouts = LayoutsFor(spec, *mesh).status(); !layouts.ok()) {
+      SetWaitingLocked(entry, absl::StrCat("a mesh the batch can be laid out on (",
+                                           layouts.message(), ")"));
+      continue;
+    }
+    std::set<std::string> workers;
+    for (const Device& device : mesh->devices()) workers.insert(device.worker_id);
+    const std::string reason =
+        absl::StrCat("scheduled on ", Count(mesh->devices().size(), "device"), " of ",
+                     Count(workers.size(), "worker"), " (", absl::StrJoin(workers, ", "), ")");
+    std::set<int> taken;
+    for (const Device& device : mesh->devices()) taken.insert(device.id);
+    all_free.erase(std::remove_if(all_free.begin(), all_free.end(),
+                                  [&](const Device& d) { return taken.count(d.id) > 0; }),
+                   all_free.end());
+    StartAttemptLocked(entry, *std::move(mesh), reason);
+  }
+}
+}  // namespace substrax

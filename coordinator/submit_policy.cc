@@ -1,0 +1,45 @@
+#include "coordinator/submit_policy.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/device_mesh_manager.h"
+#include "core/input_shape.h"
+#include "core/job_spec.h"
+#include "core/status.h"
+
+namespace substrax {
+
+absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
+                                         bool refuse_jobs_that_cannot_fit) {
+  // Restarts start from the beginning: refuse rather than run without the checkpoints asked for.
+  if (spec.has_checkpoint()) {
+    return absl::UnimplementedError(
+        "spec.checkpoint: checkpoints are not implemented yet (restarts start from the "
+        "beginning); remove the checkpoint section");
+  }
+  ApplyJobSpecDefaults(&spec);
+  SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  if (!refuse_jobs_that_cannot_fit) return spec;
+  // A mesh the alive cluster could never hold is refused now, saying what is available, rather
+  // than left waiting for workers that may never come.
+  absl::StatusOr<Mesh> mesh =
+      CreateMeshForJob(spec.mesh(), DevicesForBackend(spec.backend(), alive.devices));
+  if (!mesh.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(mesh.status().message(), "; the cluster has ", alive.workers,
+                     alive.workers == 1 ? " alive worker" : " alive workers"));
+  }
+  return spec;
+}
+
+int64_t TotalSteps(const v1::JobSpec& spec) {
+  if (spec.length_case() == v1::JobSpec::kSteps) return spec.steps();
+  absl::StatusOr<int64_t> examples = TrainExamples(spec.data());
+  const int64_t batch = spec.batch().global_batch_size();
+  if (!examples.ok() || batch <= 0) return 0;
+  return spec.epochs() * (*examples / batch);
+}
+
+}  // namespace substrax

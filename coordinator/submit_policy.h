@@ -1,0 +1,39 @@
+// The coordinator's submit policy: what Cluster::SubmitJob decides about a spec before the job
+// is queued (defaults, validation, refusals, whether the cluster could ever hold it). Apart from
+// the state machine so that it reads and is tested on its own. Pure: no locks, no RPC.
+#ifndef SUBSTRAX_COORDINATOR_SUBMIT_POLICY_H_
+#define SUBSTRAX_COORDINATOR_SUBMIT_POLICY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "substrax/v1/job.pb.h"
+
+namespace substrax {
+
+// The devices of the alive workers, busy or not: what the cluster could hold when idle.
+struct AliveDevices {
+  std::vector<Device> devices;
+  size_t workers = 0;
+};
+
+// Applies the spec's defaults and admits it, or says why not. Errors, checked in this order:
+// UNIMPLEMENTED (spec.checkpoint is set: checkpoints are not implemented, and a job must not run
+// without the checkpoints it asked for), INVALID_ARGUMENT (ValidateJobSpec's message: one
+// "path: problem" per line), and, when `refuse_jobs_that_cannot_fit`, RESOURCE_EXHAUSTED (even
+// idle, `alive` could not hold the job's mesh on its backend's devices; the message is
+// CreateMeshForJob's and says how many alive workers there are). A job that fits but finds the
+// devices busy is admitted: it waits, PENDING.
+absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
+                                         bool refuse_jobs_that_cannot_fit);
+
+// Steps an admitted job will run: spec.steps, or epochs x steps per epoch when the data's
+// headers say how many examples there are (reads a file: call it outside locks); 0 when unknown.
+int64_t TotalSteps(const v1::JobSpec& spec);
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_COORDINATOR_SUBMIT_POLICY_H_
