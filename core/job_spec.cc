@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/suggest.h"
 #include "yaml-cpp/yaml.h"
 
 namespace substrax {
@@ -168,22 +169,6 @@ absl::Status ToStatus(const Errors& errors, const Positions* positions, absl::st
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 
-// Levenshtein distance, to suggest the field a typo meant.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // ---------------------------------------------------------------------------------------------
 // YAML reading: types and structure only. Ranges and cross-field rules are the validator's.
 
@@ -221,11 +206,7 @@ class YamlReader {
         continue;
       }
       const std::string child = Child(path, key);
-      std::string hint;
-      for (const std::string& f : fields) {
-        if (EditDistance(key, f) <= 2) hint = absl::StrCat(" (did you mean '", f, "'?)");
-      }
-      errors_->Add(child, absl::StrCat("unknown field", hint, "; ", path.empty() ? "the" : path,
+      errors_->Add(child, absl::StrCat("unknown field", DidYouMean(key, fields), "; ", path.empty() ? "the" : path,
                                        path.empty() ? " document" : "", " takes ",
                                        absl::StrJoin(fields, ", ")));
     }
