@@ -67,10 +67,12 @@ int64_t ModelAxisSize(const v1::JobSpec& spec);
 int64_t RequiredDevices(const v1::JobSpec& spec);
 // Examples each shard of the data axis processes per step.
 int64_t PerDeviceBatchSize(const v1::JobSpec& spec);
-// softmax_regression and mlp predict classes; linear predicts values.
+// Whether the model predicts classes (softmax_regression, mlp) rather than values (linear);
+// core/models.h has the table.
 bool IsClassification(v1::ModelType type);
 
-// YAML names of the enums ("mlp", "adam", "hybrid", "mean", ...), for messages and output.
+// YAML names of the enums ("mlp", "adam", "hybrid", "idx", "cuda"), for messages and output: the
+// value's name lower-cased without the enum's prefix; "unspecified" for the zero value.
 std::string ModelTypeName(v1::ModelType type);
 std::string OptimizerTypeName(v1::OptimizerType type);
 std::string MeshTypeName(v1::MeshType type);

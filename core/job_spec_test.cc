@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
@@ -179,6 +180,43 @@ TEST(JobSpecTest, ValidateJobSpecChecksProtosWithoutYaml) {
   bad.mutable_optimizer()->set_learning_rate(std::nan(""));
   EXPECT_THAT(std::string(ValidateJobSpec(bad).message()),
               HasSubstr("spec.optimizer.learning_rate: must be a positive finite number"));
+}
+
+// The reader follows job.proto's descriptors: every field of every section is a YAML key, so a
+// field added to the proto is read without a change to the reader.
+TEST(JobSpecTest, EveryProtoFieldIsAYamlKey) {
+  auto takes = [](const std::string& section, const std::string& body) {
+    auto spec = ParseJobSpecYaml(absl::StrCat("apiVersion: substrax/v1\nkind: TrainJob\n"
+                                              "metadata: {name: x}\nspec: ",
+                                              body),
+                                 "job.yaml");
+    EXPECT_FALSE(spec.ok());
+    const std::string message(spec.status().message());
+    const std::string marker = absl::StrCat(section, " takes ");
+    const size_t at = message.find(marker);
+    EXPECT_NE(at, std::string::npos) << message;
+    if (at == std::string::npos) return std::vector<std::string>{};
+    std::string list = message.substr(at + marker.size());
+    list = list.substr(0, list.find('\n'));
+    return std::vector<std::string>(absl::StrSplit(list, ", "));
+  };
+  const google::protobuf::Descriptor* job = v1::JobSpec::descriptor();
+  std::vector<std::string> expected;
+  for (int i = 0; i < job->field_count(); ++i) {
+    if (job->field(i)->name() != "name") expected.push_back(job->field(i)->name());
+  }
+  EXPECT_EQ(takes("spec", "{not_a_field: 1}"), expected);
+  for (int i = 0; i < job->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = job->field(i);
+    if (f->message_type() == nullptr || f->is_map()) continue;
+    std::vector<std::string> fields;
+    for (int j = 0; j < f->message_type()->field_count(); ++j) {
+      fields.push_back(f->message_type()->field(j)->name());
+    }
+    EXPECT_EQ(takes("spec." + f->name(), absl::StrCat("{", f->name(), ": {not_a_field: 1}}")),
+              fields)
+        << f->name();
+  }
 }
 
 TEST(JobSpecTest, UnreadableFileIsNotFound) {
