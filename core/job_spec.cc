@@ -133,10 +133,6 @@ std::string ModelTypeName(v1::ModelType type) {
   return info != nullptr ? info->name : "unspecified";
 }
 
-std::string OptimizerTypeName(v1::OptimizerType type) {
-  return job_spec_internal::EnumName(v1::OptimizerType_descriptor(), type);
-}
-
 std::string MeshTypeName(v1::MeshType type) {
   return job_spec_internal::EnumName(v1::MeshType_descriptor(), type);
 }

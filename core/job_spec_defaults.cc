@@ -4,6 +4,7 @@
 
 #include "core/job_spec.h"
 #include "core/job_spec_internal.h"
+#include "core/optimizers.h"
 
 namespace substrax {
 namespace job_spec_internal {
@@ -56,13 +57,14 @@ class Defaults {
     }
   }
 
+  // The table's defaults (optax's), written into the spec so that `substraxctl get` shows every
+  // constant the job runs with.
   void Optimizer(v1::OptimizerSpec* opt) const {
-    // optax's defaults: sgd(momentum=0.9 when asked for), adam(b1=0.9, b2=0.999, eps=1e-8).
-    if (opt->type() == v1::OPTIMIZER_TYPE_MOMENTUM && !opt->has_momentum()) opt->set_momentum(0.9);
-    if (opt->type() == v1::OPTIMIZER_TYPE_ADAM) {
-      if (!opt->has_b1()) opt->set_b1(0.9);
-      if (!opt->has_b2()) opt->set_b2(0.999);
-      if (!opt->has_eps()) opt->set_eps(1e-8);
+    const OptimizerInfo* info = FindOptimizer(opt->type());
+    if (info == nullptr) return;  // validation says why
+    auto& hyper = *opt->mutable_hyperparameters();
+    for (const HyperParameter& h : info->hyper) {
+      if (hyper.find(h.name) == hyper.end()) hyper[h.name] = h.default_value;
     }
   }
 

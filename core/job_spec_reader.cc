@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/job_spec_internal.h"
+#include "core/optimizers.h"
 #include "core/suggest.h"
 #include "google/protobuf/message.h"
 
@@ -92,6 +93,23 @@ std::string Plural(const FieldDescriptor* field) {
   }
 }
 
+// Maps whose entries YAML writes inline beside the message's own fields, because which keys
+// exist depends on another field: optimizer hyper-parameters (`{type: adam, b1: 0.9}`).
+bool IsInlineMap(const FieldDescriptor* field) {
+  return field == v1::OptimizerSpec::descriptor()->FindFieldByName("hyperparameters");
+}
+
+// A hyper-parameter of some optimizer in the table called `name`, preferring `type`'s.
+const HyperParameter* FindAnyHyper(const std::string& type, const std::string& name) {
+  if (const OptimizerInfo* info = FindOptimizer(type)) {
+    if (const HyperParameter* h = info->FindHyper(name)) return h;
+  }
+  for (const OptimizerInfo& info : OptimizerTable()) {
+    if (const HyperParameter* h = info.FindHyper(name)) return h;
+  }
+  return nullptr;
+}
+
 class Reader {
  public:
   Reader(Errors* errors, Positions* positions) : errors_(errors), positions_(positions) {}
@@ -130,15 +148,21 @@ class Reader {
   }
 
   // Reads the mapping `node` into `message`: every key must be a field of it (other than
-  // `hidden`, which the YAML writes elsewhere).
+  // `hidden`, which the YAML writes elsewhere) or an entry of its inline map.
   void ReadMessage(const YAML::Node& node, const std::string& path, Message* message,
                    const std::set<std::string>& hidden = {}) {
     std::optional<std::map<std::string, YAML::Node>> entries = Entries(node, path);
     if (!entries.has_value()) return;
     const Descriptor* d = message->GetDescriptor();
     std::vector<std::string> names;
+    const FieldDescriptor* inline_map = nullptr;
     for (int i = 0; i < d->field_count(); ++i) {
-      if (hidden.count(d->field(i)->name()) == 0) names.push_back(d->field(i)->name());
+      const FieldDescriptor* f = d->field(i);
+      if (IsInlineMap(f)) {
+        inline_map = f;
+      } else if (hidden.count(f->name()) == 0) {
+        names.push_back(f->name());
+      }
     }
     std::set<std::string> skip = ConflictingOneofFields(*entries, path, d);
     for (const std::string& name : names) {
@@ -147,7 +171,12 @@ class Reader {
       ReadField(it->second, Child(path, name), d->FindFieldByName(name), message);
     }
     for (const auto& [key, value] : *entries) {
-      if (std::find(names.begin(), names.end(), key) == names.end()) UnknownField(path, key, names);
+      if (std::find(names.begin(), names.end(), key) != names.end()) continue;
+      if (inline_map != nullptr) {
+        ReadInlineEntry(path, key, value, names, message);
+      } else {
+        UnknownField(path, key, names);
+      }
     }
   }
 
@@ -179,6 +208,38 @@ class Reader {
       skip.insert(written.begin(), written.end());
     }
     return skip;
+  }
+
+  // The optimizer's hyper-parameters: a key that some optimizer in the table has goes into the
+  // map (the validator says when the chosen type does not use it); anything else is unknown.
+  void ReadInlineEntry(const std::string& parent, const std::string& key, const YAML::Node& node,
+                       const std::vector<std::string>& fields, Message* message) {
+    // The one inline map is OptimizerSpec.hyperparameters (IsInlineMap).
+    auto* opt = static_cast<v1::OptimizerSpec*>(message);
+    const std::string path = Child(parent, key);
+    const HyperParameter* h = FindAnyHyper(opt->type(), key);
+    if (h == nullptr) {
+      const OptimizerInfo* info = FindOptimizer(opt->type());
+      if (info != nullptr) {
+        errors_->Add(path, UnknownHyperParameterMessage(*info, key));
+      } else {
+        std::vector<std::string> candidates = fields;
+        for (const OptimizerInfo& o : OptimizerTable()) {
+          for (const HyperParameter& hp : o.hyper) candidates.push_back(hp.name);
+        }
+        UnknownField(parent, key, candidates);
+      }
+      return;
+    }
+    double value = 0;
+    if (h->kind == HyperParameter::Kind::kBool) {
+      bool b = false;
+      if (!Bool(node, path, &b)) return;
+      value = b ? 1 : 0;
+    } else if (!Double(node, path, &value)) {
+      return;
+    }
+    (*opt->mutable_hyperparameters())[key] = value;
   }
 
   void ReadField(const YAML::Node& node, const std::string& path, const FieldDescriptor* f,

@@ -1,5 +1,6 @@
 // Validation of a whole JobSpec: required fields, ranges, fields the chosen types do not use,
-// and cross-field rules. The model rules come from the model table (core/models.h).
+// and cross-field rules. The optimizer and model rules come from their tables
+// (core/optimizers.h, core/models.h).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -11,6 +12,7 @@
 #include "core/job_spec.h"
 #include "core/job_spec_internal.h"
 #include "core/models.h"
+#include "core/optimizers.h"
 
 namespace substrax {
 namespace job_spec_internal {
@@ -210,46 +212,19 @@ void ValidateData(const v1::JobSpec& spec, Validator& v) {
 
 void ValidateOptimizer(const v1::JobSpec& spec, Validator& v) {
   if (!spec.has_optimizer()) {
-    v.Add("spec.optimizer",
-          absl::StrCat("is required; give its type (",
-                       EnumChoices(v1::OptimizerType_descriptor()), ") and learning_rate"));
+    v.Add("spec.optimizer", absl::StrCat("is required; give its type (", OptimizerNames(),
+                                         ") and learning_rate"));
     return;
   }
   const v1::OptimizerSpec& opt = spec.optimizer();
-  if (opt.type() == v1::OPTIMIZER_TYPE_UNSPECIFIED) {
-    v.Add("spec.optimizer.type",
-          absl::StrCat("is required; use one of ", EnumChoices(v1::OptimizerType_descriptor())));
-    return;
-  }
-  if (!(opt.learning_rate() > 0) || !std::isfinite(opt.learning_rate())) {
-    v.Add("spec.optimizer.learning_rate",
-          opt.learning_rate() == 0 && !v.Written("spec.optimizer.learning_rate")
-              ? std::string("is required (a positive number such as 0.001)")
-              : absl::StrCat("must be a positive finite number, got ", opt.learning_rate()));
-  }
-  const std::string by = absl::StrCat("optimizer ", OptimizerTypeName(opt.type()));
-  auto unit_interval = [&](const std::string& path, double value) {
-    if (!(value >= 0 && value < 1)) {
-      v.Add(path, absl::StrCat("must be in [0, 1), got ", value));
+  ForEachOptimizerError(opt, [&](absl::string_view field, absl::string_view message) {
+    const std::string path = absl::StrCat("spec.optimizer.", field);
+    if (field == "learning_rate" && opt.learning_rate() == 0 && !v.Written(path)) {
+      v.Add(path, "is required (a positive number such as 0.001)");
+    } else {
+      v.Add(path, std::string(message));
     }
-  };
-  if (opt.type() == v1::OPTIMIZER_TYPE_MOMENTUM) {
-    if (opt.has_momentum()) unit_interval("spec.optimizer.momentum", opt.momentum());
-  } else {
-    v.Unused("spec.optimizer.momentum", opt.has_momentum(), by);
-    v.Unused("spec.optimizer.nesterov", opt.nesterov(), by);
-  }
-  if (opt.type() == v1::OPTIMIZER_TYPE_ADAM) {
-    if (opt.has_b1()) unit_interval("spec.optimizer.b1", opt.b1());
-    if (opt.has_b2()) unit_interval("spec.optimizer.b2", opt.b2());
-    if (opt.has_eps() && !(opt.eps() > 0 && std::isfinite(opt.eps()))) {
-      v.Add("spec.optimizer.eps", absl::StrCat("must be a positive finite number, got ", opt.eps()));
-    }
-  } else {
-    v.Unused("spec.optimizer.b1", opt.has_b1(), by);
-    v.Unused("spec.optimizer.b2", opt.has_b2(), by);
-    v.Unused("spec.optimizer.eps", opt.has_eps(), by);
-  }
+  });
 }
 
 void ValidateMesh(const v1::JobSpec& spec, Validator& v) {
