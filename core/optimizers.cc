@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,8 +12,6 @@
 
 namespace substrax {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A decay rate: optax accepts any float, but outside [0, 1) the moving averages diverge or never
 // forget, which is never what a user meant.
