@@ -54,7 +54,7 @@ absl::Status Run(int steps) {
   spec.add_hidden_sizes(256);
   spec.set_num_classes(10);
   v1::OptimizerSpec opt_spec;
-  opt_spec.set_type(v1::OPTIMIZER_TYPE_ADAM);
+  opt_spec.set_type("adam");
   opt_spec.set_learning_rate(1e-3);
   SUBSTRAX_ASSIGN_OR_RETURN(auto model, CudaModel::Create(spec, kFeatures, device.get()));
   SUBSTRAX_ASSIGN_OR_RETURN(auto optimizer, CudaOptimizer::Create(opt_spec, device.get()));

@@ -176,7 +176,7 @@ std::string SpecSummary(const v1::JobSpec& spec) {
     absl::StrAppend(&model, " [", absl::StrJoin(spec.model().hidden_sizes(), ", "), "]");
   }
   parts.push_back(model);
-  parts.push_back(absl::StrCat(OptimizerTypeName(spec.optimizer().type()), " lr=",
+  parts.push_back(absl::StrCat(spec.optimizer().type(), " lr=",
                                FormatMetricValue(spec.optimizer().learning_rate())));
   parts.push_back(absl::StrCat(DataFormatName(spec.data().format()), " data"));
   if (spec.batch().global_batch_size() > 0) {
@@ -568,7 +568,7 @@ int64_t OptimizerMultiple(const JobPlan& plan) {
 }  // namespace
 
 std::string FormatPlan(const JobPlan& plan, const v1::JobSpec& spec, absl::string_view title) {
-  const std::string optimizer = OptimizerTypeName(spec.optimizer().type());
+  const std::string optimizer = spec.optimizer().type();
   std::string out = absl::StrCat(
       title, "\nmodel: ", ModelTypeName(spec.model().type()), " ", LayerChain(plan), " (",
       plan.model_param_bytes / kBytesPerValue, " parameters, ",

@@ -29,7 +29,7 @@ v1::Job RunningJob() {
   return Parse<v1::Job>(absl::StrCat(R"pb(
     id: "mnist-3" state: JOB_STATE_RUNNING attempt: 1
     spec { name: "mnist" model { type: MODEL_TYPE_MLP hidden_sizes: [ 512, 512 ] num_classes: 10 }
-           optimizer { type: OPTIMIZER_TYPE_ADAM learning_rate: 0.001 }
+           optimizer { type: "adam" learning_rate: 0.001 }
            data { format: DATA_FORMAT_IDX } batch { global_batch_size: 256 } epochs: 3 }
     create_time { seconds: )pb", kT0, R"pb( }
     update_time { seconds: )pb", kT0 + 90, R"pb( }

@@ -51,8 +51,9 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml,
 // cannot be read, else as ParseJobSpecYaml.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
-// Fills in the documented defaults of fields left unset (optimizer constants, mesh type and the
-// axis sizes it implies, metric reductions, report interval, prefetch size, ...). Idempotent.
+// Fills in the documented defaults of fields left unset (the optimizer's hyper-parameters from
+// core/optimizers.h, mesh type and the axis sizes it implies, metric reductions, report
+// interval, prefetch size, ...). Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // Checks a spec (normally after ApplyJobSpecDefaults) for everything that can be checked without
@@ -67,12 +68,14 @@ int64_t ModelAxisSize(const v1::JobSpec& spec);
 int64_t RequiredDevices(const v1::JobSpec& spec);
 // Examples each shard of the data axis processes per step.
 int64_t PerDeviceBatchSize(const v1::JobSpec& spec);
-// softmax_regression and mlp predict classes; linear predicts values.
+// Whether the model predicts classes (softmax_regression, mlp) rather than values (linear);
+// core/models.h has the table.
 bool IsClassification(v1::ModelType type);
 
-// YAML names of the enums ("mlp", "adam", "hybrid", "mean", ...), for messages and output.
+// YAML names of the enums ("mlp", "hybrid", "idx", "cuda"), for messages and output: the value's
+// name lower-cased without the enum's prefix; "unspecified" for the zero value. (An optimizer's
+// type is its name already; core/optimizers.h has the table.)
 std::string ModelTypeName(v1::ModelType type);
-std::string OptimizerTypeName(v1::OptimizerType type);
 std::string MeshTypeName(v1::MeshType type);
 std::string DataFormatName(v1::DataFormat format);
 std::string BackendName(v1::Backend backend);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/job_spec.h"
+#include "core/models.h"
 
 namespace substrax {
 
@@ -10,9 +11,11 @@ int64_t ModelOutputSize(const v1::ModelSpec& model) {
 }
 
 std::vector<LayerSplit> LayerSplits(const v1::ModelSpec& model, int64_t model_axis_size) {
-  const int layers = model.type() == v1::MODEL_TYPE_MLP ? model.hidden_sizes_size() + 1 : 1;
+  const ModelInfo* info = FindModel(model.type());
+  const bool hidden = info != nullptr && info->Uses("hidden_sizes");
+  const int layers = hidden ? model.hidden_sizes_size() + 1 : 1;
   std::vector<LayerSplit> splits(layers, LayerSplit::kReplicated);
-  if (model.type() != v1::MODEL_TYPE_MLP || model_axis_size <= 1) return splits;
+  if (info == nullptr || !info->tensor_parallel || model_axis_size <= 1) return splits;
   for (int layer = 0; layer + 1 < layers; layer += 2) {
     splits[layer] = LayerSplit::kColumn;
     splits[layer + 1] = LayerSplit::kRow;
@@ -28,19 +31,18 @@ absl::StatusOr<std::vector<ParamSpec>> ModelParams(const v1::ModelSpec& model,
         absl::StrCat("a model needs at least one input feature, got ", num_features));
   }
   std::vector<int64_t> widths = {num_features};
-  switch (model.type()) {
-    case v1::MODEL_TYPE_MLP:
-      if (model.hidden_sizes().empty()) {
-        return absl::InvalidArgumentError("spec.model.hidden_sizes: an mlp needs a hidden layer");
-      }
-      for (int64_t h : model.hidden_sizes()) widths.push_back(h);
-      break;
-    case v1::MODEL_TYPE_LINEAR:
-    case v1::MODEL_TYPE_SOFTMAX_REGRESSION:
-      break;
-    default:
+  const ModelInfo* info = FindModel(model.type());
+  if (info == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.model.type: unknown model ", v1::ModelType_Name(model.type())));
+  }
+  // Dense layers: one per hidden width the model uses, then the output layer.
+  if (info->Uses("hidden_sizes")) {
+    if (model.hidden_sizes().empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("spec.model.type: unknown model ", v1::ModelType_Name(model.type())));
+          absl::StrCat("spec.model.hidden_sizes: model ", info->name, " needs a hidden layer"));
+    }
+    for (int64_t h : model.hidden_sizes()) widths.push_back(h);
   }
   const int64_t outputs = ModelOutputSize(model);
   if (outputs < 1) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/job_spec.h"
+#include "core/optimizers.h"
 #include "core/status.h"
 
 namespace substrax {
@@ -22,17 +23,11 @@ bool SpecUsesAxis(const PartitionSpec& spec, const std::string& axis) {
   return false;
 }
 
-// Optimizer state per parameter value, in values (optax: momentum keeps a velocity, adam a first
-// and a second moment).
-int64_t OptimizerSlots(v1::OptimizerType type) {
-  switch (type) {
-    case v1::OPTIMIZER_TYPE_MOMENTUM:
-      return 1;
-    case v1::OPTIMIZER_TYPE_ADAM:
-      return 2;
-    default:
-      return 0;
-  }
+// Optimizer state per parameter value, in values: the table's slots (momentum keeps a velocity,
+// adam a first and a second moment).
+int64_t OptimizerSlots(const std::string& type) {
+  const OptimizerInfo* info = FindOptimizer(type);
+  return info == nullptr ? 0 : static_cast<int64_t>(info->slots.size());
 }
 
 }  // namespace

@@ -146,14 +146,15 @@ TEST(ContractTest, JobSpecSurvivesTheWire) {
   spec.set_name("fashion-mnist-mlp");
   spec.mutable_model()->set_type(v1::MODEL_TYPE_MLP);
   spec.mutable_model()->add_hidden_sizes(512);
-  spec.mutable_optimizer()->set_b1(0.0);  // optional: a set zero is not "unset"
+  // A hyper-parameter set to zero stays in the map: it is not "unset".
+  (*spec.mutable_optimizer()->mutable_hyperparameters())["b1"] = 0.0;
   spec.mutable_mesh()->set_type(v1::MESH_TYPE_HYBRID);
   spec.set_epochs(3);
   spec.set_seed(~uint64_t{0});
   v1::JobSpec back;
   ASSERT_TRUE(back.ParseFromString(spec.SerializeAsString()));
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(spec, back));
-  EXPECT_TRUE(back.optimizer().has_b1());
+  EXPECT_EQ(back.optimizer().hyperparameters().count("b1"), 1u);
   EXPECT_EQ(back.length_case(), v1::JobSpec::kEpochs);
 }
 

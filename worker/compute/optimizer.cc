@@ -35,154 +35,129 @@ absl::Status CheckGradsMatchParams(const TensorTree& grads, const TensorTree& pa
   return absl::OkStatus();
 }
 
-// What every optimizer here shares: validation before anything changes, per-parameter state
-// slots (zeros of the parameter's shape, created on first use), and the step count. Subclasses
-// say how one parameter is updated.
-class ElementwiseOptimizer : public Optimizer {
+// What every optimizer shares: validation before anything changes, per-parameter state slots
+// (zeros of the parameter's shape, created on first use, as many as the table's row names), and
+// the step count. The kernel says how one parameter is updated.
+class ElementwiseOptimizer final : public Optimizer {
  public:
-  ElementwiseOptimizer(float learning_rate, int num_slots)
-      : learning_rate_(learning_rate), num_slots_(num_slots) {}
+  ElementwiseOptimizer(OptimizerConfig config, CpuOptimizerKernel kernel)
+      : config_(std::move(config)), kernel_(kernel) {}
 
-  absl::Status Update(const TensorTree& grads, TensorTree* params) final {
+  absl::Status Update(const TensorTree& grads, TensorTree* params) override {
     SUBSTRAX_RETURN_IF_ERROR(CheckGradsMatchParams(grads, *params));
     for (const auto& [name, p] : *params) {
       auto it = state_.find(name);
-      if (it != state_.end() && it->second.front().shape() != p.shape()) {
+      if (it != state_.end() && !it->second.empty() && it->second.front().shape() != p.shape()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "parameter '", name, "' has shape ", p.ShapeString(),
             ", but its optimizer state was made for ", it->second.front().ShapeString()));
       }
     }
     const int64_t step = steps_ + 1;
+    const size_t num_slots = config_.info->slots.size();
+    std::vector<float*> slot_data(num_slots);
     for (auto& [name, p] : *params) {
-      std::vector<Tensor>* slots = nullptr;
-      if (num_slots_ > 0) {
-        slots = &state_[name];
-        if (slots->empty()) slots->assign(num_slots_, Tensor(p.shape()));
-      }
-      Apply(step, grads.at(name), slots, &p);
+      std::vector<Tensor>& slots = state_[name];
+      if (slots.size() != num_slots) slots.assign(num_slots, Tensor(p.shape()));
+      for (size_t s = 0; s < num_slots; ++s) slot_data[s] = slots[s].data();
+      kernel_(config_, step, p.data(), grads.at(name).data(), slot_data.data(), p.size());
     }
     steps_ = step;
     return absl::OkStatus();
   }
 
-  int64_t steps() const final { return steps_; }
-
- protected:
-  // Updates `p` from `g` at step `step` (1 for the first update); `slots` holds this
-  // parameter's num_slots state tensors (nullptr when there are none). Shapes are checked.
-  virtual void Apply(int64_t step, const Tensor& g, std::vector<Tensor>* slots, Tensor* p) = 0;
-
-  const float learning_rate_;
+  int64_t steps() const override { return steps_; }
 
  private:
-  const int num_slots_;
+  const OptimizerConfig config_;
+  const CpuOptimizerKernel kernel_;
   std::map<std::string, std::vector<Tensor>> state_;
   int64_t steps_ = 0;
 };
 
-class Sgd final : public ElementwiseOptimizer {
- public:
-  explicit Sgd(float learning_rate) : ElementwiseOptimizer(learning_rate, 0) {}
+// The kernels. Arithmetic in float as optax on float32 parameters; constants rounded to float
+// once per call, as optax multiplies float32 arrays by Python (double) scalars.
 
- private:
-  void Apply(int64_t, const Tensor& g, std::vector<Tensor>*, Tensor* p) override {
-    const float* gd = g.data();
-    float* pd = p->data();
-    for (int64_t i = 0; i < p->size(); ++i) pd[i] -= learning_rate_ * gd[i];
-  }
-};
+void Sgd(const OptimizerConfig& config, int64_t, float* p, const float* g, float* const*,
+         int64_t n) {
+  const float lr = static_cast<float>(config.learning_rate);
+  for (int64_t i = 0; i < n; ++i) p[i] -= lr * g[i];
+}
 
 // optax.sgd with momentum: optax.trace(decay, nesterov) then the learning rate.
-class Momentum final : public ElementwiseOptimizer {
- public:
-  Momentum(float learning_rate, float momentum, bool nesterov)
-      : ElementwiseOptimizer(learning_rate, 1), momentum_(momentum), nesterov_(nesterov) {}
-
- private:
-  void Apply(int64_t, const Tensor& g, std::vector<Tensor>* slots, Tensor* p) override {
-    const float* gd = g.data();
-    float* trace = (*slots)[0].data();
-    float* pd = p->data();
-    for (int64_t i = 0; i < p->size(); ++i) {
-      trace[i] = gd[i] + momentum_ * trace[i];
-      const float u = nesterov_ ? gd[i] + momentum_ * trace[i] : trace[i];
-      pd[i] -= learning_rate_ * u;
-    }
+void Momentum(const OptimizerConfig& config, int64_t, float* p, const float* g,
+              float* const* slots, int64_t n) {
+  const float lr = static_cast<float>(config.learning_rate);
+  const float momentum = static_cast<float>(config.Get("momentum"));
+  const bool nesterov = config.Get("nesterov") != 0;
+  float* trace = slots[0];
+  for (int64_t i = 0; i < n; ++i) {
+    trace[i] = g[i] + momentum * trace[i];
+    const float u = nesterov ? g[i] + momentum * trace[i] : trace[i];
+    p[i] -= lr * u;
   }
-
-  const float momentum_;
-  const bool nesterov_;
-};
+}
 
 // optax.adam with eps_root = 0: optax.scale_by_adam then the learning rate.
-class Adam final : public ElementwiseOptimizer {
- public:
-  Adam(float learning_rate, double b1, double b2, float eps)
-      : ElementwiseOptimizer(learning_rate, 2), b1_(b1), b2_(b2), eps_(eps) {}
-
- private:
-  void Apply(int64_t step, const Tensor& g, std::vector<Tensor>* slots, Tensor* p) override {
-    // The bias corrections in double: in float, 1 - 0.999^t keeps only about four significant
-    // digits for small t.
-    const float correction1 = static_cast<float>(1.0 - std::pow(b1_, static_cast<double>(step)));
-    const float correction2 = static_cast<float>(1.0 - std::pow(b2_, static_cast<double>(step)));
-    // optax computes 1 - b in Python (double) and multiplies float32 moments by it.
-    const float b1 = static_cast<float>(b1_), one_minus_b1 = static_cast<float>(1.0 - b1_);
-    const float b2 = static_cast<float>(b2_), one_minus_b2 = static_cast<float>(1.0 - b2_);
-    const float* gd = g.data();
-    float* mu = (*slots)[0].data();
-    float* nu = (*slots)[1].data();
-    float* pd = p->data();
-    for (int64_t i = 0; i < p->size(); ++i) {
-      mu[i] = one_minus_b1 * gd[i] + b1 * mu[i];
-      nu[i] = one_minus_b2 * (gd[i] * gd[i]) + b2 * nu[i];
-      const float mu_hat = mu[i] / correction1;
-      const float nu_hat = nu[i] / correction2;
-      pd[i] -= learning_rate_ * (mu_hat / (std::sqrt(nu_hat) + eps_));
-    }
+void Adam(const OptimizerConfig& config, int64_t step, float* p, const float* g,
+          float* const* slots, int64_t n) {
+  const float lr = static_cast<float>(config.learning_rate);
+  const double b1_d = config.Get("b1"), b2_d = config.Get("b2");
+  const float eps = static_cast<float>(config.Get("eps"));
+  // The bias corrections in double: in float, 1 - 0.999^t keeps only about four significant
+  // digits for small t.
+  const float correction1 = static_cast<float>(1.0 - std::pow(b1_d, static_cast<double>(step)));
+  const float correction2 = static_cast<float>(1.0 - std::pow(b2_d, static_cast<double>(step)));
+  // optax computes 1 - b in Python (double) and multiplies float32 moments by it.
+  const float b1 = static_cast<float>(b1_d), one_minus_b1 = static_cast<float>(1.0 - b1_d);
+  const float b2 = static_cast<float>(b2_d), one_minus_b2 = static_cast<float>(1.0 - b2_d);
+  float* mu = slots[0];
+  float* nu = slots[1];
+  for (int64_t i = 0; i < n; ++i) {
+    mu[i] = one_minus_b1 * g[i] + b1 * mu[i];
+    nu[i] = one_minus_b2 * (g[i] * g[i]) + b2 * nu[i];
+    const float mu_hat = mu[i] / correction1;
+    const float nu_hat = nu[i] / correction2;
+    p[i] -= lr * (mu_hat / (std::sqrt(nu_hat) + eps));
   }
+}
 
-  const double b1_;
-  const double b2_;
-  const float eps_;
+// The CPU kernel of each optimizer in core/optimizers.h, by the table's name. A row there
+// without one here is refused by Optimizer::Create.
+struct KernelRow {
+  const char* name;
+  CpuOptimizerKernel kernel;
 };
-
-absl::Status CheckUnitInterval(const char* field, double value) {
-  if (value >= 0 && value < 1) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("spec.optimizer.", field, ": must be in [0, 1), got ", value));
-}
-
-absl::Status CheckPositive(const char* field, double value) {
-  if (value > 0 && std::isfinite(value)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("spec.optimizer.", field, ": must be a positive finite number, got ", value));
-}
+constexpr KernelRow kCpuKernels[] = {
+    {"sgd", Sgd},
+    {"momentum", Momentum},
+    {"adam", Adam},
+};
 
 }  // namespace
 
+CpuOptimizerKernel FindCpuOptimizerKernel(absl::string_view name) {
+  for (const KernelRow& row : kCpuKernels) {
+    if (name == row.name) return row.kernel;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerConfig& config) {
+  if (config.info == nullptr) {
+    return absl::InvalidArgumentError("spec.optimizer.type: no optimizer was resolved");
+  }
+  CpuOptimizerKernel kernel = FindCpuOptimizerKernel(config.info->name);
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "optimizer '", config.info->name, "' is not implemented on the cpu backend"));
+  }
+  return std::make_unique<ElementwiseOptimizer>(config, kernel);
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const v1::OptimizerSpec& spec) {
-  if (spec.type() != v1::OPTIMIZER_TYPE_SGD && spec.type() != v1::OPTIMIZER_TYPE_MOMENTUM &&
-      spec.type() != v1::OPTIMIZER_TYPE_ADAM) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.optimizer.type: unknown optimizer ",
-                                                   v1::OptimizerType_Name(spec.type())));
-  }
-  SUBSTRAX_RETURN_IF_ERROR(CheckPositive("learning_rate", spec.learning_rate()));
-  const float lr = static_cast<float>(spec.learning_rate());
-  if (spec.type() == v1::OPTIMIZER_TYPE_SGD) return std::make_unique<Sgd>(lr);
-  if (spec.type() == v1::OPTIMIZER_TYPE_MOMENTUM) {
-    const double momentum = spec.has_momentum() ? spec.momentum() : 0.9;
-    SUBSTRAX_RETURN_IF_ERROR(CheckUnitInterval("momentum", momentum));
-    return std::make_unique<Momentum>(lr, static_cast<float>(momentum), spec.nesterov());
-  }
-  const double b1 = spec.has_b1() ? spec.b1() : 0.9;
-  const double b2 = spec.has_b2() ? spec.b2() : 0.999;
-  const double eps = spec.has_eps() ? spec.eps() : 1e-8;
-  SUBSTRAX_RETURN_IF_ERROR(CheckUnitInterval("b1", b1));
-  SUBSTRAX_RETURN_IF_ERROR(CheckUnitInterval("b2", b2));
-  SUBSTRAX_RETURN_IF_ERROR(CheckPositive("eps", eps));
-  return std::make_unique<Adam>(lr, b1, b2, static_cast<float>(eps));
+  SUBSTRAX_ASSIGN_OR_RETURN(OptimizerConfig config, ResolveOptimizer(spec));
+  return Create(config);
 }
 
 }  // namespace substrax

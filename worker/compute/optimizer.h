@@ -1,4 +1,6 @@
-// Optimizers with optax's semantics and defaults, updating float32 parameters in place.
+// Optimizers with optax's semantics and defaults, updating float32 parameters in place: the CPU
+// backend of the optimizers in core/optimizers.h. Each optimizer there has a CPU kernel here,
+// registered by name in one table in optimizer.cc; the ones today:
 //
 //   - sgd:      p -= lr * g                                        (optax.sgd(lr))
 //   - momentum: t = g + m * t;  u = nesterov ? g + m * t : t;  p -= lr * u
@@ -10,6 +12,9 @@
 // Arithmetic is in float like optax on float32 parameters; adam's bias corrections 1 - b^t are
 // computed in double.
 //
+// An optimizer of the core table without a CPU kernel is refused (UNIMPLEMENTED), never replaced
+// by another.
+//
 // An Optimizer keeps state (per parameter name, created on first use) and a step count: not
 // thread-safe; the device thread that owns the parameters owns their optimizer.
 #ifndef SUBSTRAX_WORKER_COMPUTE_OPTIMIZER_H_
@@ -20,17 +25,33 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/optimizers.h"
 #include "substrax/v1/job.pb.h"
 #include "worker/tensor/tensor.h"
 
 namespace substrax {
 
+// A CPU kernel: updates the `n` values of one parameter `p` in place from its gradient `g` at
+// step `step` (1 for the first update). slots[i] is the parameter's state tensor named
+// config.info->slots[i] (zeros before the first update).
+using CpuOptimizerKernel = void (*)(const OptimizerConfig& config, int64_t step, float* p,
+                                    const float* g, float* const* slots, int64_t n);
+
+// The CPU kernel of the optimizer called `name`; nullptr when the cpu backend has none.
+CpuOptimizerKernel FindCpuOptimizerKernel(absl::string_view name);
+
 class Optimizer {
  public:
-  // The optimizer `spec` describes; constants the spec leaves unset take optax's defaults.
-  // Errors: INVALID_ARGUMENT naming the field: unknown type, learning rate not a positive finite
-  // number, momentum, b1 or b2 outside [0, 1), eps not a positive finite number.
+  // The optimizer `spec` describes, resolved through core/optimizers.h (hyper-parameters the spec
+  // leaves out take optax's defaults from the table).
+  // Errors: INVALID_ARGUMENT naming the field (those of ResolveOptimizer); UNIMPLEMENTED when the
+  // optimizer has no CPU kernel.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const v1::OptimizerSpec& spec);
+
+  // The optimizer of a resolved `config`, with the kernel FindCpuOptimizerKernel gives its name.
+  // Errors: UNIMPLEMENTED "optimizer 'lion' is not implemented on the cpu backend".
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerConfig& config);
 
   virtual ~Optimizer() = default;
 

@@ -1,8 +1,11 @@
 #include "worker/compute/optimizer.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "core/optimizers.h"
+#include "core/optimizers_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -24,7 +27,7 @@ std::unique_ptr<Optimizer> Make(const v1::OptimizerSpec& spec) {
   return opt.ok() ? std::move(opt).value() : nullptr;
 }
 
-v1::OptimizerSpec Spec(v1::OptimizerType type, double learning_rate) {
+v1::OptimizerSpec Spec(const std::string& type, double learning_rate) {
   v1::OptimizerSpec spec;
   spec.set_type(type);
   spec.set_learning_rate(learning_rate);
@@ -46,7 +49,7 @@ void ExpectTrajectory(Optimizer& opt, float start, const std::vector<float>& gra
 }
 
 TEST(OptimizerTest, Sgd) {
-  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_SGD, 0.1));
+  auto opt = Make(Spec("sgd", 0.1));
   TensorTree params = {{"b", Tensor({1}, {3.0f})}, {"w", Tensor({2}, {1.0f, -2.0f})}};
   const TensorTree grads = {{"b", Tensor({1}, {-1.0f})}, {"w", Tensor({2}, {0.5f, 0.25f})}};
   ASSERT_TRUE(opt->Update(grads, &params).ok());
@@ -62,7 +65,7 @@ TEST(OptimizerTest, Sgd) {
 //   t = 0.5 + 0.9 = 1.4, p = 0.9 - 0.14        = 0.76
 //   t = -1 + 1.26 = 0.26, p = 0.76 - 0.026      = 0.734
 TEST(OptimizerTest, MomentumDefaultsToNineTenths) {
-  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_MOMENTUM, 0.1));
+  auto opt = Make(Spec("momentum", 0.1));
   ExpectTrajectory(*opt, 1.0f, {1.0f, 0.5f, -1.0f}, {0.9f, 0.76f, 0.734f});
 }
 
@@ -71,16 +74,16 @@ TEST(OptimizerTest, MomentumDefaultsToNineTenths) {
 //   t = 1,    u = 0.5 + 0.5   = 1,     p = 0.85 - 0.1    = 0.75
 //   t = -0.5, u = -1 - 0.25   = -1.25, p = 0.75 + 0.125  = 0.875
 TEST(OptimizerTest, MomentumNesterov) {
-  v1::OptimizerSpec spec = Spec(v1::OPTIMIZER_TYPE_MOMENTUM, 0.1);
-  spec.set_momentum(0.5);
-  spec.set_nesterov(true);
+  v1::OptimizerSpec spec = Spec("momentum", 0.1);
+  (*spec.mutable_hyperparameters())["momentum"] = 0.5;
+  (*spec.mutable_hyperparameters())["nesterov"] = 1;
   auto opt = Make(spec);
   ExpectTrajectory(*opt, 1.0f, {1.0f, 0.5f, -1.0f}, {0.85f, 0.75f, 0.875f});
 }
 
 TEST(OptimizerTest, MomentumKeepsStatePerParameter) {
-  v1::OptimizerSpec spec = Spec(v1::OPTIMIZER_TYPE_MOMENTUM, 1.0);
-  spec.set_momentum(0.5);
+  v1::OptimizerSpec spec = Spec("momentum", 1.0);
+  (*spec.mutable_hyperparameters())["momentum"] = 0.5;
   auto opt = Make(spec);
   TensorTree params = {{"a", Tensor({1}, {0.0f})}, {"b", Tensor({1}, {0.0f})}};
   const TensorTree grads = {{"a", Tensor({1}, {1.0f})}, {"b", Tensor({1}, {-2.0f})}};
@@ -96,10 +99,10 @@ TEST(OptimizerTest, MomentumKeepsStatePerParameter) {
 //   m = -0.5, v = 3:   m^ = -2/3, v^ = 4,    p = -0.8 + (2/3) / 2.5              = -0.5333333
 //   m = 1.75, v = 9.5: m^ = 2,    v^ = 76/7, p = -0.5333 - 2 / (sqrt(76/7) + 0.5) = -1.0603401
 TEST(OptimizerTest, Adam) {
-  v1::OptimizerSpec spec = Spec(v1::OPTIMIZER_TYPE_ADAM, 1.0);
-  spec.set_b1(0.5);
-  spec.set_b2(0.5);
-  spec.set_eps(0.5);
+  v1::OptimizerSpec spec = Spec("adam", 1.0);
+  (*spec.mutable_hyperparameters())["b1"] = 0.5;
+  (*spec.mutable_hyperparameters())["b2"] = 0.5;
+  (*spec.mutable_hyperparameters())["eps"] = 0.5;
   auto opt = Make(spec);
   ExpectTrajectory(*opt, 0.0f, {2.0f, -2.0f, 4.0f}, {-0.8f, -0.53333333f, -1.06034007f});
 }
@@ -109,7 +112,7 @@ TEST(OptimizerTest, Adam) {
 //   step 2: m = 0.017, v = 9.991e-5, m^ = 0.017 / 0.19, v^ = 9.991e-5 / 0.001999,
 //           p = 0.99 - 0.01 * m^ / (sqrt(v^) + 1e-8)                          = 0.98599781479
 TEST(OptimizerTest, AdamDefaults) {
-  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_ADAM, 0.01));
+  auto opt = Make(Spec("adam", 0.01));
   TensorTree params = Scalar(1.0f);
   ASSERT_TRUE(opt->Update(Scalar(0.3f), &params).ok());
   EXPECT_NEAR(params["w"].data()[0], 0.99f, kTol);
@@ -118,7 +121,7 @@ TEST(OptimizerTest, AdamDefaults) {
 }
 
 TEST(OptimizerTest, MismatchedGradsAreRejectedAndChangeNothing) {
-  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_ADAM, 0.1));
+  auto opt = Make(Spec("adam", 0.1));
   TensorTree params = {{"dense_0/bias", Tensor({2}, {1.0f, 2.0f})},
                        {"dense_0/kernel", Tensor({2, 2}, {1.0f, 2.0f, 3.0f, 4.0f})}};
   const TensorTree before = params;
@@ -145,7 +148,7 @@ TEST(OptimizerTest, MismatchedGradsAreRejectedAndChangeNothing) {
 }
 
 TEST(OptimizerTest, StateOfAnotherShapeIsRejected) {
-  auto opt = Make(Spec(v1::OPTIMIZER_TYPE_MOMENTUM, 0.1));
+  auto opt = Make(Spec("momentum", 0.1));
   TensorTree params = {{"w", Tensor({2})}};
   ASSERT_TRUE(opt->Update({{"w", Tensor({2})}}, &params).ok());
   params = {{"w", Tensor({3})}};
@@ -156,17 +159,35 @@ TEST(OptimizerTest, StateOfAnotherShapeIsRejected) {
 }
 
 TEST(OptimizerTest, CreateRejectsBadSpecs) {
-  auto unknown = Optimizer::Create(Spec(v1::OPTIMIZER_TYPE_UNSPECIFIED, 0.1));
+  auto unknown = Optimizer::Create(Spec("", 0.1));
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(unknown.status().message(), HasSubstr("spec.optimizer.type"));
   for (double lr : {0.0, -0.1}) {
-    auto bad_lr = Optimizer::Create(Spec(v1::OPTIMIZER_TYPE_SGD, lr));
+    auto bad_lr = Optimizer::Create(Spec("sgd", lr));
     EXPECT_EQ(bad_lr.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(bad_lr.status().message(), HasSubstr("spec.optimizer.learning_rate"));
   }
-  v1::OptimizerSpec adam = Spec(v1::OPTIMIZER_TYPE_ADAM, 0.1);
-  adam.set_b2(1.0);
+  v1::OptimizerSpec adam = Spec("adam", 0.1);
+  (*adam.mutable_hyperparameters())["b2"] = 1.0;
   EXPECT_THAT(Optimizer::Create(adam).status().message(), HasSubstr("spec.optimizer.b2"));
+}
+
+// An optimizer the core table knows but the cpu backend has no kernel for is refused by name,
+// never run as another.
+TEST(OptimizerTest, OptimizerWithoutCpuKernelIsUnimplemented) {
+  const OptimizerConfig config = UnimplementedOptimizerConfig();
+  EXPECT_EQ(FindCpuOptimizerKernel("lion"), nullptr);
+  auto opt = Optimizer::Create(config);
+  EXPECT_EQ(opt.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(opt.status().message(), "optimizer 'lion' is not implemented on the cpu backend");
+}
+
+// Every optimizer of the core table has a CPU kernel: the CPU backend is the reference the other
+// backends are tested against.
+TEST(OptimizerTest, EveryTableOptimizerHasACpuKernel) {
+  for (const OptimizerInfo& info : OptimizerTable()) {
+    EXPECT_NE(FindCpuOptimizerKernel(info.name), nullptr) << info.name;
+  }
 }
 
 }  // namespace

@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/optimizers.h"
 #include "core/status.h"
-#include "worker/compute/optimizer.h"
 #include "worker/gpu/cuda_status.h"
 #include "worker/gpu/kernels.h"
 
@@ -286,13 +286,10 @@ absl::Status CudaModel::Evaluate(const DeviceTree& params, const DeviceBatchView
 
 struct CudaOptimizer::Impl {
   const CudaDevice* device = nullptr;
-  v1::OptimizerType type = v1::OPTIMIZER_TYPE_SGD;
-  float lr = 0;
-  float momentum = 0.9f;
-  bool nesterov = false;
-  double b1 = 0.9, b2 = 0.999;
-  float eps = 1e-8f;
-  int num_slots = 0;
+  OptimizerConfig config;
+  const gpu::CudaOptimizerKernel* kernel = nullptr;
+  // The values of kernel->hyper, in its order.
+  std::vector<double> hyper;
   std::map<std::string, std::vector<DeviceTensor>> state;
   int64_t steps = 0;
 };
@@ -302,24 +299,37 @@ CudaOptimizer::~CudaOptimizer() = default;
 
 absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(
     const v1::OptimizerSpec& spec, const CudaDevice* device) {
+  SUBSTRAX_ASSIGN_OR_RETURN(OptimizerConfig config, ResolveOptimizer(spec));
+  return Create(config, device);
+}
+
+absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(
+    const OptimizerConfig& config, const CudaDevice* device) {
+  if (config.info == nullptr) {
+    return absl::InvalidArgumentError("spec.optimizer.type: no optimizer was resolved");
+  }
+  const gpu::CudaOptimizerKernel* kernel = gpu::FindCudaOptimizerKernel(config.info->name.c_str());
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "optimizer '", config.info->name, "' is not implemented on the cuda backend"));
+  }
   if (device == nullptr) {
     return absl::InvalidArgumentError("CudaOptimizer needs a device, got none");
   }
-  // The CPU factory validates the spec with the same messages; its defaults are repeated below.
-  SUBSTRAX_RETURN_IF_ERROR(Optimizer::Create(spec).status());
   auto impl = std::make_unique<Impl>();
   impl->device = device;
-  impl->type = spec.type();
-  impl->lr = static_cast<float>(spec.learning_rate());
-  if (spec.type() == v1::OPTIMIZER_TYPE_MOMENTUM) {
-    impl->momentum = static_cast<float>(spec.has_momentum() ? spec.momentum() : 0.9);
-    impl->nesterov = spec.nesterov();
-    impl->num_slots = 1;
-  } else if (spec.type() == v1::OPTIMIZER_TYPE_ADAM) {
-    impl->b1 = spec.has_b1() ? spec.b1() : 0.9;
-    impl->b2 = spec.has_b2() ? spec.b2() : 0.999;
-    impl->eps = static_cast<float>(spec.has_eps() ? spec.eps() : 1e-8);
-    impl->num_slots = 2;
+  impl->config = config;
+  impl->kernel = kernel;
+  for (int i = 0; i < gpu::kMaxOptimizerHyper && kernel->hyper[i] != nullptr; ++i) {
+    // A kernel row naming a hyper-parameter its table row lacks is a bug in this build, not in
+    // the spec; say so rather than die in OptimizerConfig::Get.
+    if (config.info->FindHyper(kernel->hyper[i]) == nullptr) {
+      return absl::InternalError(absl::StrCat("the cuda kernel of optimizer '",
+                                              config.info->name, "' reads hyper-parameter '",
+                                              kernel->hyper[i], "', which core/optimizers.h does "
+                                              "not give it"));
+    }
+    impl->hyper.push_back(config.Get(kernel->hyper[i]));
   }
   return std::unique_ptr<CudaOptimizer>(new CudaOptimizer(std::move(impl)));
 }
@@ -350,7 +360,7 @@ absl::Status CudaOptimizer::Update(const DeviceTree& grads, DeviceTree* params) 
           ", the parameter ", ShapeString(p.shape)));
     }
     auto st = o.state.find(name);
-    if (st != o.state.end() && st->second.front().shape != p.shape) {
+    if (st != o.state.end() && !st->second.empty() && st->second.front().shape != p.shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameter '", name, "' has shape ", ShapeString(p.shape),
           ", but its optimizer state was made for ", ShapeString(st->second.front().shape)));
@@ -364,11 +374,13 @@ absl::Status CudaOptimizer::Update(const DeviceTree& grads, DeviceTree* params) 
   }
   SUBSTRAX_RETURN_IF_ERROR(device.MakeCurrent());
   cudaStream_t stream = device.stream();
+  // Slots as the table's row names them; an optimizer without state has none to index.
+  const size_t num_slots = o.config.info->slots.size();
   for (auto& [name, p] : *params) {
     std::vector<DeviceTensor>& slots = o.state[name];
-    if (static_cast<int>(slots.size()) < o.num_slots) {
+    if (slots.size() != num_slots) {
       slots.clear();
-      for (int s = 0; s < o.num_slots; ++s) {
+      for (size_t s = 0; s < num_slots; ++s) {
         DeviceTensor t;
         t.shape = p.shape;
         SUBSTRAX_ASSIGN_OR_RETURN(t.buffer, DeviceBuffer::Allocate(device, p.size()));
@@ -382,24 +394,19 @@ absl::Status CudaOptimizer::Update(const DeviceTree& grads, DeviceTree* params) 
     }
   }
   const int64_t step = o.steps + 1;
-  const float c1 = static_cast<float>(1.0 - std::pow(o.b1, static_cast<double>(step)));
-  const float c2 = static_cast<float>(1.0 - std::pow(o.b2, static_cast<double>(step)));
+  std::vector<float*> slot_data(num_slots);
   for (auto& [name, p] : *params) {
-    const float* g = grads.at(name).data();
     std::vector<DeviceTensor>& slots = o.state[name];
-    cudaError_t error = cudaSuccess;
-    if (o.type == v1::OPTIMIZER_TYPE_SGD) {
-      error = gpu::SgdUpdate(p.data(), g, p.size(), o.lr, stream);
-    } else if (o.type == v1::OPTIMIZER_TYPE_MOMENTUM) {
-      error = gpu::MomentumUpdate(p.data(), g, slots[0].data(), p.size(), o.lr, o.momentum,
-                                  o.nesterov, stream);
-    } else {
-      error = gpu::AdamUpdate(p.data(), g, slots[0].data(), slots[1].data(), p.size(), o.lr,
-                              static_cast<float>(o.b1), static_cast<float>(1.0 - o.b1),
-                              static_cast<float>(o.b2), static_cast<float>(1.0 - o.b2), c1, c2,
-                              o.eps, stream);
-    }
-    SUBSTRAX_RETURN_IF_ERROR(Kernel(error, "optimizer update", device));
+    for (size_t s = 0; s < num_slots; ++s) slot_data[s] = slots[s].data();
+    gpu::OptimizerStepArgs args;
+    args.p = p.data();
+    args.g = grads.at(name).data();
+    args.slots = slot_data.data();
+    args.n = p.size();
+    args.learning_rate = o.config.learning_rate;
+    args.step = step;
+    args.hyper = o.hyper.data();
+    SUBSTRAX_RETURN_IF_ERROR(Kernel(o.kernel->update(args, stream), "optimizer update", device));
   }
   o.steps = step;
   return absl::OkStatus();

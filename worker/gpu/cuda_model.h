@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/model_catalog.h"
+#include "core/optimizers.h"
 #include "substrax/v1/job.pb.h"
 #include "worker/compute/model.h"
 #include "worker/gpu/cuda_device.h"
@@ -82,13 +83,20 @@ class CudaModel {
   std::unique_ptr<Impl> impl_;
 };
 
-// optimizer.h's optimizers applied on the device (kernels without fused multiply-adds: the same
-// float results as the CPU Optimizer from the same gradients). State per parameter, created on
-// first use; not thread-safe (the device thread owns it).
+// The optimizers of core/optimizers.h applied on the device, through the CUDA kernel each has in
+// worker/gpu/kernels.cu (kernels without fused multiply-adds: the same float results as the CPU
+// Optimizer from the same gradients). State per parameter, as many tensors as the table's row has
+// slots, created on first use; not thread-safe (the device thread owns it).
 class CudaOptimizer {
  public:
-  // Errors: UNIMPLEMENTED without --config=cuda; those of Optimizer::Create (INVALID_ARGUMENT).
+  // Errors: INVALID_ARGUMENT naming the field (those of ResolveOptimizer); UNIMPLEMENTED without
+  // --config=cuda or when the optimizer has no CUDA kernel.
   static absl::StatusOr<std::unique_ptr<CudaOptimizer>> Create(const v1::OptimizerSpec& spec,
+                                                               const CudaDevice* device);
+  // The optimizer of a resolved `config`. Errors: UNIMPLEMENTED without --config=cuda, or
+  // "optimizer 'lion' is not implemented on the cuda backend" (checked before the device);
+  // INVALID_ARGUMENT without a device.
+  static absl::StatusOr<std::unique_ptr<CudaOptimizer>> Create(const OptimizerConfig& config,
                                                                const CudaDevice* device);
   ~CudaOptimizer();
 

@@ -1,5 +1,8 @@
 #include "worker/gpu/kernels.h"
 
+#include <cmath>
+#include <cstring>
+
 #include <cuda_runtime.h>
 
 namespace substrax {
@@ -229,26 +232,57 @@ cudaError_t Scale(float* x, int64_t n, float alpha, cudaStream_t stream) {
   return Launched();
 }
 
-cudaError_t SgdUpdate(float* p, const float* g, int64_t n, float lr, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(p, g, n, lr);
+namespace {
+
+//   sgd:      p -= lr * g
+cudaError_t SgdUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return cudaSuccess;
+  SgdKernel<<<Blocks(a.n), kThreads, 0, stream>>>(a.p, a.g, a.n,
+                                                  static_cast<float>(a.learning_rate));
   return Launched();
 }
 
-cudaError_t MomentumUpdate(float* p, const float* g, float* trace, int64_t n, float lr,
-                           float momentum, bool nesterov, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  MomentumKernel<<<Blocks(n), kThreads, 0, stream>>>(p, g, trace, n, lr, momentum, nesterov);
+//   momentum: trace = g + m * trace; u = nesterov ? g + m * trace : trace; p -= lr * u
+//   hyper: momentum, nesterov
+cudaError_t MomentumUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return cudaSuccess;
+  MomentumKernel<<<Blocks(a.n), kThreads, 0, stream>>>(
+      a.p, a.g, a.slots[0], a.n, static_cast<float>(a.learning_rate),
+      static_cast<float>(a.hyper[0]), a.hyper[1] != 0);
   return Launched();
 }
 
-cudaError_t AdamUpdate(float* p, const float* g, float* mu, float* nu, int64_t n, float lr,
-                       float b1, float one_minus_b1, float b2, float one_minus_b2,
-                       float correction1, float correction2, float eps, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  AdamKernel<<<Blocks(n), kThreads, 0, stream>>>(p, g, mu, nu, n, lr, b1, one_minus_b1, b2,
-                                                 one_minus_b2, correction1, correction2, eps);
+//   adam:     mu = (1-b1) g + b1 mu; nu = (1-b2) g^2 + b2 nu;
+//             p -= lr * (mu / correction1) / (sqrt(nu / correction2) + eps)
+//   hyper: b1, b2, eps. The corrections 1 - b^t are computed on the host in double, then
+//   rounded to float, as the CPU kernel does.
+cudaError_t AdamUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return cudaSuccess;
+  const double b1 = a.hyper[0], b2 = a.hyper[1];
+  const float c1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(a.step)));
+  const float c2 = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(a.step)));
+  AdamKernel<<<Blocks(a.n), kThreads, 0, stream>>>(
+      a.p, a.g, a.slots[0], a.slots[1], a.n, static_cast<float>(a.learning_rate),
+      static_cast<float>(b1), static_cast<float>(1.0 - b1), static_cast<float>(b2),
+      static_cast<float>(1.0 - b2), c1, c2, static_cast<float>(a.hyper[2]));
   return Launched();
+}
+
+// The CUDA kernel of each optimizer in core/optimizers.h, by the table's name. A row there
+// without one here is refused by CudaOptimizer::Create.
+const CudaOptimizerKernel kCudaOptimizerKernels[] = {
+    {"sgd", {nullptr}, SgdUpdate},
+    {"momentum", {"momentum", "nesterov", nullptr}, MomentumUpdate},
+    {"adam", {"b1", "b2", "eps", nullptr}, AdamUpdate},
+};
+
+}  // namespace
+
+const CudaOptimizerKernel* FindCudaOptimizerKernel(const char* name) {
+  for (const CudaOptimizerKernel& kernel : kCudaOptimizerKernels) {
+    if (std::strcmp(kernel.name, name) == 0) return &kernel;
+  }
+  return nullptr;
 }
 
 }  // namespace gpu

@@ -53,19 +53,35 @@ cudaError_t ColumnSums(const float* m, int64_t rows, int64_t cols, float* out,
 // x *= alpha (a sum over devices into a mean).
 cudaError_t Scale(float* x, int64_t n, float alpha, cudaStream_t stream);
 
-// Optimizer updates with optax's semantics, in float, elementwise, without fused multiply-adds so
-// that they match worker/compute/optimizer.cc bit for bit.
-//   sgd:      p -= lr * g
-cudaError_t SgdUpdate(float* p, const float* g, int64_t n, float lr, cudaStream_t stream);
-//   momentum: trace = g + m * trace; u = nesterov ? g + m * trace : trace; p -= lr * u
-cudaError_t MomentumUpdate(float* p, const float* g, float* trace, int64_t n, float lr,
-                           float momentum, bool nesterov, cudaStream_t stream);
-//   adam:     mu = (1-b1) g + b1 mu; nu = (1-b2) g^2 + b2 nu;
-//             p -= lr * (mu / correction1) / (sqrt(nu / correction2) + eps)
-// The corrections 1 - b^t are computed on the host in double, then rounded to float.
-cudaError_t AdamUpdate(float* p, const float* g, float* mu, float* nu, int64_t n, float lr,
-                       float b1, float one_minus_b1, float b2, float one_minus_b2,
-                       float correction1, float correction2, float eps, cudaStream_t stream);
+// Optimizer updates with optax's semantics: the CUDA backend of the optimizers in
+// core/optimizers.h, one kernel per optimizer, registered by the table's name in one table in
+// kernels.cu. In float, elementwise, without fused multiply-adds so that they match the CPU
+// kernels (worker/compute/optimizer.cc) bit for bit.
+
+// What every optimizer kernel gets for one parameter.
+struct OptimizerStepArgs {
+  float* p = nullptr;              // the parameter's n values, updated in place
+  const float* g = nullptr;        // its gradient
+  float* const* slots = nullptr;   // host array of its state tensors (device pointers), in the
+                                   // order of the core table row's slots; zeros at first
+  int64_t n = 0;
+  double learning_rate = 0;
+  int64_t step = 0;                // 1 for the first update
+  const double* hyper = nullptr;   // the values of the kernel row's `hyper` names, in that order
+};
+
+inline constexpr int kMaxOptimizerHyper = 8;
+
+struct CudaOptimizerKernel {
+  // The optimizer's name in core/optimizers.h ("adam").
+  const char* name;
+  // The hyper-parameters the kernel reads (names in the core table), nullptr after the last.
+  const char* hyper[kMaxOptimizerHyper];
+  cudaError_t (*update)(const OptimizerStepArgs& args, cudaStream_t stream);
+};
+
+// The CUDA kernel of the optimizer called `name`; nullptr when the cuda backend has none.
+const CudaOptimizerKernel* FindCudaOptimizerKernel(const char* name);
 
 }  // namespace gpu
 }  // namespace substrax

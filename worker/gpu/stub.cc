@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/optimizers.h"
+#include "core/status.h"
 #include "worker/gpu/cuda_device.h"
 #include "worker/gpu/cuda_model.h"
 #include "worker/gpu/cuda_prefetch.h"
@@ -77,7 +79,13 @@ absl::Status CudaModel::Evaluate(const DeviceTree&, const DeviceBatchView&, Cuda
 struct CudaOptimizer::Impl {};
 CudaOptimizer::CudaOptimizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaOptimizer::~CudaOptimizer() = default;
-absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(const v1::OptimizerSpec&,
+absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(
+    const v1::OptimizerSpec& spec, const CudaDevice* device) {
+  // A bad spec is the caller's error in either build; say so before "not built".
+  SUBSTRAX_ASSIGN_OR_RETURN(OptimizerConfig config, ResolveOptimizer(spec));
+  return Create(config, device);
+}
+absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(const OptimizerConfig&,
                                                                      const CudaDevice*) {
   return NotBuilt();
 }

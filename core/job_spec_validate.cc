@@ -1,0 +1,421 @@
+// Validation of a whole JobSpec: required fields, ranges, fields the chosen types do not use,
+// and cross-field rules. The optimizer and model rules come from their tables
+// (core/optimizers.h, core/models.h).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/job_spec.h"
+#include "core/job_spec_internal.h"
+#include "core/models.h"
+#include "core/optimizers.h"
+
+namespace substrax {
+namespace job_spec_internal {
+namespace {
+
+class Validator {
+ public:
+  Validator(const Positions* positions, Errors* errors) : positions_(positions), errors_(errors) {}
+
+  void Add(const std::string& path, std::string message) {
+    errors_->Add(path, std::move(message));
+  }
+
+  // A required count in [1, max]. A zero that was never written is reported as missing.
+  void Count(const std::string& path, int64_t value, int64_t max, const std::string& what) {
+    if (value == 0 && !Written(path)) {
+      Add(path, absl::StrCat("is required (", what, ")"));
+    } else {
+      Range(path, value, 1, max);
+    }
+  }
+
+  void Range(const std::string& path, int64_t value, int64_t min, int64_t max) {
+    if (value < min) {
+      Add(path, absl::StrCat("must be >= ", min, ", got ", value));
+    } else if (value > max) {
+      Add(path, absl::StrCat("must be <= ", max, ", got ", value));
+    }
+  }
+
+  // A field the chosen type does not use. Zero values count as unset unless written.
+  void Unused(const std::string& path, bool set, const std::string& by) {
+    if (set || Written(path)) Add(path, absl::StrCat("is not used by ", by, "; remove it"));
+  }
+
+  bool Written(const std::string& path) const {
+    return positions_ != nullptr && positions_->Present(path);
+  }
+
+ private:
+  const Positions* positions_;
+  Errors* errors_;
+};
+
+bool IsDns1123Label(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) return false;
+  }
+  return name.front() != '-' && name.back() != '-';
+}
+
+void ValidateModel(const v1::JobSpec& spec, Validator& v) {
+  const v1::ModelSpec& model = spec.model();
+  if (!spec.has_model()) {
+    v.Add("spec.model", absl::StrCat("is required; give its type (",
+                                     EnumChoices(v1::ModelType_descriptor()), ")"));
+    return;
+  }
+  const ModelInfo* info = FindModel(model.type());
+  if (info == nullptr) {
+    if (!v.Written("spec.model.type")) {
+      v.Add("spec.model.type",
+            absl::StrCat("is required; use one of ", EnumChoices(v1::ModelType_descriptor())));
+    }
+    return;
+  }
+  const std::string by = absl::StrCat("model ", info->name);
+  const bool classification = info->task == ModelInfo::Task::kClassification;
+  for (const std::string& field : ModelSpecFields()) {
+    if (info->Uses(field)) continue;
+    const google::protobuf::FieldDescriptor* f =
+        v1::ModelSpec::descriptor()->FindFieldByName(field);
+    const google::protobuf::Reflection* r = model.GetReflection();
+    const bool set = f->is_repeated() ? r->FieldSize(model, f) > 0 : r->HasField(model, f);
+    v.Unused("spec.model." + field, set,
+             field == "num_classes" && !classification
+                 ? absl::StrCat(by, " (a regression model; use output_size)")
+                 : by);
+  }
+  if (info->Uses("hidden_sizes")) {
+    if (model.hidden_sizes().empty()) {
+      v.Add("spec.model.hidden_sizes",
+            absl::StrCat(by, " needs at least one hidden layer, e.g. [512, 512]"));
+    } else if (model.hidden_sizes_size() > kMaxHiddenLayers) {
+      v.Add("spec.model.hidden_sizes", absl::StrCat("at most ", kMaxHiddenLayers,
+                                                    " hidden layers, got ",
+                                                    model.hidden_sizes_size()));
+    }
+    for (int i = 0; i < model.hidden_sizes_size(); ++i) {
+      v.Range(absl::StrCat("spec.model.hidden_sizes[", i, "]"), model.hidden_sizes(i), 1,
+              kMaxLayerWidth);
+    }
+  }
+  if (info->Uses("num_classes")) {
+    v.Count("spec.model.num_classes", model.num_classes(), kMaxNumClasses,
+            "the number of classes");
+    if (model.num_classes() == 1) {
+      v.Add("spec.model.num_classes", "must be >= 2: one class needs no classifier");
+    }
+  }
+  if (info->Uses("output_size")) {
+    v.Range("spec.model.output_size", model.output_size(), 1, kMaxLayerWidth);
+  }
+}
+
+void ValidateSplit(const v1::DataSplit& split, const std::string& path, v1::DataFormat format,
+                   Validator& v) {
+  if (format == v1::DATA_FORMAT_IDX) {
+    if (split.images().empty()) v.Add(path + ".images", "is required for idx data (an IDX file)");
+    if (split.labels().empty()) v.Add(path + ".labels", "is required for idx data (an IDX file)");
+    v.Unused(path + ".path", !split.path().empty(), "idx data (give images and labels)");
+  } else if (format == v1::DATA_FORMAT_CSV) {
+    if (split.path().empty()) v.Add(path + ".path", "is required for csv data (a CSV file)");
+    v.Unused(path + ".images", !split.images().empty(), "csv data (give path)");
+    v.Unused(path + ".labels", !split.labels().empty(), "csv data (give path)");
+  }
+}
+
+void ValidateData(const v1::JobSpec& spec, Validator& v) {
+  if (!spec.has_data()) {
+    v.Add("spec.data", absl::StrCat("is required; give its format (",
+                                    EnumChoices(v1::DataFormat_descriptor()), ")"));
+    return;
+  }
+  const v1::DataSpec& data = spec.data();
+  const v1::ModelType model = spec.model().type();
+  switch (data.format()) {
+    case v1::DATA_FORMAT_IDX:
+      if (!data.has_train()) v.Add("spec.data.train", "is required: {images: ..., labels: ...}");
+      ValidateSplit(data.train(), "spec.data.train", data.format(), v);
+      if (data.has_test()) ValidateSplit(data.test(), "spec.data.test", data.format(), v);
+      if (const ModelInfo* info = FindModel(model);
+          info != nullptr && info->task == ModelInfo::Task::kRegression) {
+        const std::vector<std::string> classifiers = ModelNames(
+            [](const ModelInfo& m) { return m.task == ModelInfo::Task::kClassification; });
+        v.Add("spec.model.type",
+              absl::StrCat(info->name, " is a regression model, but idx data has class labels; "
+                           "use ", absl::StrJoin(classifiers, " or ")));
+      }
+      v.Unused("spec.data.csv", data.has_csv(), "idx data");
+      v.Unused("spec.data.synthetic", data.has_synthetic(), "idx data");
+      break;
+    case v1::DATA_FORMAT_CSV:
+      if (!data.has_train()) v.Add("spec.data.train", "is required: {path: ...}");
+      ValidateSplit(data.train(), "spec.data.train", data.format(), v);
+      if (data.has_test()) ValidateSplit(data.test(), "spec.data.test", data.format(), v);
+      if (data.csv().label_column().empty()) {
+        v.Add("spec.data.csv.label_column", "is required for csv data: the column with labels");
+      }
+      if (data.csv().delimiter().size() > 1) {
+        v.Add("spec.data.csv.delimiter",
+              absl::StrCat("must be one character, got \"", data.csv().delimiter(), "\""));
+      }
+      v.Unused("spec.data.synthetic", data.has_synthetic(), "csv data");
+      break;
+    case v1::DATA_FORMAT_SYNTHETIC: {
+      v.Unused("spec.data.train", data.has_train(), "synthetic data (it is generated)");
+      v.Unused("spec.data.test", data.has_test(), "synthetic data (it is generated)");
+      v.Unused("spec.data.csv", data.has_csv(), "synthetic data");
+      const v1::SyntheticOptions& syn = data.synthetic();
+      const std::string p = "spec.data.synthetic";
+      if (syn.task() == v1::SYNTHETIC_TASK_UNSPECIFIED) {
+        v.Add(p + ".task", absl::StrCat("is required; use one of ",
+                                        EnumChoices(v1::SyntheticTask_descriptor())));
+      } else if ((syn.task() == v1::SYNTHETIC_TASK_CLASSIFICATION) !=
+                     IsClassification(model) &&
+                 model != v1::MODEL_TYPE_UNSPECIFIED) {
+        v.Add(p + ".task", absl::StrCat("a ", EnumName(v1::SyntheticTask_descriptor(), syn.task()),
+                                        " task does not suit model ", ModelTypeName(model)));
+      }
+      v.Count(p + ".num_train_examples", syn.num_train_examples(), kMaxExamples,
+              "examples to generate");
+      v.Range(p + ".num_test_examples", syn.num_test_examples(), 0, kMaxExamples);
+      v.Count(p + ".num_features", syn.num_features(), kMaxFeatures, "input width");
+      const int64_t model_outputs = IsClassification(model) ? spec.model().num_classes()
+                                                            : spec.model().output_size();
+      if (syn.num_outputs() != 0 && model_outputs != 0 && syn.num_outputs() != model_outputs) {
+        v.Add(p + ".num_outputs",
+              absl::StrCat("is ", syn.num_outputs(), " but the model has ", model_outputs,
+                           IsClassification(model) ? " classes" : " outputs"));
+      }
+      if (syn.noise() < 0 || !std::isfinite(syn.noise())) {
+        v.Add(p + ".noise", absl::StrCat("must be a finite number >= 0, got ", syn.noise()));
+      }
+      break;
+    }
+    default:
+      v.Add("spec.data.format", absl::StrCat("is required; use one of ",
+                                             EnumChoices(v1::DataFormat_descriptor())));
+      return;
+  }
+  if (data.prefetch_size() != 0 || v.Written("spec.data.prefetch_size")) {
+    v.Range("spec.data.prefetch_size", data.prefetch_size(), 1, kMaxPrefetchSize);
+  }
+}
+
+void ValidateOptimizer(const v1::JobSpec& spec, Validator& v) {
+  if (!spec.has_optimizer()) {
+    v.Add("spec.optimizer", absl::StrCat("is required; give its type (", OptimizerNames(),
+                                         ") and learning_rate"));
+    return;
+  }
+  const v1::OptimizerSpec& opt = spec.optimizer();
+  ForEachOptimizerError(opt, [&](absl::string_view field, absl::string_view message) {
+    const std::string path = absl::StrCat("spec.optimizer.", field);
+    if (field == "learning_rate" && opt.learning_rate() == 0 && !v.Written(path)) {
+      v.Add(path, "is required (a positive number such as 0.001)");
+    } else {
+      v.Add(path, std::string(message));
+    }
+  });
+}
+
+void ValidateMesh(const v1::JobSpec& spec, Validator& v) {
+  if (!spec.has_mesh()) {
+    v.Add("spec.mesh", "is required, e.g. {data_parallel_size: 4}");
+    return;
+  }
+  const v1::MeshSpec& mesh = spec.mesh();
+  const std::string p = "spec.mesh";
+  // Sizes that are given must be sizes, whatever the mesh type.
+  for (const auto& [field, value] :
+       {std::make_pair("data_parallel_size", mesh.data_parallel_size()),
+        std::make_pair("model_parallel_size", mesh.model_parallel_size()),
+        std::make_pair("num_devices", mesh.num_devices())}) {
+    const std::string path = absl::StrCat(p, ".", field);
+    if (value != 0 || v.Written(path)) v.Range(path, value, 1, kMaxMeshAxisSize);
+  }
+  switch (mesh.type()) {
+    case v1::MESH_TYPE_DATA_PARALLEL:
+      if (mesh.data_parallel_size() == 0 && !v.Written(p + ".data_parallel_size")) {
+        v.Add(p + ".data_parallel_size", "is required (devices on the data axis)");
+      }
+      if (mesh.model_parallel_size() > 1) {
+        v.Add(p + ".model_parallel_size",
+              absl::StrCat("a data-parallel mesh has model_parallel_size 1, got ",
+                           mesh.model_parallel_size(), "; use type hybrid for a model axis"));
+      }
+      v.Unused(p + ".num_devices", mesh.num_devices() != 0,
+               "a data-parallel mesh (use data_parallel_size)");
+      v.Unused(p + ".allow_cross_host_model_axis", mesh.allow_cross_host_model_axis(),
+               "a data-parallel mesh (it has no model axis)");
+      break;
+    case v1::MESH_TYPE_MODEL_PARALLEL:
+      if (mesh.num_devices() == 0 && !v.Written(p + ".num_devices")) {
+        v.Add(p + ".num_devices", "is required (devices on the model axis)");
+      }
+      if (mesh.data_parallel_size() > 1) {
+        v.Add(p + ".data_parallel_size",
+              absl::StrCat("a model-parallel mesh has no data axis, got ",
+                           mesh.data_parallel_size(), "; use type hybrid for both axes"));
+      }
+      if (mesh.model_parallel_size() > 0 && mesh.num_devices() > 0 &&
+          mesh.model_parallel_size() != mesh.num_devices()) {
+        v.Add(p + ".model_parallel_size",
+              absl::StrCat("a model-parallel mesh is sized by num_devices (",
+                           mesh.num_devices(), "), got ", mesh.model_parallel_size()));
+      }
+      break;
+    case v1::MESH_TYPE_HYBRID:
+      for (const char* field : {"data_parallel_size", "model_parallel_size"}) {
+        const std::string path = absl::StrCat(p, ".", field);
+        const int32_t value = std::string(field) == "data_parallel_size"
+                                  ? mesh.data_parallel_size()
+                                  : mesh.model_parallel_size();
+        if (value == 0 && !v.Written(path)) {
+          v.Add(path, "is required for a hybrid mesh");
+        }
+      }
+      v.Unused(p + ".num_devices", mesh.num_devices() != 0,
+               "a hybrid mesh (use data_parallel_size and model_parallel_size)");
+      if (int64_t{mesh.data_parallel_size()} * mesh.model_parallel_size() > kMaxMeshAxisSize) {
+        v.Add(p, absl::StrCat("a mesh of ", mesh.data_parallel_size(), " x ",
+                              mesh.model_parallel_size(), " devices is larger than the limit of ",
+                              kMaxMeshAxisSize));
+      }
+      break;
+    default:
+      v.Add(p + ".type",
+            absl::StrCat("is required; use one of ", EnumChoices(v1::MeshType_descriptor())));
+      return;
+  }
+  // Only some models split over a model axis (tensor parallelism); reject the rest up front.
+  const int64_t mp = ModelAxisSize(spec);
+  const ModelInfo* model = FindModel(spec.model().type());
+  if (mp > 1 && model != nullptr && !model->tensor_parallel) {
+    const std::vector<std::string> split =
+        ModelNames([](const ModelInfo& m) { return m.tensor_parallel; });
+    v.Add(p, absl::StrCat("a model axis of size ", mp, " needs a model that splits over it; only ",
+                          absl::StrJoin(split, ", "), split.size() == 1 ? " does" : " do",
+                          " (got ", model->name, ")"));
+  }
+  if (mp > 1 && model != nullptr && model->tensor_parallel) {
+    for (int i = 0; i < spec.model().hidden_sizes_size(); ++i) {
+      const int64_t width = spec.model().hidden_sizes(i);
+      if (width > 0 && width % mp != 0) {
+        v.Add(absl::StrCat("spec.model.hidden_sizes[", i, "]"),
+              absl::StrCat(width, " does not divide over the model axis of size ", mp,
+                           "; use a multiple of ", mp));
+      }
+    }
+  }
+}
+
+void ValidateBatch(const v1::JobSpec& spec, Validator& v) {
+  const v1::BatchSpec& batch = spec.batch();
+  const std::string p = "spec.batch";
+  if (batch.global_batch_size() == 0 && batch.per_device_batch_size() == 0 &&
+      !v.Written(p + ".global_batch_size") && !v.Written(p + ".per_device_batch_size")) {
+    v.Add(p, "give global_batch_size or per_device_batch_size (or both)");
+    return;
+  }
+  const bool has_global = batch.global_batch_size() != 0 || v.Written(p + ".global_batch_size");
+  const bool has_per_device =
+      batch.per_device_batch_size() != 0 || v.Written(p + ".per_device_batch_size");
+  if (has_global) v.Range(p + ".global_batch_size", batch.global_batch_size(), 1, kMaxBatchSize);
+  if (has_per_device) {
+    v.Range(p + ".per_device_batch_size", batch.per_device_batch_size(), 1, kMaxBatchSize);
+  }
+  const int64_t dp = DataAxisSize(spec);
+  if (dp < 1 || dp > kMaxMeshAxisSize) return;  // the mesh error says why
+  if (has_global && batch.global_batch_size() > 0 && batch.global_batch_size() % dp != 0) {
+    const int64_t g = batch.global_batch_size();
+    v.Add(p + ".global_batch_size",
+          absl::StrCat(g, " does not divide over the data axis of size ", dp, " (", g, " = ", dp,
+                       " x ", g / dp, " + ", g % dp, "); use a multiple of ", dp));
+  }
+  if (has_global && has_per_device && batch.per_device_batch_size() > 0 &&
+      batch.global_batch_size() > 0 &&
+      batch.global_batch_size() != batch.per_device_batch_size() * dp) {
+    v.Add(p + ".per_device_batch_size",
+          absl::StrCat(batch.per_device_batch_size(), " x ", dp, " data-axis devices = ",
+                       batch.per_device_batch_size() * dp, ", but global_batch_size is ",
+                       batch.global_batch_size(), "; give one of them or make them agree"));
+  }
+  if (has_per_device && !has_global && batch.per_device_batch_size() * dp > kMaxBatchSize) {
+    v.Add(p + ".per_device_batch_size",
+          absl::StrCat(batch.per_device_batch_size(), " x ", dp,
+                       " data-axis devices is larger than the limit of ", kMaxBatchSize));
+  }
+}
+
+void ValidateRest(const v1::JobSpec& spec, Validator& v) {
+  if (spec.name().empty()) {
+    v.Add("metadata.name", "is required: a name for the job, such as fashion-mnist-mlp");
+  } else if (!IsDns1123Label(spec.name())) {
+    v.Add("metadata.name",
+          absl::StrCat("'", spec.name(), "' must be at most 63 lowercase letters, digits or '-', "
+                       "starting and ending with a letter or digit"));
+  }
+  switch (spec.length_case()) {
+    case v1::JobSpec::kSteps:
+      v.Range("spec.steps", spec.steps(), 1, kMaxSteps);
+      break;
+    case v1::JobSpec::kEpochs:
+      v.Range("spec.epochs", spec.epochs(), 1, kMaxEpochs);
+      break;
+    default:
+      v.Add("spec", "give steps or epochs: how long to train");
+  }
+
+  const bool classification = IsClassification(spec.model().type());
+  std::vector<std::string> known = {kMetricLoss, kMetricStep};
+  if (classification) known.insert(known.begin() + 1, kMetricAccuracy);
+  for (const auto& [name, reduction] : spec.metrics()) {
+    const std::string path = absl::StrCat("spec.metrics.", name);
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      v.Add(path, absl::StrCat(
+                      name == kMetricAccuracy ? "a regression model reports no accuracy"
+                                              : absl::StrCat("unknown metric '", name, "'"),
+                      "; the model reports ", absl::StrJoin(known, ", ")));
+    }
+    if (reduction == v1::REDUCTION_UNSPECIFIED || reduction == v1::REDUCTION_NONE) {
+      v.Add(path,
+            absl::StrCat("needs a reduction: one of ", EnumChoices(v1::Reduction_descriptor())));
+    }
+  }
+  if (spec.report_every_steps() != 0 || v.Written("spec.report_every_steps")) {
+    v.Range("spec.report_every_steps", spec.report_every_steps(), 1, kMaxSteps);
+  }
+  if (spec.has_checkpoint()) {
+    const v1::CheckpointSpec& c = spec.checkpoint();
+    if (c.directory().empty()) {
+      v.Add("spec.checkpoint.directory", "is required when checkpointing: a shared directory");
+    }
+    v.Count("spec.checkpoint.every_steps", c.every_steps(), kMaxSteps,
+            "steps between checkpoints");
+  }
+  v.Range("spec.max_restarts", spec.max_restarts(), 0, kMaxRestarts);
+}
+
+}  // namespace
+
+void Validate(const v1::JobSpec& spec, const Positions* positions, Errors* errors) {
+  Validator v(positions, errors);
+  ValidateModel(spec, v);
+  ValidateData(spec, v);
+  ValidateOptimizer(spec, v);
+  ValidateMesh(spec, v);
+  ValidateBatch(spec, v);
+  ValidateRest(spec, v);
+}
+
+}  // namespace job_spec_internal
+}  // namespace substrax
