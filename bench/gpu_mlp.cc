@@ -21,9 +21,9 @@
 #include "absl/time/time.h"
 #include "core/status.h"
 #include "substrax/v1/job.pb.h"
+#include "worker/compute/cuda_model.h"
+#include "worker/data/cuda_prefetch.h"
 #include "worker/gpu/cuda_device.h"
-#include "worker/gpu/cuda_model.h"
-#include "worker/gpu/cuda_prefetch.h"
 
 namespace substrax {
 namespace {

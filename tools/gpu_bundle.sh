@@ -2,7 +2,9 @@
 # Collects the GPU binaries and the non-system shared libraries they need into gpu-bundle/
 # (bin/ and lib/), for a lent GPU machine that has CUDA's driver but none of our Debian
 # libraries (abseil, protobuf, gRPC, ...). Run on the build machine after:
-#   bazel build -c opt --config=cuda //worker/gpu:all //bench:gpu_mlp //worker:substrax-worker
+#   bazel build -c opt --config=cuda //worker/compute:cuda_model_test \
+#     //worker/data:cuda_prefetch_test //worker/runtime:step_loop_test //bench:gpu_mlp \
+#     //worker:substrax-worker
 # then carry gpu-bundle/ and run tests/gpu/run.sh there.
 #
 # Bundled: our Bazel-built .so files and Debian's (abseil, protobuf, gRPC, gloo, libstdc++ ...).
@@ -16,7 +18,9 @@ out=gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 bins=(
-  bazel-bin/worker/gpu/cuda_model_test
+  bazel-bin/worker/compute/cuda_model_test
+  bazel-bin/worker/data/cuda_prefetch_test
+  bazel-bin/worker/runtime/step_loop_test
   bazel-bin/bench/gpu_mlp
   bazel-bin/worker/substrax-worker
 )

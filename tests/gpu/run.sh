@@ -3,14 +3,17 @@
 # our Debian libraries). Runs in a copy of the repository with gpu-bundle/ carried along.
 #
 # On the build machine (no GPU needed):
-#   bazel build -c opt --config=cuda //worker/gpu:all //bench:gpu_mlp //worker:substrax-worker
+#   bazel build -c opt --config=cuda //worker/compute:cuda_model_test \
+#     //worker/data:cuda_prefetch_test //worker/runtime:step_loop_test //bench:gpu_mlp \
+#     //worker:substrax-worker
 #   tools/gpu_bundle.sh            # -> gpu-bundle/bin (binaries), gpu-bundle/lib (their .so files)
 # Then, through the device tool, carrying gpu-bundle:
 #   run(command="tests/gpu/run.sh", carry=["gpu-bundle"], timeout_s=480)
 #
 # Steps (each bounded by `timeout`; the whole script stays under 8 minutes):
-#   1. the GPU unit tests (worker/gpu:cuda_model_test: CudaModel vs the CPU Model, optimizers,
-#      prefetch), which must not skip here;
+#   1. the GPU unit tests, which must not skip here: worker/compute:cuda_model_test (CudaModel
+#      and CudaOptimizer vs the CPU reference), worker/data:cuda_prefetch_test, and the CUDA
+#      variant of worker/runtime:step_loop_test (the one step loop on GPU memory with NCCL);
 #   2. Fashion-MNIST MLP on one GPU to test_accuracy >= 0.87
 #      (examples/fashion_mnist_mlp_gpu.yaml with the bundle's copy of the data);
 #   3. our training step vs PyTorch on this GPU, same model/batch/optimizer:
@@ -35,18 +38,21 @@ timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,
   tee -a "$log"
 
 say "== 1. GPU unit tests"
-timeout 120 "$bundle/bin/cuda_model_test" --gtest_brief=0 >"$out/cuda_model_test.log" 2>&1
-rc=$?
-tail -n 30 "$out/cuda_model_test.log" | tee -a "$log"
-if ((rc != 0)); then
-  say "FAIL: cuda_model_test rc=$rc"; status=1
-else
-  say "PASS: cuda_model_test"
-fi
-# Only the stub-build test may skip on a GPU machine.
-if grep -E "^\[  SKIPPED \] [A-Za-z/]+\." "$out/cuda_model_test.log" | grep -v FactoriesSayHowToBuild | grep -q .; then
-  say "FAIL: GPU tests skipped on a GPU machine (see above)"; status=1
-fi
+for t in cuda_model_test cuda_prefetch_test step_loop_test; do
+  timeout 120 "$bundle/bin/$t" --gtest_brief=0 >"$out/$t.log" 2>&1
+  rc=$?
+  tail -n 30 "$out/$t.log" | tee -a "$log"
+  if ((rc != 0)); then
+    say "FAIL: $t rc=$rc"; status=1
+  else
+    say "PASS: $t"
+  fi
+  # Only the tests of the build without CUDA may skip on a GPU machine.
+  if grep -E "^\[  SKIPPED \] [A-Za-z/]+\." "$out/$t.log" |
+    grep -vE "FactoriesSayHowToBuild|WithoutCudaCreateSaysHowToBuild" | grep -q .; then
+    say "FAIL: $t skipped GPU tests on a GPU machine (see above)"; status=1
+  fi
+done
 
 say "== 2. Fashion-MNIST MLP on one GPU (test_accuracy >= 0.87)"
 sed "s#/usr/share/datasets/fashion-mnist#$PWD/$bundle/data#" examples/fashion_mnist_mlp_gpu.yaml \

@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "worker/gpu/cuda_status.h"
-#include "worker/gpu/kernels.h"
 
 namespace substrax {
 
@@ -164,48 +163,6 @@ absl::StatusOr<TensorTree> CudaDevice::Download(const DeviceTree& tree) const {
     SUBSTRAX_ASSIGN_OR_RETURN(out[name], Download(tensor));
   }
   return out;
-}
-
-absl::StatusOr<std::unique_ptr<CudaMetrics>> CudaMetrics::Create(const CudaDevice& device) {
-  std::unique_ptr<CudaMetrics> metrics(new CudaMetrics(device));
-  SUBSTRAX_RETURN_IF_ERROR(device.MakeCurrent());
-  SUBSTRAX_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&metrics->sums_, sizeof(gpu::DeviceMetricSums)),
-                                      "cudaMalloc of the metric sums", device.name()));
-  SUBSTRAX_RETURN_IF_ERROR(metrics->Reset());
-  return metrics;
-}
-
-CudaMetrics::~CudaMetrics() {
-  if (sums_ != nullptr) {
-    cudaSetDevice(device_.ordinal());
-    cudaFree(sums_);
-  }
-}
-
-absl::Status CudaMetrics::Reset() {
-  count_ = 0;
-  return CudaStatus(
-      cudaMemsetAsync(sums_, 0, sizeof(gpu::DeviceMetricSums), device_.stream()),
-      "cudaMemsetAsync of the metric sums", device_.name());
-}
-
-absl::StatusOr<EvalResult> CudaMetrics::Read() {
-  gpu::DeviceMetricSums sums;
-  SUBSTRAX_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&sums, sums_, sizeof(sums),
-                                                      cudaMemcpyDeviceToHost, device_.stream()),
-                                      "cudaMemcpyAsync of the metric sums", device_.name()));
-  SUBSTRAX_RETURN_IF_ERROR(device_.Synchronize());
-  if (sums.invalid_labels > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        sums.invalid_labels, " of the ", count_,
-        " examples since the last report have a label (batch.targets) that is not a class id in "
-        "[0, num_classes); check the data"));
-  }
-  EvalResult result;
-  result.loss_sum = sums.loss_sum;
-  result.correct = static_cast<int64_t>(sums.correct);
-  result.count = count_;
-  return result;
 }
 
 }  // namespace substrax

@@ -24,7 +24,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/compute/model.h"
 #include "worker/tensor/tensor.h"
 
 // cudaStream_t is a CUstream_st*; declared here so this header stays free of CUDA headers.
@@ -34,6 +33,11 @@ namespace substrax {
 
 // True when this binary was built with --config=cuda.
 bool CudaBuilt();
+// What every CUDA factory returns in the default build.
+inline absl::Status CudaNotBuilt() {
+  return absl::UnimplementedError(
+      "the CUDA backend was built without --config=cuda; rebuild with bazel build --config=cuda");
+}
 
 // The number of usable CUDA devices.
 // Errors: UNIMPLEMENTED without --config=cuda; FAILED_PRECONDITION when the driver or runtime
@@ -130,34 +134,6 @@ class CudaDevice {
   CUstream_st* stream_ = nullptr;
   void* cublas_ = nullptr;
   std::string name_;
-};
-
-// Loss and accuracy sums accumulated on the device by every LossAndGradients / Evaluate call since
-// the last Reset, read back once per report (one small copy and a stream synchronisation).
-class CudaMetrics {
- public:
-  // Errors: as DeviceBuffer::Allocate.
-  static absl::StatusOr<std::unique_ptr<CudaMetrics>> Create(const CudaDevice& device);
-  ~CudaMetrics();
-  CudaMetrics(const CudaMetrics&) = delete;
-  CudaMetrics& operator=(const CudaMetrics&) = delete;
-
-  // Zeroes the sums (queued on the device's stream).
-  absl::Status Reset();
-  // The sums so far, waiting for the queued work. count is the examples passed since Reset.
-  // Errors: INVALID_ARGUMENT when some label was not a class id in [0, num_classes) (the kernel
-  // counted it instead of failing the step); INTERNAL for CUDA errors.
-  absl::StatusOr<EvalResult> Read();
-
-  // For the model: the device-side sums (a gpu::DeviceMetricSums*) and the host-side count.
-  void* device_sums() const { return sums_; }
-  void AddCount(int64_t n) { count_ += n; }
-
- private:
-  explicit CudaMetrics(const CudaDevice& device) : device_(device) {}
-  const CudaDevice& device_;
-  void* sums_ = nullptr;
-  int64_t count_ = 0;
 };
 
 }  // namespace substrax

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "worker/gpu/cuda_device.h"
-#include "worker/gpu/cuda_model.h"
-#include "worker/gpu/cuda_prefetch.h"
+#include "worker/compute/cuda_model.h"
+#include "worker/data/cuda_prefetch.h"
 #include "worker/data/sampler.h"
 
 namespace substrax {

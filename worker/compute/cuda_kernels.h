@@ -5,8 +5,8 @@
 // Matrices are row-major [rows, cols], as worker/tensor. Sizes are element counts; every function
 // accepts 0 (then it launches nothing). Kept free of heavy includes so nvcc needs only the CUDA
 // headers (tools/cuda.bzl).
-#ifndef SUBSTRAX_WORKER_GPU_KERNELS_H_
-#define SUBSTRAX_WORKER_GPU_KERNELS_H_
+#ifndef SUBSTRAX_WORKER_COMPUTE_CUDA_KERNELS_H_
+#define SUBSTRAX_WORKER_COMPUTE_CUDA_KERNELS_H_
 
 #include <cstdint>
 
@@ -86,4 +86,4 @@ const CudaOptimizerKernel* FindCudaOptimizerKernel(const char* name);
 }  // namespace gpu
 }  // namespace substrax
 
-#endif  // SUBSTRAX_WORKER_GPU_KERNELS_H_
+#endif  // SUBSTRAX_WORKER_COMPUTE_CUDA_KERNELS_H_

@@ -1,50 +1,18 @@
-// The GPU backend in a build without --config=cuda: every factory fails with UNIMPLEMENTED, so
-// no object of these classes can exist and the other members are never reached. They are defined
-// so that callers link in both builds.
+// CudaModel, CudaOptimizer and CudaMetrics in a build without --config=cuda: every factory fails
+// with UNIMPLEMENTED (after checking what it can check without a GPU), so no object of these
+// classes can exist; the other members are defined so that callers link in both builds.
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
 #include "core/optimizers.h"
 #include "core/status.h"
-#include "worker/gpu/cuda_device.h"
-#include "worker/gpu/cuda_model.h"
-#include "worker/gpu/cuda_prefetch.h"
+#include "worker/compute/cuda_model.h"
 
 namespace substrax {
 namespace {
-
-absl::Status NotBuilt() {
-  return absl::UnimplementedError(
-      "the CUDA backend was built without --config=cuda; rebuild with bazel build --config=cuda");
-}
-
+absl::Status NotBuilt() { return CudaNotBuilt(); }
 }  // namespace
-
-bool CudaBuilt() { return false; }
-absl::StatusOr<int> CudaDeviceCount() { return NotBuilt(); }
-
-absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(const CudaDevice&, int64_t) {
-  return NotBuilt();
-}
-DeviceBuffer::~DeviceBuffer() = default;
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  data_ = std::exchange(other.data_, nullptr);
-  size_ = std::exchange(other.size_, 0);
-  return *this;
-}
-
-absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int) { return NotBuilt(); }
-CudaDevice::~CudaDevice() = default;
-absl::Status CudaDevice::MakeCurrent() const { return NotBuilt(); }
-absl::Status CudaDevice::Synchronize() const { return NotBuilt(); }
-absl::StatusOr<DeviceTensor> CudaDevice::Upload(const Tensor&) const { return NotBuilt(); }
-absl::StatusOr<Tensor> CudaDevice::Download(const DeviceTensor&) const { return NotBuilt(); }
-absl::StatusOr<DeviceTree> CudaDevice::Upload(const TensorTree&) const { return NotBuilt(); }
-absl::StatusOr<TensorTree> CudaDevice::Download(const DeviceTree&) const { return NotBuilt(); }
 
 absl::StatusOr<std::unique_ptr<CudaMetrics>> CudaMetrics::Create(const CudaDevice&) {
   return NotBuilt();
@@ -92,14 +60,5 @@ absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(const Optim
 absl::Status CudaOptimizer::Update(const DeviceTree&, DeviceTree*) { return NotBuilt(); }
 absl::Status CudaOptimizer::ScaleGradients(DeviceTree*, float) { return NotBuilt(); }
 int64_t CudaOptimizer::steps() const { return 0; }
-
-struct CudaPrefetcher::Impl {};
-CudaPrefetcher::CudaPrefetcher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CudaPrefetcher::~CudaPrefetcher() = default;
-absl::StatusOr<std::unique_ptr<CudaPrefetcher>> CudaPrefetcher::Create(const CudaDevice*,
-                                                                       Producer<Batch>, int) {
-  return NotBuilt();
-}
-absl::StatusOr<std::optional<DeviceBatchView>> CudaPrefetcher::Next() { return NotBuilt(); }
 
 }  // namespace substrax

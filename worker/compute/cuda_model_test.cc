@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +16,8 @@
 #include "substrax/v1/job.pb.h"
 #include "worker/compute/model.h"
 #include "worker/compute/optimizer.h"
+#include "worker/compute/cuda_model.h"
 #include "worker/gpu/cuda_device.h"
-#include "worker/gpu/cuda_model.h"
-#include "worker/gpu/cuda_prefetch.h"
 #include "worker/tensor/tensor.h"
 
 namespace substrax {
@@ -244,53 +242,6 @@ TEST(CudaModelErrorsTest, BadShapesAndLabels) {
   EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(missing.message().find("dense_1/bias"), std::string::npos) << missing;
   EXPECT_EQ(CudaDevice::Create(1 << 20).status().code(), absl::StatusCode::kFailedPrecondition);
-}
-
-TEST(CudaPrefetcherTest, DeliversEveryBatchInOrderAndOverlaps) {
-  SKIP_WITHOUT_GPU();
-  auto device = CudaDevice::Create(0);
-  ASSERT_TRUE(device.ok());
-  const v1::ModelSpec spec = Spec(v1::MODEL_TYPE_MLP);
-  auto gpu = CudaModel::Create(spec, kFeatures, device->get());
-  ASSERT_TRUE(gpu.ok());
-  auto cpu = Model::Create(spec, kFeatures);
-  ASSERT_TRUE(cpu.ok());
-  auto params = (*gpu)->Init(5);
-  ASSERT_TRUE(params.ok());
-  auto metrics = CudaMetrics::Create(**device);
-  ASSERT_TRUE(metrics.ok());
-  constexpr int kBatches = 12;
-  int produced = 0;
-  // Sizes vary (the last is smaller), so slots grow and views carry the size.
-  Producer<Batch> producer = [&]() -> absl::StatusOr<std::optional<Batch>> {
-    if (produced == kBatches) return std::optional<Batch>();
-    const int64_t n = produced == kBatches - 1 ? 5 : 40 + produced;
-    return std::optional<Batch>(MakeBatch(n, true, 100 + produced++));
-  };
-  auto batches = CudaPrefetcher::Create(device->get(), producer, 2);
-  ASSERT_TRUE(batches.ok()) << batches.status();
-  DeviceTree grads;
-  double want_loss_sum = 0;
-  int64_t want_count = 0;
-  const TensorTree cpu_params = (*cpu)->Init(5);
-  for (int i = 0; i < kBatches; ++i) {
-    auto batch = (*batches)->Next();
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    ASSERT_TRUE(batch->has_value()) << "batch " << i;
-    EXPECT_EQ((*batch)->size, i == kBatches - 1 ? 5 : 40 + i);
-    ASSERT_TRUE((*gpu)->LossAndGradients(*params, **batch, &grads, metrics->get()).ok());
-    auto eval = (*cpu)->Evaluate(cpu_params, MakeBatch((*batch)->size, true, 100 + i));
-    ASSERT_TRUE(eval.ok());
-    want_loss_sum += eval->loss_sum;
-    want_count += eval->count;
-  }
-  auto end = (*batches)->Next();
-  ASSERT_TRUE(end.ok());
-  EXPECT_FALSE(end->has_value());
-  auto sums = (*metrics)->Read();
-  ASSERT_TRUE(sums.ok()) << sums.status();
-  EXPECT_EQ(sums->count, want_count);
-  EXPECT_NEAR(sums->loss_sum, want_loss_sum, 1e-5 * want_loss_sum);
 }
 
 TEST(CudaTensorParallelismTest, NeedsAnAllReduce) {

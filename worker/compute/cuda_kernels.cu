@@ -1,4 +1,4 @@
-#include "worker/gpu/kernels.h"
+#include "worker/compute/cuda_kernels.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,7 +1,7 @@
 // The built-in models and optimizers of worker/compute on one GPU: the same math (model.h,
 // optimizer.h), parameter names and shapes (core ModelParams) and initialisation (init.h, on the
 // host, then uploaded: equal to the CPU model's bit for bit), with cuBLAS for the matrix products
-// and the kernels of kernels.h for the rest.
+// and the kernels of cuda_kernels.h for the rest.
 //
 // Everything runs on the CudaDevice's stream and nothing synchronises: a training step queues its
 // work and returns; the loss and accuracy accumulate in a CudaMetrics on the device, read once per
@@ -10,8 +10,8 @@
 //
 // Tensor parallelism as in model.h (Megatron-LM pairs over the model axis), with an all-reduce
 // callback that takes device memory. Without --config=cuda, Create returns UNIMPLEMENTED.
-#ifndef SUBSTRAX_WORKER_GPU_CUDA_MODEL_H_
-#define SUBSTRAX_WORKER_GPU_CUDA_MODEL_H_
+#ifndef SUBSTRAX_WORKER_COMPUTE_CUDA_MODEL_H_
+#define SUBSTRAX_WORKER_COMPUTE_CUDA_MODEL_H_
 
 #include <cstdint>
 #include <functional>
@@ -28,6 +28,34 @@
 #include "worker/tensor/tensor.h"
 
 namespace substrax {
+
+// Loss and accuracy sums accumulated on the device by every LossAndGradients / Evaluate call since
+// the last Reset, read back once per report (one small copy and a stream synchronisation).
+class CudaMetrics {
+ public:
+  // Errors: as DeviceBuffer::Allocate.
+  static absl::StatusOr<std::unique_ptr<CudaMetrics>> Create(const CudaDevice& device);
+  ~CudaMetrics();
+  CudaMetrics(const CudaMetrics&) = delete;
+  CudaMetrics& operator=(const CudaMetrics&) = delete;
+
+  // Zeroes the sums (queued on the device's stream).
+  absl::Status Reset();
+  // The sums so far, waiting for the queued work. count is the examples passed since Reset.
+  // Errors: INVALID_ARGUMENT when some label was not a class id in [0, num_classes) (the kernel
+  // counted it instead of failing the step); INTERNAL for CUDA errors.
+  absl::StatusOr<EvalResult> Read();
+
+  // For the model: the device-side sums (a gpu::DeviceMetricSums*) and the host-side count.
+  void* device_sums() const { return sums_; }
+  void AddCount(int64_t n) { count_ += n; }
+
+ private:
+  explicit CudaMetrics(const CudaDevice& device) : device_(device) {}
+  const CudaDevice& device_;
+  void* sums_ = nullptr;
+  int64_t count_ = 0;
+};
 
 // How this device takes part in tensor parallelism (TensorParallelism with device memory).
 struct CudaTensorParallelism {
@@ -84,7 +112,7 @@ class CudaModel {
 };
 
 // The optimizers of core/optimizers.h applied on the device, through the CUDA kernel each has in
-// worker/gpu/kernels.cu (kernels without fused multiply-adds: the same float results as the CPU
+// cuda_kernels.cu (kernels without fused multiply-adds: the same float results as the CPU
 // Optimizer from the same gradients). State per parameter, as many tensors as the table's row has
 // slots, created on first use; not thread-safe (the device thread owns it).
 class CudaOptimizer {
@@ -115,4 +143,4 @@ class CudaOptimizer {
 
 }  // namespace substrax
 
-#endif  // SUBSTRAX_WORKER_GPU_CUDA_MODEL_H_
+#endif  // SUBSTRAX_WORKER_COMPUTE_CUDA_MODEL_H_

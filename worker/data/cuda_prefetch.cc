@@ -1,4 +1,4 @@
-#include "worker/gpu/cuda_prefetch.h"
+#include "worker/data/cuda_prefetch.h"
 
 #include <cstring>
 #include <memory>

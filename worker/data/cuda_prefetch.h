@@ -17,8 +17,8 @@
 //
 // Thread-safety: Next() from the device thread that owns the CudaDevice only. Without
 // --config=cuda, Create returns UNIMPLEMENTED.
-#ifndef SUBSTRAX_WORKER_GPU_CUDA_PREFETCH_H_
-#define SUBSTRAX_WORKER_GPU_CUDA_PREFETCH_H_
+#ifndef SUBSTRAX_WORKER_DATA_CUDA_PREFETCH_H_
+#define SUBSTRAX_WORKER_DATA_CUDA_PREFETCH_H_
 
 #include <memory>
 #include <optional>
@@ -60,4 +60,4 @@ class CudaPrefetcher {
 
 }  // namespace substrax
 
-#endif  // SUBSTRAX_WORKER_GPU_CUDA_PREFETCH_H_
+#endif  // SUBSTRAX_WORKER_DATA_CUDA_PREFETCH_H_
