@@ -1,5 +1,5 @@
-// Fault tolerance of collectives across processes (STYLE.md 14, third tier): two processes with
-// two device threads each all-reduce in a loop; one process is killed with SIGKILL in the middle;
+// Fault tolerance of collectives across processes: two forked processes with two device threads
+// each all-reduce in a loop; one process is killed with SIGKILL in the middle;
 // every surviving rank must return UNAVAILABLE naming the dead ranks within twice the collective
 // timeout, and no process may be left hanging.
 #include <signal.h>
