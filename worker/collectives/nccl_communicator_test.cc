@@ -153,5 +153,39 @@ TEST(NcclCommunicatorTest, DeadPeerAbortsAndLaterCallsFailFast) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("process 1 (worker w-1, host b) died"));
 }
 
+
+// The watchdog on a real communicator: a collective that cannot finish within the timeout (its
+// stream is held by a host function that sleeps past it, as a hung peer would hold it) is
+// aborted and fails with DEADLINE_EXCEEDED, within seconds, and every later call fails fast.
+TEST(NcclCommunicatorTest, TimeoutAbortsTheCommunicator) {
+  SKIP_WITHOUT_GPU();
+#ifdef SUBSTRAX_CUDA
+  InMemoryStore store;
+  NcclCommunicatorOptions options;
+  options.self = "device 0 (cuda:0 on test)";
+  options.timeout = absl::Milliseconds(200);
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+      NcclCommunicator::Create(options, &store, 0, 1);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 4 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(
+                stream, [](void*) { absl::SleepFor(absl::Seconds(2)); }, nullptr),
+            cudaSuccess);
+  const absl::Time start = absl::Now();
+  const absl::Status s = (*comm)->AllReduce(d, DataType::kFloat32, 4, ReduceOp::kSum,
+                                            ExecutionContext::Stream(stream));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  const absl::Status after = (*comm)->Barrier();
+  EXPECT_TRUE(absl::IsFailedPrecondition(after)) << after;
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  cudaFree(d);
+#endif
+}
+
 }  // namespace
 }  // namespace substrax
