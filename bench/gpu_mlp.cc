@@ -1,12 +1,18 @@
-// Training-step throughput of the CUDA backend (CudaModel + CudaOptimizer) on one GPU, for the
-// model, batch and optimizer bench/torch_mlp.py runs in PyTorch: an mlp 784-512-256-10, softmax
-// cross-entropy, adam(1e-3), batch 128, float32 (no TF32). Three loops over the same synthetic
-// batches: batches already on the device (pure compute), a synchronous upload before every step
-// (no prefetch), and CudaPrefetcher (size 2). Verifies what it measures in the same run: the mean
-// loss read back at the end must be finite and lower than the first step's.
+// Training-step throughput of our real CUDA step on one GPU: the DeviceBackend the step loop drives
+// (CreateCudaBackend: cuBLAS model, device optimizer, CudaPrefetcher, the flat gradient buffer),
+// called as RunStepLoop calls it on a one-device mesh (NextBatch, ComputeGradients,
+// ApplyGradients; no collective, there is no peer). bench/torch_mlp.py is its PyTorch twin: the
+// same mlp (784 inputs, --hidden widths, 10 classes, ReLU), softmax cross-entropy, adam(1e-3),
+// batch 128, float32 without TF32, batches taken from host memory every step as ours are.
+// Verifies what it measures in the same run: the mean loss over the timed steps must be finite and
+// lower than the first step's.
 //
-//   bazel build -c opt --config=cuda //bench:gpu_mlp && bazel-bin/bench/gpu_mlp --steps 1000
-// Prints `samples_per_second=<n>` (device-resident loop) and `ms_per_step_*` lines.
+//   bazel build -c opt --config=cuda //bench:gpu_mlp
+//   bazel-bin/bench/gpu_mlp --steps 2000                       # 784-512-256-10
+//   bazel-bin/bench/gpu_mlp --steps 200 --hidden 8192,8192     # the wide one
+// Prints `samples_per_second=<n>` and `ms_per_step=`, and the device-time fractions per phase.
+// Exit status 2, with "no CUDA device" or the build's UNIMPLEMENTED, when there is no GPU to
+// measure; 1 when the step fails or the verification does.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,21 +20,29 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/job_spec.h"
 #include "core/status.h"
 #include "substrax/v1/job.pb.h"
-#include "worker/compute/cuda_model.h"
-#include "worker/data/cuda_prefetch.h"
 #include "worker/gpu/cuda_device.h"
+#include "worker/runtime/cuda_backend.h"
+#include "worker/runtime/device_backend.h"
+#include "worker/runtime/gradient_buckets.h"
+#include "worker/tensor/tensor.h"
 
 namespace substrax {
 namespace {
 
-constexpr int64_t kFeatures = 784, kBatch = 128, kDistinctBatches = 16;
+constexpr int64_t kFeatures = 784, kBatch = 128, kDistinctBatches = 16, kWarmup = 50;
 
 Batch MakeBatch(uint32_t seed) {
   uint32_t s = seed * 2654435761u + 12345;
@@ -38,7 +52,7 @@ Batch MakeBatch(uint32_t seed) {
   };
   std::vector<float> x(kBatch * kFeatures), t(kBatch);
   for (float& v : x) v = next();
-  // Learnable labels: the class is the first feature's tenth.
+  // Learnable labels: the class is the first feature's tenth (as in torch_mlp.py).
   for (int64_t i = 0; i < kBatch; ++i) t[i] = std::floor(x[i * kFeatures] * 10);
   Batch b;
   b.inputs = Tensor({kBatch, kFeatures}, x);
@@ -46,91 +60,96 @@ Batch MakeBatch(uint32_t seed) {
   return b;
 }
 
-absl::Status Run(int steps) {
-  SUBSTRAX_ASSIGN_OR_RETURN(auto device, CudaDevice::Create(0));
-  v1::ModelSpec spec;
-  spec.set_type(v1::MODEL_TYPE_MLP);
-  spec.add_hidden_sizes(512);
-  spec.add_hidden_sizes(256);
-  spec.set_num_classes(10);
-  v1::OptimizerSpec opt_spec;
-  opt_spec.set_type("adam");
-  opt_spec.set_learning_rate(1e-3);
-  SUBSTRAX_ASSIGN_OR_RETURN(auto model, CudaModel::Create(spec, kFeatures, device.get()));
-  SUBSTRAX_ASSIGN_OR_RETURN(auto optimizer, CudaOptimizer::Create(opt_spec, device.get()));
-  SUBSTRAX_ASSIGN_OR_RETURN(auto metrics, CudaMetrics::Create(*device));
-  SUBSTRAX_ASSIGN_OR_RETURN(DeviceTree params, model->Init(0));
+// The job the backend is built from; the data section only satisfies validation (the batches
+// come from the producer below).
+absl::StatusOr<v1::JobSpec> BenchSpec(const std::vector<int64_t>& hidden) {
+  const std::string yaml = absl::StrCat(R"(
+apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: gpu-mlp-bench}
+spec:
+  model: {type: mlp, hidden_sizes: [)", absl::StrJoin(hidden, ", "), R"(], num_classes: 10}
+  data:
+    format: synthetic
+    synthetic: {task: classification, num_train_examples: 2048, num_features: 784}
+    prefetch_size: 2
+  optimizer: {type: adam, learning_rate: 0.001}
+  mesh: {data_parallel_size: 1}
+  batch: {global_batch_size: 128}
+  steps: 1
+  seed: 0
+  backend: cuda
+)");
+  return ParseJobSpecYaml(yaml, "gpu_mlp.yaml");
+}
+
+// One step as RunStepLoop drives it on a one-device mesh.
+absl::Status Step(DeviceBackend& backend) {
+  backend.MarkPhase(Phase::kData);
+  SUBSTRAX_ASSIGN_OR_RETURN(bool more, backend.NextBatch());
+  if (!more) return absl::OutOfRangeError("the producer ran out of batches");
+  backend.MarkPhase(Phase::kCompute);
+  SUBSTRAX_RETURN_IF_ERROR(backend.ComputeGradients());
+  return backend.ApplyGradients();
+}
+
+absl::Status Run(int steps, const std::vector<int64_t>& hidden) {
+  SUBSTRAX_ASSIGN_OR_RETURN(const v1::JobSpec spec, BenchSpec(hidden));
   std::vector<Batch> host;
-  std::vector<DeviceTensor> inputs, targets;
-  for (int i = 0; i < kDistinctBatches; ++i) {
-    host.push_back(MakeBatch(i));
-    SUBSTRAX_ASSIGN_OR_RETURN(DeviceTensor x, device->Upload(host.back().inputs));
-    SUBSTRAX_ASSIGN_OR_RETURN(DeviceTensor t, device->Upload(host.back().targets));
-    inputs.push_back(std::move(x));
-    targets.push_back(std::move(t));
-  }
-  DeviceTree grads;
-  auto step = [&](const DeviceBatchView& view) -> absl::Status {
-    SUBSTRAX_RETURN_IF_ERROR(model->LossAndGradients(params, view, &grads, metrics.get()));
-    return optimizer->Update(grads, &params);
-  };
-  auto resident = [&](int i) {
-    const int k = i % kDistinctBatches;
-    return DeviceBatchView{inputs[k].data(), targets[k].data(), kBatch, kFeatures, 1};
-  };
-  // First loss, then warm-up (cuBLAS heuristics, allocations).
-  SUBSTRAX_RETURN_IF_ERROR(step(resident(0)));
-  SUBSTRAX_ASSIGN_OR_RETURN(EvalResult first, metrics->Read());
-  for (int i = 1; i < 50; ++i) SUBSTRAX_RETURN_IF_ERROR(step(resident(i)));
-  SUBSTRAX_RETURN_IF_ERROR(metrics->Reset());
-
-  // 1. Device-resident batches.
-  absl::Time start = absl::Now();
-  for (int i = 0; i < steps; ++i) SUBSTRAX_RETURN_IF_ERROR(step(resident(i)));
-  SUBSTRAX_ASSIGN_OR_RETURN(EvalResult last, metrics->Read());  // synchronises
-  const double resident_s = absl::ToDoubleSeconds(absl::Now() - start);
-
-  // 2. No prefetch: upload each batch from pageable host memory, then step.
-  start = absl::Now();
-  for (int i = 0; i < steps; ++i) {
-    const Batch& b = host[i % kDistinctBatches];
-    SUBSTRAX_ASSIGN_OR_RETURN(DeviceTensor x, device->Upload(b.inputs));
-    SUBSTRAX_ASSIGN_OR_RETURN(DeviceTensor t, device->Upload(b.targets));
-    SUBSTRAX_RETURN_IF_ERROR(step({x.data(), t.data(), kBatch, kFeatures, 1}));
-    SUBSTRAX_RETURN_IF_ERROR(device->Synchronize());  // x and t are freed at the end of the step
-  }
-  const double no_prefetch_s = absl::ToDoubleSeconds(absl::Now() - start);
-
-  // 3. CudaPrefetcher, size 2.
+  for (int i = 0; i < kDistinctBatches; ++i) host.push_back(MakeBatch(i));
   int produced = 0;
-  Producer<Batch> producer = [&]() -> absl::StatusOr<std::optional<Batch>> {
-    if (produced == steps) return std::optional<Batch>();
+  const int total = 1 + kWarmup + steps;
+  BackendSetup setup;
+  setup.spec = &spec;
+  setup.num_features = kFeatures;
+  setup.local_index = 0;
+  setup.batches = [&]() -> absl::StatusOr<std::optional<Batch>> {
+    if (produced == total) return std::optional<Batch>();
     return std::optional<Batch>(host[produced++ % kDistinctBatches]);
   };
-  start = absl::Now();
-  {
-    SUBSTRAX_ASSIGN_OR_RETURN(auto batches, CudaPrefetcher::Create(device.get(), producer, 2));
-    while (true) {
-      SUBSTRAX_ASSIGN_OR_RETURN(std::optional<DeviceBatchView> b, batches->Next());
-      if (!b) break;
-      SUBSTRAX_RETURN_IF_ERROR(step(*b));
-    }
-    SUBSTRAX_RETURN_IF_ERROR(device->Synchronize());
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBackend> backend,
+                            CreateCudaBackend(std::move(setup)));
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  int64_t num_params = 0;
+  for (const ParamSpec& p : backend->params()) {
+    shapes.emplace_back(p.name, backend->LocalShape(p));
+    int64_t n = 1;
+    for (int64_t d : shapes.back().second) n *= d;
+    num_params += n;
   }
-  const double prefetch_s = absl::ToDoubleSeconds(absl::Now() - start);
+  SUBSTRAX_RETURN_IF_ERROR(backend->BindGradients(MakeFlatLayout(shapes)).status());
+
+  // The first loss, then warm-up (cuBLAS heuristics, allocations, prefetch slots).
+  SUBSTRAX_RETURN_IF_ERROR(Step(*backend));
+  SUBSTRAX_ASSIGN_OR_RETURN(EvalResult first, backend->TakeMetrics());
+  for (int i = 0; i < kWarmup; ++i) SUBSTRAX_RETURN_IF_ERROR(Step(*backend));
+  SUBSTRAX_RETURN_IF_ERROR(backend->TakeMetrics().status());  // waits for the device
+  SUBSTRAX_RETURN_IF_ERROR(backend->TakePhaseSeconds().status());
+
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < steps; ++i) SUBSTRAX_RETURN_IF_ERROR(Step(*backend));
+  SUBSTRAX_ASSIGN_OR_RETURN(EvalResult last, backend->TakeMetrics());  // waits for the device
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  SUBSTRAX_ASSIGN_OR_RETURN(PhaseSeconds phases, backend->TakePhaseSeconds());
 
   const double first_loss = first.loss_sum / first.count;
   const double last_loss = last.loss_sum / last.count;
-  std::printf("device=%s steps=%d batch=%lld\n", device->name().c_str(), steps,
+  std::printf("model=mlp 784-%s-10 params=%lld steps=%d batch=%lld\n",
+              absl::StrJoin(hidden, "-").c_str(), static_cast<long long>(num_params), steps,
               static_cast<long long>(kBatch));
   std::printf("first_loss=%.4f mean_loss_timed=%.4f\n", first_loss, last_loss);
-  if (!std::isfinite(last_loss) || !(last_loss < first_loss)) {
-    return absl::InternalError("verification failed: the loss did not decrease");
+  if (!std::isfinite(last_loss) || !(last_loss < first_loss) || last.count != steps * kBatch) {
+    return absl::InternalError(absl::StrCat(
+        "verification failed: the loss did not decrease, or not every example was counted (",
+        last.count, " of ", steps * kBatch, ")"));
   }
-  std::printf("samples_per_second=%.0f\n", steps * kBatch / resident_s);
-  std::printf("ms_per_step_resident=%.4f\n", 1e3 * resident_s / steps);
-  std::printf("ms_per_step_no_prefetch=%.4f\n", 1e3 * no_prefetch_s / steps);
-  std::printf("ms_per_step_prefetch=%.4f\n", 1e3 * prefetch_s / steps);
+  const double phase_total = phases[0] + phases[1] + phases[2];
+  std::printf("samples_per_second=%.0f\n", steps * kBatch / seconds);
+  std::printf("ms_per_step=%.4f\n", 1e3 * seconds / steps);
+  if (phase_total > 0) {
+    std::printf("device_fraction_data=%.3f device_fraction_compute=%.3f\n",
+                phases[0] / phase_total, phases[1] / phase_total);
+  }
   return absl::OkStatus();
 }
 
@@ -139,10 +158,35 @@ absl::Status Run(int steps) {
 
 int main(int argc, char** argv) {
   int steps = 1000;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
+  std::vector<int64_t> hidden = {512, 256};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--steps") == 0) {
+      steps = std::atoi(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--hidden") == 0) {
+      hidden.clear();
+      for (absl::string_view w : absl::StrSplit(argv[i + 1], ',')) {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(w, &v)) {
+          std::fprintf(stderr, "gpu_mlp: --hidden takes widths like 512,256\n");
+          return 1;
+        }
+        hidden.push_back(v);
+      }
+    } else {
+      std::fprintf(stderr, "gpu_mlp: unknown flag %s (--steps N, --hidden W1,W2,...)\n", argv[i]);
+      return 1;
+    }
   }
-  absl::Status status = substrax::Run(steps);
+  if (!substrax::CudaBuilt()) {
+    std::fprintf(stderr, "gpu_mlp: %s\n", substrax::CudaNotBuilt().ToString().c_str());
+    return 2;
+  }
+  if (absl::StatusOr<int> n = substrax::CudaDeviceCount(); !n.ok() || *n == 0) {
+    std::fprintf(stderr, "gpu_mlp: no CUDA device: %s\n",
+                 n.ok() ? "none found" : n.status().ToString().c_str());
+    return 2;
+  }
+  absl::Status status = substrax::Run(steps, hidden);
   if (!status.ok()) {
     std::fprintf(stderr, "gpu_mlp: %s\n", status.ToString().c_str());
     return 1;
