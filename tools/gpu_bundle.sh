@@ -1,45 +1,65 @@
 #!/bin/bash
-# Collects the GPU binaries and the non-system shared libraries they need into gpu-bundle/
-# (bin/ and lib/), for a lent GPU machine that has CUDA's driver but none of our Debian
-# libraries (abseil, protobuf, gRPC, ...). Run on the build machine after:
-#   bazel build -c opt --config=cuda //worker/compute:cuda_model_test \
-#     //worker/data:cuda_prefetch_test //worker/runtime:step_loop_test //bench:gpu_mlp \
-#     //worker:substrax-worker
-# then carry gpu-bundle/ and run tests/gpu/run.sh there.
+# Collects what tests/gpu/run.sh needs on a lent GPU machine into gpu-bundle/ (bin/, lib/), under
+# 40 MB so that it travels with the working tree (a device run carries 64 MiB in all). Build first:
 #
-# Bundled: our Bazel-built .so files and Debian's (abseil, protobuf, gRPC, gloo, libstdc++ ...).
-# Left out: glibc and the loader; the driver (libcuda, libnvidia-*); the CUDA 13 toolkit's
-# libcudart/libcublas/libcublasLt (about 600 MB, over the 64 MiB a device run may carry): the
-# binaries find them through their rpath /usr/local/cuda/lib64, which the GPU machine must
-# provide (CUDA 13), or through LD_LIBRARY_PATH.
+#   bazel build -c opt --config=cuda //worker/compute:cuda_model_test \
+#     //worker/data:cuda_prefetch_test //worker/collectives:nccl_communicator_test \
+#     //worker/runtime:step_loop_test //tests/gpu:tensor_parallel_test \
+#     //tests/gpu:cpu_gpu_equivalence //bench:gpu_mlp
+#   tools/gpu_bundle.sh
+#
+# then run tests/gpu/run.sh --dry-run here, and tests/gpu/run.sh there (docs/gpu.md, "The GPU
+# check"). The GPU machine has CUDA, NCCL (PyTorch's wheels carry it) and a C++ runtime, but none
+# of our Debian libraries:
+#   carried:   the binaries (stripped), our Bazel-built .so files and Debian's (abseil, protobuf,
+#              gRPC, gloo, yaml-cpp, ...), stripped;
+#   not carried (taken from the GPU machine): glibc and the loader; the driver (libcuda,
+#              libnvidia-*); CUDA (libcudart, libcublas, libcublasLt); NCCL (libnccl, 218 MB);
+#              the C++ runtime (libstdc++, libgcc_s).
+# No data: the jobs of the check use synthetic data generated from their seed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
-rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib"
+limit_bytes=$((40 * 1000 * 1000))
 bins=(
   bazel-bin/worker/compute/cuda_model_test
   bazel-bin/worker/data/cuda_prefetch_test
+  bazel-bin/worker/collectives/nccl_communicator_test
   bazel-bin/worker/runtime/step_loop_test
+  bazel-bin/tests/gpu/tensor_parallel_test
+  bazel-bin/tests/gpu/cpu_gpu_equivalence
   bazel-bin/bench/gpu_mlp
-  bazel-bin/worker/substrax-worker
 )
 for b in "${bins[@]}"; do
   if [[ ! -x $b ]]; then
     echo "gpu_bundle: $b is missing; build it first (see the top of this script)" >&2
     exit 1
   fi
-  cp -L "$b" "$out/bin/"
+  # A default build's binary would skip every GPU test there: refuse it.
+  if ! ldd "$b" | grep -q 'libcudart'; then
+    echo "gpu_bundle: $b does not link CUDA: build it with -c opt --config=cuda (see the top)" >&2
+    exit 1
+  fi
 done
-# Every resolved library except the C library, the loader and the driver (libcuda, libnvidia-*).
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for b in "${bins[@]}"; do cp -L "$b" "$out/bin/"; done
+# Every library the binaries resolve here, except what the GPU machine provides (above).
+missing=$(for b in "${bins[@]}"; do ldd "$b"; done | awk '/not found/ {print $1}' | sort -u)
+if [[ -n $missing ]]; then
+  echo "gpu_bundle: libraries the binaries do not find here: $missing" >&2
+  exit 1
+fi
 for b in "${bins[@]}"; do ldd "$b"; done |
   awk '/=> \// {print $3}' | sort -u |
-  grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libnvidia[^/]*)\.so' |
+  grep -Ev '/(libc|libm|libdl|libpthread|librt|libutil|libresolv|ld-linux[^/]*|libcuda|libnvidia[^/]*|libcudart|libcublas|libcublasLt|libnccl|libstdc\+\+|libgcc_s)\.so' |
   while read -r lib; do cp -L "$lib" "$out/lib/"; done
-# Smaller to carry: no debug symbols.
-strip --strip-unneeded "$out"/bin/* "$out"/lib/* 2>/dev/null || true
-# The GPU machine has no Debian packages: carry Fashion-MNIST for the training check.
-mkdir -p "$out/data"
-cp /usr/share/datasets/fashion-mnist/*.gz "$out/data/"
-du -sh "$out"
-ls "$out/lib"
+chmod u+w "$out"/bin/* "$out"/lib/*
+strip --strip-unneeded "$out"/bin/* "$out"/lib/*
+size=$(du -sb "$out" | cut -f1)
+echo "gpu_bundle: $out is $size bytes ($(du -sh "$out" | cut -f1)): $(ls "$out/bin" | wc -l) binaries, $(ls "$out/lib" | wc -l) libraries"
+if ((size > limit_bytes)); then
+  echo "gpu_bundle: FAIL: $out is $size bytes, over the limit of $limit_bytes (40 MB); the largest:" >&2
+  du -b "$out"/bin/* "$out"/lib/* | sort -rn | head -n 10 >&2
+  exit 1
+fi
