@@ -36,7 +36,7 @@ for b in "${bins[@]}"; do
     exit 1
   fi
   # A default build's binary would skip every GPU test there: refuse it.
-  if ! ldd "$b" | grep -q 'libcudart'; then
+  if ! ldd "$b" | grep 'libcudart' >/dev/null; then  # not -q: ldd's SIGPIPE under pipefail
     echo "gpu_bundle: $b does not link CUDA: build it with -c opt --config=cuda (see the top)" >&2
     exit 1
   fi

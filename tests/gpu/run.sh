@@ -14,7 +14,8 @@
 # here; if one does not, the script stops within seconds and names it. Then, each step bounded by
 # `timeout` and by what is left of the 4 minutes, a failing step never stopping the next:
 #   1. the CUDA unit tests (cuda_model_test, cuda_prefetch_test, nccl_communicator_test): none may
-#      skip, except the tests of the build without CUDA (*SaysHowTo*, WithoutCuda*);
+#      skip, except the tests of the build without CUDA (*SaysHowTo*, *SayHowTo*, WithoutCuda*)
+#      and optimizer rows of the core table that have no CUDA kernel (tests/gpu/gtest_report.py);
 #   2. NCCL with single-rank communicators (create, split, all-reduce on device memory, abort on a
 #      dead peer, the watchdog's timeout): nccl_communicator_test's tests must have passed;
 #   7. the step loop's CUDA variant (step_loop_test's StepLoopCudaTest must not skip);
@@ -32,7 +33,8 @@
 # summary last. Exit status 0 when no step failed.
 #
 # --dry-run (no GPU; run on the build machine): checks the bundle's size, resolves the libraries
-# against this machine's CUDA toolkit and NCCL, and runs every step up to its first GPU call: the
+# against this machine's CUDA toolkit and NCCL (and checks that nothing else comes from outside the
+# bundle but glibc and the C++ runtime), and runs every step up to its first GPU call: the
 # tests must skip saying there is no CUDA device, the programs must stop with "no CUDA device".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -135,11 +137,23 @@ for b in "$bin"/*; do
   m=$(grep -E 'not found' "$logs/ldd.$(basename "$b").log" | sed 's/^[[:space:]]*//' | sort -u | tr '\n' ';')
   [[ -n $m ]] && missing+="$(basename "$b"): $m "
 done
+if ((dry)); then
+  # Here Debian's libraries are installed, so ldd finds them even when the bundle lacks them:
+  # every library must come from the bundle, the CUDA/NCCL folders above, or be one the GPU
+  # machine has (glibc, the C++ runtime), as tools/gpu_bundle.sh assumes.
+  for b in "$bin"/*; do
+    m=$(awk '/=> \// {print $3}' "$logs/ldd.$(basename "$b").log" |
+      grep -v -e "^$repo/$bundle/lib/" -e '^/usr/local/cuda' |
+      grep -Ev '/(libc|libm|libdl|libpthread|librt|libutil|libresolv|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
+      tr '\n' ' ')
+    [[ -n $m ]] && missing+="$(basename "$b"): not in the bundle, found here only: $m "
+  done
+fi
 if [[ -n $missing ]]; then
   record "libraries (ldd)" FAIL "missing: $missing"
   finish
 fi
-record "libraries (ldd)" PASS "every library of $(ls "$bin" | wc -l) binaries resolves ($(cat "$logs"/ldd.*.log | awk '/=>/ {print $1}' | sort -u | wc -l) distinct)"
+record "libraries (ldd)" PASS "every library of $(ls "$bin" | wc -l) binaries resolves ($(cat "$logs"/ldd.*.log | awk '/=>/ {print $1}' | sort -u | wc -l) distinct)$( ((dry)) && echo ', each from the bundle, CUDA/NCCL or glibc/C++ runtime')"
 
 # run_gtest NAME STEP SECS [REQUIRED...]: runs a bundled test binary and judges its XML report.
 run_gtest() {
