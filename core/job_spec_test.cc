@@ -99,6 +99,7 @@ TEST(JobSpecTest, DesignExampleMapsFieldByField) {
   EXPECT_EQ(spec->epochs(), 3);
   EXPECT_EQ(spec->metrics().at("step"), v1::REDUCTION_MAX);
   EXPECT_EQ(spec->backend(), v1::BACKEND_AUTO);
+  EXPECT_EQ(spec->precision(), v1::PRECISION_FP32);
   // Derived and defaulted.
   EXPECT_EQ(spec->batch().per_device_batch_size(), 64);
   EXPECT_DOUBLE_EQ(spec->optimizer().hyperparameters().at("b1"), 0.9);
@@ -273,6 +274,7 @@ TEST(JobSpecTest, EnumNamesMatchTheYaml) {
   EXPECT_EQ(MeshTypeName(v1::MESH_TYPE_HYBRID), "hybrid");
   EXPECT_EQ(DataFormatName(v1::DATA_FORMAT_IDX), "idx");
   EXPECT_EQ(BackendName(v1::BACKEND_CUDA), "cuda");
+  EXPECT_EQ(PrecisionName(v1::PRECISION_BF16), "bf16");
   EXPECT_TRUE(IsClassification(v1::MODEL_TYPE_MLP));
   EXPECT_FALSE(IsClassification(v1::MODEL_TYPE_LINEAR));
 }
