@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace substrax {
@@ -38,6 +39,42 @@ __global__ void ReluBackwardKernel(float* d, const float* act, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     if (!(act[i] > 0.0f)) d[i] = 0.0f;
+  }
+}
+
+__global__ void BiasActivationKernel(float* z, const float* bias, int64_t rows, int64_t cols,
+                                     bool relu) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const float v = z[i] + bias[i % cols];
+    z[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+// One thread per column, as ColumnSumsKernel, masking each value on its way into the sum.
+__global__ void ReluMaskColumnSumsKernel(float* d, const float* act, int64_t rows, int64_t cols,
+                                         float* out) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
+       c += int64_t{blockDim.x} * gridDim.x) {
+    float sum = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r * cols + c;
+      float v = d[i];
+      if (!(act[i] > 0.0f)) {
+        v = 0.0f;
+        d[i] = 0.0f;
+      }
+      sum += v;
+    }
+    out[c] = sum;
+  }
+}
+
+__global__ void CastToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    out[i] = __float2bfloat16_rn(x[i]);
   }
 }
 
@@ -196,6 +233,27 @@ cudaError_t Relu(float* x, int64_t n, cudaStream_t stream) {
 cudaError_t ReluBackwardMask(float* d, const float* activation, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   ReluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(d, activation, n);
+  return Launched();
+}
+
+cudaError_t BiasActivation(float* z, const float* bias, int64_t rows, int64_t cols, bool relu,
+                           cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  BiasActivationKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(z, bias, rows, cols, relu);
+  return Launched();
+}
+
+cudaError_t ReluMaskColumnSums(float* d, const float* activation, int64_t rows, int64_t cols,
+                               float* bias_grad, cudaStream_t stream) {
+  if (cols == 0) return cudaSuccess;
+  ReluMaskColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(d, activation, rows, cols,
+                                                                  bias_grad);
+  return Launched();
+}
+
+cudaError_t CastToBf16(const float* x, int64_t n, void* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  CastToBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
   return Launched();
 }
 

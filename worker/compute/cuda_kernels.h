@@ -31,6 +31,21 @@ cudaError_t Relu(float* x, int64_t n, cudaStream_t stream);
 // d[i] = activation[i] > 0 ? d[i] : 0 (ReLU's derivative; 0 at the kink, as JAX).
 cudaError_t ReluBackwardMask(float* d, const float* activation, int64_t n, cudaStream_t stream);
 
+// The fused epilogues: one pass each instead of two, with the same float operations in the
+// same order as the separate kernels, so the results are equal bit for bit.
+// Forward: z[r, c] = z[r, c] + bias[c], then max(., 0) when `relu` (BiasAdd then Relu).
+cudaError_t BiasActivation(float* z, const float* bias, int64_t rows, int64_t cols, bool relu,
+                           cudaStream_t stream);
+// Backward through a ReLU into the layer below's bias gradient: d[r, c] = activation[r, c] > 0 ?
+// d[r, c] : 0 in place, and bias_grad[c] = sum over r of the masked d[r, c]
+// (ReluBackwardMask then ColumnSums).
+cudaError_t ReluMaskColumnSums(float* d, const float* activation, int64_t rows, int64_t cols,
+                               float* bias_grad, cudaStream_t stream);
+
+// out[i] = bfloat16(x[i]) (round to nearest even): the bf16 inputs of a matrix product.
+// `out` is device memory for n bfloat16 values (2 bytes each).
+cudaError_t CastToBf16(const float* x, int64_t n, void* out, cudaStream_t stream);
+
 // Softmax cross-entropy of `logits` [rows, cols] against `labels` [rows] (class ids as floats),
 // through log-sum-exp on logits shifted by the row maximum. Adds the per-example losses (double)
 // and the correct predictions (first maximum as argmax) into `sums`. With `d_logits` non-null,

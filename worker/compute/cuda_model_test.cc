@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -143,6 +144,142 @@ TEST_P(CudaModelTest, LossGradientsAndEvaluateMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest,
                          ::testing::Values(v1::MODEL_TYPE_LINEAR, v1::MODEL_TYPE_SOFTMAX_REGRESSION,
                                            v1::MODEL_TYPE_MLP));
+
+// One model of `spec` built with `options`, and what its LossAndGradients gives on batches.
+struct Run {
+  TensorTree grads;
+  double loss_sum = 0;
+};
+
+class OptionsRunner {
+ public:
+  OptionsRunner(const CudaDevice& device, const v1::ModelSpec& spec, CudaModelOptions options)
+      : device_(device) {
+    auto model = CudaModel::Create(spec, kFeatures, &device, {}, options);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (model.ok()) model_ = std::move(*model);
+    auto metrics = CudaMetrics::Create(device);
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    if (metrics.ok()) metrics_ = std::move(*metrics);
+  }
+  bool ok() const { return model_ != nullptr && metrics_ != nullptr; }
+  CudaModel& model() { return *model_; }
+
+  absl::StatusOr<Run> Step(const DeviceTree& params, const DeviceBatchView& batch) {
+    if (absl::Status s = metrics_->Reset(); !s.ok()) return s;
+    if (absl::Status s = model_->LossAndGradients(params, batch, &grads_, metrics_.get());
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<EvalResult> sums = metrics_->Read();
+    if (!sums.ok()) return sums.status();
+    absl::StatusOr<TensorTree> grads = device_.Download(grads_);
+    if (!grads.ok()) return grads.status();
+    return Run{std::move(*grads), sums->loss_sum};
+  }
+
+ private:
+  const CudaDevice& device_;
+  std::unique_ptr<CudaModel> model_;
+  std::unique_ptr<CudaMetrics> metrics_;
+  DeviceTree grads_;
+};
+
+// The fused epilogues do the unfused kernels' float operations in the same order: the same
+// results (expected bit for bit; compared within float rounding).
+TEST_P(CudaModelTest, FusedAndUnfusedEpiloguesAgree) {
+  SKIP_WITHOUT_GPU();
+  const v1::ModelSpec spec = Spec(GetParam());
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  CudaModelOptions fused, unfused;
+  unfused.fused_epilogues = false;
+  OptionsRunner a(**device, spec, fused), b(**device, spec, unfused);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto params = a.model().Init(5);
+  ASSERT_TRUE(params.ok()) << params.status();
+  UploadedBatch batch =
+      Upload(**device, MakeBatch(67, spec.type() != v1::MODEL_TYPE_LINEAR, 11));
+  auto got = a.Step(*params, batch.view);
+  auto want = b.Step(*params, batch.view);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_NEAR(got->loss_sum, want->loss_sum, 1e-6 * std::abs(want->loss_sum));
+  auto diff = CompareTrees(got->grads, want->grads);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_LE(diff->max_normwise, 1e-6) << diff->normwise_where;
+}
+
+// A replayed graph computes what eager launches compute; a batch of another size runs eagerly
+// and says why.
+TEST_P(CudaModelTest, GraphReplayMatchesEagerLaunches) {
+  SKIP_WITHOUT_GPU();
+  const v1::ModelSpec spec = Spec(GetParam());
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  CudaModelOptions graphs, eager;
+  graphs.cuda_graphs = true;
+  OptionsRunner a(**device, spec, graphs), b(**device, spec, eager);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto params = a.model().Init(9);
+  ASSERT_TRUE(params.ok()) << params.status();
+  const bool classification = spec.type() != v1::MODEL_TYPE_LINEAR;
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    UploadedBatch batch = Upload(**device, MakeBatch(64, classification, seed));
+    auto got = a.Step(*params, batch.view);
+    auto want = b.Step(*params, batch.view);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(got->loss_sum, want->loss_sum) << "batch " << seed;
+    EXPECT_EQ(got->grads, want->grads) << "batch " << seed;
+  }
+  // Capture may be refused (the reason then says so); when it worked, every full batch replayed.
+  if (a.model().graph_replays() == 0) {
+    GTEST_SKIP() << "no graph was captured: " << a.model().graph_fallback();
+  }
+  EXPECT_EQ(a.model().graph_replays(), 3);
+  UploadedBatch short_batch = Upload(**device, MakeBatch(17, classification, 4));
+  auto got = a.Step(*params, short_batch.view);
+  auto want = b.Step(*params, short_batch.view);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(got->grads, want->grads);
+  EXPECT_EQ(a.model().graph_replays(), 3);
+  EXPECT_NE(a.model().graph_fallback().find("17 examples"), std::string::npos)
+      << a.model().graph_fallback();
+}
+
+// tf32 and bf16 products stay close to fp32 (10 and 8 mantissa bits in, float32 accumulation).
+TEST_P(CudaModelTest, ReducedPrecisionStaysCloseToFp32) {
+  SKIP_WITHOUT_GPU();
+  const v1::ModelSpec spec = Spec(GetParam());
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  CudaModelOptions fp32;
+  OptionsRunner reference(**device, spec, fp32);
+  ASSERT_TRUE(reference.ok());
+  auto params = reference.model().Init(3);
+  ASSERT_TRUE(params.ok()) << params.status();
+  UploadedBatch batch =
+      Upload(**device, MakeBatch(64, spec.type() != v1::MODEL_TYPE_LINEAR, 21));
+  auto want = reference.Step(*params, batch.view);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const auto& [precision, tolerance] :
+       {std::pair{v1::PRECISION_TF32, 1e-2}, std::pair{v1::PRECISION_BF16, 5e-2}}) {
+    CudaModelOptions options;
+    options.precision = precision;
+    OptionsRunner reduced(**device, spec, options);
+    ASSERT_TRUE(reduced.ok());
+    auto got = reduced.Step(*params, batch.view);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NEAR(got->loss_sum, want->loss_sum, tolerance * std::abs(want->loss_sum))
+        << v1::Precision_Name(precision);
+    auto diff = CompareTrees(got->grads, want->grads);
+    ASSERT_TRUE(diff.ok()) << diff.status();
+    EXPECT_LE(diff->max_normwise, tolerance)
+        << v1::Precision_Name(precision) << ": " << diff->normwise_where;
+  }
+}
 
 v1::OptimizerSpec OptimizerSpec(const std::string& type) {
   v1::OptimizerSpec spec;
