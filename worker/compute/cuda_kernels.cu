@@ -201,7 +201,8 @@ __global__ void MomentumKernel(float* p, const float* g, float* trace, int64_t n
 
 __global__ void AdamKernel(float* p, const float* g, float* mu, float* nu, int64_t n, float lr,
                            float b1, float one_minus_b1, float b2, float one_minus_b2,
-                           float correction1, float correction2, float eps) {
+                           const float* corrections, float eps) {
+  const float correction1 = corrections[0], correction2 = corrections[1];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const float gi = g[i];
@@ -313,25 +314,30 @@ cudaError_t MomentumUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
 //   adam:     mu = (1-b1) g + b1 mu; nu = (1-b2) g^2 + b2 nu;
 //             p -= lr * (mu / correction1) / (sqrt(nu / correction2) + eps)
 //   hyper: b1, b2, eps. The corrections 1 - b^t are computed on the host in double, then
-//   rounded to float, as the CPU kernel does.
+//   rounded to float, as the CPU kernel does (AdamStepScalars), and read from device memory.
+int AdamStepScalars(const OptimizerStepArgs& a, float* out) {
+  const double b1 = a.hyper[0], b2 = a.hyper[1];
+  out[0] = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(a.step)));
+  out[1] = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(a.step)));
+  return 2;
+}
+
 cudaError_t AdamUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
   const double b1 = a.hyper[0], b2 = a.hyper[1];
-  const float c1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(a.step)));
-  const float c2 = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(a.step)));
   AdamKernel<<<Blocks(a.n), kThreads, 0, stream>>>(
       a.p, a.g, a.slots[0], a.slots[1], a.n, static_cast<float>(a.learning_rate),
       static_cast<float>(b1), static_cast<float>(1.0 - b1), static_cast<float>(b2),
-      static_cast<float>(1.0 - b2), c1, c2, static_cast<float>(a.hyper[2]));
+      static_cast<float>(1.0 - b2), a.step_scalars, static_cast<float>(a.hyper[2]));
   return Launched();
 }
 
 // The CUDA kernel of each optimizer in core/optimizers.h, by the table's name. A row there
 // without one here is refused by CudaOptimizer::Create.
 const CudaOptimizerKernel kCudaOptimizerKernels[] = {
-    {"sgd", {nullptr}, SgdUpdate},
-    {"momentum", {"momentum", "nesterov", nullptr}, MomentumUpdate},
-    {"adam", {"b1", "b2", "eps", nullptr}, AdamUpdate},
+    {"sgd", {nullptr}, SgdUpdate, nullptr},
+    {"momentum", {"momentum", "nesterov", nullptr}, MomentumUpdate, nullptr},
+    {"adam", {"b1", "b2", "eps", nullptr}, AdamUpdate, AdamStepScalars},
 };
 
 }  // namespace

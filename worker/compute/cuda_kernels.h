@@ -83,9 +83,14 @@ struct OptimizerStepArgs {
   double learning_rate = 0;
   int64_t step = 0;                // 1 for the first update
   const double* hyper = nullptr;   // the values of the kernel row's `hyper` names, in that order
+  // Device memory: the values the row's step_scalars computed for this step (Adam's bias
+  // corrections). Read by the kernel, not passed by value, so that a captured CUDA graph of the
+  // update stays valid from step to step; null for a row without step_scalars.
+  const float* step_scalars = nullptr;
 };
 
 inline constexpr int kMaxOptimizerHyper = 8;
+inline constexpr int kMaxStepScalars = 4;
 
 struct CudaOptimizerKernel {
   // The optimizer's name in core/optimizers.h ("adam").
@@ -93,6 +98,9 @@ struct CudaOptimizerKernel {
   // The hyper-parameters the kernel reads (names in the core table), nullptr after the last.
   const char* hyper[kMaxOptimizerHyper];
   cudaError_t (*update)(const OptimizerStepArgs& args, cudaStream_t stream);
+  // The values that change from step to step, computed on the host from args.step and
+  // args.hyper into out[0, kMaxStepScalars); returns how many. Null: none.
+  int (*step_scalars)(const OptimizerStepArgs& args, float* out);
 };
 
 // The CUDA kernel of the optimizer called `name`; nullptr when the cuda backend has none.

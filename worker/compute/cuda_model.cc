@@ -33,6 +33,100 @@ absl::Status Kernel(cudaError_t error, const char* kernel, const CudaDevice& dev
   return CudaStatus(error, absl::StrCat("kernel ", kernel), device.name());
 }
 
+// The work one call queues on the device's stream, captured once as a CUDA graph and replayed
+// while the addresses it was captured with (its key) stay the same; captured again when they
+// change. Replaying one graph costs one launch instead of one per kernel. A failed capture turns
+// it off for good; each distinct reason for launching eagerly goes to stderr once.
+class StepGraph {
+ public:
+  StepGraph(const CudaDevice* device, std::string what) : device_(device), what_(std::move(what)) {}
+  ~StepGraph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  }
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // Launches the graph of `enqueue` (which queues only capturable work on the device's stream:
+  // kernels and cuBLAS calls, no allocation, no synchronisation), capturing it first when `key`
+  // differs from the last capture's. False when the caller must launch eagerly instead (a
+  // capture failed, now or before; fallback() says why). Errors: CUDA's launching the graph.
+  template <typename Enqueue>
+  absl::StatusOr<bool> Launch(const std::vector<const void*>& key, Enqueue&& enqueue) {
+    if (Broken()) return false;
+    if (exec_ == nullptr || key != key_) {
+      if (absl::Status s = Capture(enqueue); !s.ok()) {
+        broken_ = absl::StrCat("capturing ", what_, " failed (", s.message(), ")");
+        Fallback(broken_);
+        return false;
+      }
+      key_ = key;
+    }
+    fallback_.clear();
+    SUBSTRAX_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(exec_, device_->stream()),
+                                        absl::StrCat("cudaGraphLaunch of ", what_),
+                                        device_->name()));
+    ++replays_;
+    return true;
+  }
+
+  // True, noting why, once a capture has failed: launch eagerly.
+  bool Broken() {
+    if (broken_.empty()) return false;
+    Fallback(broken_);
+    return true;
+  }
+  // Notes why this call launches eagerly.
+  void Fallback(const std::string& reason) {
+    fallback_ = reason;
+    if (logged_.insert(reason).second) {
+      std::fprintf(stderr, "substrax: %s: launching %s eagerly, not as a CUDA graph: %s\n",
+                   device_->name().c_str(), what_.c_str(), reason.c_str());
+    }
+  }
+
+  int64_t replays() const { return replays_; }
+  const std::string& fallback() const { return fallback_; }
+
+ private:
+  template <typename Enqueue>
+  absl::Status Capture(Enqueue& enqueue) {
+    cudaStream_t stream = device_->stream();
+    // Thread-local mode: the prefetcher's thread may allocate meanwhile; only this thread's
+    // unsafe calls would break the capture.
+    SUBSTRAX_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                   "cudaStreamBeginCapture", device_->name()));
+    absl::Status status = enqueue();
+    cudaGraph_t captured = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &captured);
+    if (status.ok()) status = CudaStatus(ended, "cudaStreamEndCapture", device_->name());
+    cudaGraphExec_t exec = nullptr;
+    if (status.ok()) {
+      status = CudaStatus(cudaGraphInstantiate(&exec, captured, 0), "cudaGraphInstantiate",
+                          device_->name());
+    }
+    if (captured != nullptr) cudaGraphDestroy(captured);
+    if (!status.ok()) {
+      // A failed capture leaves its error for the next cudaGetLastError; it is not the
+      // device's, and nothing of it ran.
+      cudaGetLastError();
+      return status;
+    }
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    exec_ = exec;
+    return absl::OkStatus();
+  }
+
+  const CudaDevice* const device_;
+  const std::string what_;
+  cudaGraphExec_t exec_ = nullptr;
+  std::vector<const void*> key_;
+  std::string broken_;
+  std::string fallback_;
+  std::set<std::string> logged_;
+  int64_t replays_ = 0;
+};
+
 }  // namespace
 
 struct CudaModel::Impl {
@@ -58,21 +152,12 @@ struct CudaModel::Impl {
   int64_t max_weights = 0;
   DeviceBuffer bf16_a, bf16_b;
 
-  // The captured LossAndGradients (options.cuda_graphs): for batches of graph_n examples, read
-  // from graph_inputs / graph_targets, with the addresses in graph_key.
-  cudaGraphExec_t graph = nullptr;
+  // The captured LossAndGradients (options.cuda_graphs): for batches of graph_n examples (0:
+  // none captured yet), read from graph_inputs / graph_targets.
+  std::unique_ptr<StepGraph> graph;
   int64_t graph_n = 0;
-  std::vector<const void*> graph_key;
   DeviceBuffer graph_inputs, graph_targets;
-  std::string graph_broken;  // why a capture failed: eager from now on
-  int64_t graph_replays = 0;
-  std::string graph_fallback;
-  std::set<std::string> logged_fallbacks;
-  std::vector<const void*> key_scratch;
-
-  ~Impl() {
-    if (graph != nullptr) cudaGraphExecDestroy(graph);
-  }
+  std::vector<const void*> key_scratch;  // reused: no allocation per step
 
   absl::Status Reserve(int64_t n) {
     if (n <= capacity) return absl::OkStatus();
@@ -271,97 +356,31 @@ struct CudaModel::Impl {
     return absl::OkStatus();
   }
 
-  // Records why a step runs eagerly; writes each distinct reason to stderr once.
-  void NoteFallback(const std::string& reason) {
-    graph_fallback = reason;
-    if (logged_fallbacks.insert(reason).second) {
-      std::fprintf(stderr, "substrax: %s: launching the step eagerly, not as a CUDA graph: %s\n",
-                   device->name().c_str(), reason.c_str());
-    }
-  }
-
-  // Why this call cannot replay a graph ("" when it can).
-  std::string GraphObstacle(int64_t n) const {
-    if (!graph_broken.empty()) return graph_broken;
+  // Replays the graph of Enqueue for `batch` when it can (capturing it first when needed): true
+  // when it did, false when the caller must launch eagerly (graph->fallback() says why).
+  // Errors: CUDA's around a replay (a failed capture is a fallback, not an error).
+  absl::StatusOr<bool> Replay(const std::vector<const float*>& p, const std::vector<float*>& g,
+                              const DeviceBatchView& batch, gpu::DeviceMetricSums* sums) {
+    const int64_t n = batch.size;
     if (tp.axis_size > 1) {
-      return "tensor parallelism: its collectives run between the kernels of the pass";
+      graph->Fallback("tensor parallelism: its collectives run between the kernels of the pass");
+      return false;
     }
     if (graph_n != 0 && n != graph_n) {
-      return absl::StrCat("a batch of ", n, " examples, not the captured ", graph_n);
+      graph->Fallback(absl::StrCat("a batch of ", n, " examples, not the captured ", graph_n));
+      return false;
     }
-    return "";
-  }
-
-  // Captures Enqueue for batches of `n` read from graph_inputs / graph_targets into `graph`,
-  // replacing an older capture. On failure the stream is left out of capture mode and nothing
-  // ran.
-  absl::Status Capture(const std::vector<const float*>& p, const std::vector<float*>& g,
-                       const DeviceBatchView& like, gpu::DeviceMetricSums* sums,
-                       const std::vector<const void*>& key) {
-    const int64_t n = like.size;
+    if (graph->Broken()) return false;
+    // A graph reads fixed addresses: the batch goes into the model's own buffers first (a copy
+    // within device memory, queued before the replay).
     if (graph_inputs.size() < n * num_features) {
       SUBSTRAX_ASSIGN_OR_RETURN(graph_inputs, DeviceBuffer::Allocate(*device, n * num_features));
     }
-    if (graph_targets.size() < n * like.target_width) {
+    if (graph_targets.size() < n * batch.target_width) {
       SUBSTRAX_ASSIGN_OR_RETURN(graph_targets,
-                                DeviceBuffer::Allocate(*device, n * like.target_width));
-    }
-    DeviceBatchView fixed = like;
-    fixed.inputs = graph_inputs.data();
-    fixed.targets = graph_targets.data();
-    cudaStream_t stream = device->stream();
-    SUBSTRAX_RETURN_IF_ERROR(
-        CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-                   "cudaStreamBeginCapture", device->name()));
-    const absl::Status enqueued = Enqueue(p, g, fixed, sums);
-    cudaGraph_t captured = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream, &captured);
-    // A failed capture leaves its error for the next cudaGetLastError: clear it, it is not the
-    // device's.
-    absl::Status status = enqueued;
-    if (status.ok()) status = CudaStatus(ended, "cudaStreamEndCapture", device->name());
-    cudaGraphExec_t exec = nullptr;
-    if (status.ok()) {
-      status = CudaStatus(cudaGraphInstantiate(&exec, captured, 0), "cudaGraphInstantiate",
-                          device->name());
-    }
-    if (captured != nullptr) cudaGraphDestroy(captured);
-    if (!status.ok()) {
-      cudaGetLastError();
-      return status;
-    }
-    if (graph != nullptr) cudaGraphExecDestroy(graph);
-    graph = exec;
-    graph_n = n;
-    graph_key = key;
-    return absl::OkStatus();
-  }
-
-  // Replays the graph for `batch` when it can (capturing it first when needed): true when it
-  // did, false when the caller must launch eagerly (graph_fallback says why). Errors: CUDA's
-  // around a replay (a failed capture is a fallback, not an error).
-  absl::StatusOr<bool> Replay(const std::vector<const float*>& p, const std::vector<float*>& g,
-                              const DeviceBatchView& batch, gpu::DeviceMetricSums* sums) {
-    const std::string obstacle = GraphObstacle(batch.size);
-    if (!obstacle.empty()) {
-      NoteFallback(obstacle);
-      return false;
-    }
-    graph_fallback.clear();
-    // The addresses the graph reads and writes; a scratch vector, so no allocation per step.
-    key_scratch.assign(p.begin(), p.end());
-    key_scratch.insert(key_scratch.end(), g.begin(), g.end());
-    key_scratch.push_back(sums);
-    key_scratch.push_back(reinterpret_cast<const void*>(workspace_generation));
-    if (graph == nullptr || key_scratch != graph_key) {
-      if (absl::Status s = Capture(p, g, batch, sums, key_scratch); !s.ok()) {
-        graph_broken = absl::StrCat("capturing the step failed (", s.message(), ")");
-        NoteFallback(graph_broken);
-        return false;
-      }
+                                DeviceBuffer::Allocate(*device, n * batch.target_width));
     }
     cudaStream_t stream = device->stream();
-    const int64_t n = batch.size;
     SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(graph_inputs.data(), batch.inputs, n * num_features * sizeof(float),
                         cudaMemcpyDeviceToDevice, stream),
@@ -370,10 +389,18 @@ struct CudaModel::Impl {
         cudaMemcpyAsync(graph_targets.data(), batch.targets,
                         n * batch.target_width * sizeof(float), cudaMemcpyDeviceToDevice, stream),
         "copying the batch into the graph's targets", device->name()));
-    SUBSTRAX_RETURN_IF_ERROR(
-        CudaStatus(cudaGraphLaunch(graph, stream), "cudaGraphLaunch", device->name()));
-    ++graph_replays;
-    return true;
+    DeviceBatchView fixed = batch;
+    fixed.inputs = graph_inputs.data();
+    fixed.targets = graph_targets.data();
+    // The addresses the graph reads and writes.
+    key_scratch.assign(p.begin(), p.end());
+    key_scratch.insert(key_scratch.end(), g.begin(), g.end());
+    key_scratch.push_back(sums);
+    key_scratch.push_back(reinterpret_cast<const void*>(workspace_generation));
+    SUBSTRAX_ASSIGN_OR_RETURN(const bool launched,
+                              graph->Launch(key_scratch, [&] { return Enqueue(p, g, fixed, sums); }));
+    if (launched) graph_n = n;
+    return launched;
   }
 };
 
@@ -412,6 +439,9 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const v1::ModelSpec
   impl->options = options;
   if (impl->options.precision == v1::PRECISION_UNSPECIFIED) {
     impl->options.precision = v1::PRECISION_FP32;
+  }
+  if (impl->options.cuda_graphs) {
+    impl->graph = std::make_unique<StepGraph>(device, "the forward and backward pass");
   }
   impl->tp = std::move(tp);
   impl->splits = LayerSplits(spec, impl->tp.axis_size);
@@ -479,8 +509,13 @@ absl::Status CudaModel::LossAndGradients(const DeviceTree& params, const DeviceB
   return absl::OkStatus();
 }
 
-int64_t CudaModel::graph_replays() const { return impl_->graph_replays; }
-const std::string& CudaModel::graph_fallback() const { return impl_->graph_fallback; }
+int64_t CudaModel::graph_replays() const {
+  return impl_->graph == nullptr ? 0 : impl_->graph->replays();
+}
+const std::string& CudaModel::graph_fallback() const {
+  static const std::string kNone;
+  return impl_->graph == nullptr ? kNone : impl_->graph->fallback();
+}
 
 absl::Status CudaModel::Evaluate(const DeviceTree& params, const DeviceBatchView& batch,
                                  CudaMetrics* metrics) {
@@ -506,6 +541,35 @@ struct CudaOptimizer::Impl {
   std::vector<double> hyper;
   std::map<std::string, std::vector<DeviceTensor>> state;
   int64_t steps = 0;
+  // The kernel row's step_scalars for the current step, on the host and on the device.
+  float host_scalars[gpu::kMaxStepScalars] = {};
+  DeviceBuffer step_scalars;
+  // EnableCudaGraphs: the update's launches as one graph.
+  std::unique_ptr<StepGraph> graph;
+  std::vector<const void*> key_scratch;
+  std::vector<float*> slot_data;
+
+  // One kernel launch per parameter, reading the step's scalars from the device.
+  absl::Status Enqueue(const DeviceTree& grads, DeviceTree* params, int64_t step) {
+    cudaStream_t stream = device->stream();
+    const size_t num_slots = config.info->slots.size();
+    slot_data.resize(num_slots);
+    for (auto& [name, p] : *params) {
+      std::vector<DeviceTensor>& slots = state[name];
+      for (size_t s = 0; s < num_slots; ++s) slot_data[s] = slots[s].data();
+      gpu::OptimizerStepArgs args;
+      args.p = p.data();
+      args.g = grads.at(name).data();
+      args.slots = slot_data.data();
+      args.n = p.size();
+      args.learning_rate = config.learning_rate;
+      args.step = step;
+      args.hyper = hyper.data();
+      args.step_scalars = step_scalars.data();
+      SUBSTRAX_RETURN_IF_ERROR(Kernel(kernel->update(args, stream), "optimizer update", *device));
+    }
+    return absl::OkStatus();
+  }
 };
 
 CudaOptimizer::CudaOptimizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -608,22 +672,51 @@ absl::Status CudaOptimizer::Update(const DeviceTree& grads, DeviceTree* params) 
     }
   }
   const int64_t step = o.steps + 1;
-  std::vector<float*> slot_data(num_slots);
-  for (auto& [name, p] : *params) {
-    std::vector<DeviceTensor>& slots = o.state[name];
-    for (size_t s = 0; s < num_slots; ++s) slot_data[s] = slots[s].data();
+  if (o.kernel->step_scalars != nullptr) {
+    if (o.step_scalars.data() == nullptr) {
+      SUBSTRAX_ASSIGN_OR_RETURN(o.step_scalars,
+                                DeviceBuffer::Allocate(device, gpu::kMaxStepScalars));
+    }
     gpu::OptimizerStepArgs args;
-    args.p = p.data();
-    args.g = grads.at(name).data();
-    args.slots = slot_data.data();
-    args.n = p.size();
     args.learning_rate = o.config.learning_rate;
     args.step = step;
     args.hyper = o.hyper.data();
-    SUBSTRAX_RETURN_IF_ERROR(Kernel(o.kernel->update(args, stream), "optimizer update", device));
+    const int count = o.kernel->step_scalars(args, o.host_scalars);
+    // From pageable memory: CUDA stages the values before returning, so the next step may
+    // overwrite host_scalars while this copy is still queued.
+    SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(o.step_scalars.data(), o.host_scalars, count * sizeof(float),
+                        cudaMemcpyHostToDevice, stream),
+        "copying the optimizer's step values to the device", device.name()));
   }
+  bool launched = false;
+  if (o.graph != nullptr) {
+    o.key_scratch.clear();
+    for (auto& [name, p] : *params) {
+      o.key_scratch.push_back(p.data());
+      o.key_scratch.push_back(grads.at(name).data());
+      for (const DeviceTensor& slot : o.state[name]) o.key_scratch.push_back(slot.data());
+    }
+    o.key_scratch.push_back(o.step_scalars.data());
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        launched, o.graph->Launch(o.key_scratch, [&] { return o.Enqueue(grads, params, step); }));
+  }
+  if (!launched) SUBSTRAX_RETURN_IF_ERROR(o.Enqueue(grads, params, step));
   o.steps = step;
   return absl::OkStatus();
+}
+
+void CudaOptimizer::EnableCudaGraphs() {
+  if (impl_->graph == nullptr) {
+    impl_->graph = std::make_unique<StepGraph>(impl_->device, "the optimizer update");
+  }
+}
+int64_t CudaOptimizer::graph_replays() const {
+  return impl_->graph == nullptr ? 0 : impl_->graph->replays();
+}
+const std::string& CudaOptimizer::graph_fallback() const {
+  static const std::string kNone;
+  return impl_->graph == nullptr ? kNone : impl_->graph->fallback();
 }
 
 absl::StatusOr<std::unique_ptr<CudaMetrics>> CudaMetrics::Create(const CudaDevice& device) {

@@ -163,6 +163,13 @@ class CudaOptimizer {
   // Queues one update of `params` from `grads`. Nothing is queued when it fails.
   // Errors: INVALID_ARGUMENT naming the parameter when names or shapes differ; CUDA errors.
   absl::Status Update(const DeviceTree& grads, DeviceTree* params);
+  // From now on Update replays a CUDA graph of its kernel launches, captured again whenever the
+  // parameter, gradient or state addresses change (the step-dependent values, such as Adam's
+  // bias corrections, are copied to the device before each replay). A failed capture turns
+  // graphs off again, with the reason on stderr and in graph_fallback().
+  void EnableCudaGraphs();
+  int64_t graph_replays() const;
+  const std::string& graph_fallback() const;
   // Divides every gradient by `divisor` (after an all-reduce sum over data-parallel devices).
   absl::Status ScaleGradients(DeviceTree* grads, float divisor);
   int64_t steps() const;

@@ -69,6 +69,12 @@ absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(const Optim
   return NotBuilt();
 }
 absl::Status CudaOptimizer::Update(const DeviceTree&, DeviceTree*) { return NotBuilt(); }
+void CudaOptimizer::EnableCudaGraphs() {}
+int64_t CudaOptimizer::graph_replays() const { return 0; }
+const std::string& CudaOptimizer::graph_fallback() const {
+  static const std::string kNone;
+  return kNone;
+}
 absl::Status CudaOptimizer::ScaleGradients(DeviceTree*, float) { return NotBuilt(); }
 int64_t CudaOptimizer::steps() const { return 0; }
 

@@ -21,6 +21,10 @@
 #include "worker/gpu/cuda_device.h"
 #include "worker/tensor/tensor.h"
 
+#ifdef SUBSTRAX_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace substrax {
 namespace {
 
@@ -298,31 +302,53 @@ TEST_P(CudaOptimizerTest, StepsMatchCpuFromTheSameGradients) {
   const v1::ModelSpec spec = Spec(v1::MODEL_TYPE_MLP);
   auto cpu_model = Model::Create(spec, kFeatures);
   ASSERT_TRUE(cpu_model.ok());
-  auto cpu_opt = Optimizer::Create(OptimizerSpec(GetParam()));
-  ASSERT_TRUE(cpu_opt.ok());
-  auto gpu_opt = CudaOptimizer::Create(OptimizerSpec(GetParam()), device->get());
-  if (gpu_opt.status().code() == absl::StatusCode::kUnimplemented) {
-    GTEST_SKIP() << gpu_opt.status().message();  // a row of the core table without a CUDA kernel
+  // Eager launches, and a replayed graph (the gradients are uploaded into the same buffers every
+  // step, so one capture serves all steps after the first).
+  for (const bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "cuda graph" : "eager");
+    auto cpu_opt = Optimizer::Create(OptimizerSpec(GetParam()));
+    ASSERT_TRUE(cpu_opt.ok());
+    auto gpu_opt = CudaOptimizer::Create(OptimizerSpec(GetParam()), device->get());
+    if (gpu_opt.status().code() == absl::StatusCode::kUnimplemented) {
+      GTEST_SKIP() << gpu_opt.status().message();  // a row of the core table without a CUDA kernel
+    }
+    ASSERT_TRUE(gpu_opt.ok()) << gpu_opt.status();
+    if (graphs) (*gpu_opt)->EnableCudaGraphs();
+    TensorTree cpu_params = (*cpu_model)->Init(1);
+    auto gpu_params = (*device)->Upload(cpu_params);
+    ASSERT_TRUE(gpu_params.ok());
+    DeviceTree gpu_grads;
+    for (int step = 0; step < 3; ++step) {
+      auto grads = (*cpu_model)->LossAndGradients(cpu_params, MakeBatch(32, true, step));
+      ASSERT_TRUE(grads.ok());
+      if (step == 0) {
+        auto uploaded = (*device)->Upload(grads->grads);
+        ASSERT_TRUE(uploaded.ok());
+        gpu_grads = std::move(*uploaded);
+      } else {
+#ifdef SUBSTRAX_CUDA  // SKIP_WITHOUT_GPU returned otherwise
+        for (auto& [name, g] : gpu_grads) {
+          const Tensor& host = grads->grads.at(name);
+          ASSERT_EQ(cudaMemcpy(g.data(), host.data(), host.size() * sizeof(float),
+                               cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        }
+#endif
+      }
+      ASSERT_TRUE((*cpu_opt)->Update(grads->grads, &cpu_params).ok());
+      ASSERT_TRUE((*gpu_opt)->Update(gpu_grads, &*gpu_params).ok());
+    }
+    EXPECT_EQ((*gpu_opt)->steps(), 3);
+    if (graphs) {
+      EXPECT_EQ((*gpu_opt)->graph_replays(), 3) << (*gpu_opt)->graph_fallback();
+    }
+    auto got = (*device)->Download(*gpu_params);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto diff = CompareTrees(*got, cpu_params);
+    ASSERT_TRUE(diff.ok());
+    // The kernels avoid fused multiply-adds: equal up to the last bit in practice.
+    EXPECT_LE(diff->max_normwise, 1e-6) << diff->normwise_where;
   }
-  ASSERT_TRUE(gpu_opt.ok()) << gpu_opt.status();
-  TensorTree cpu_params = (*cpu_model)->Init(1);
-  auto gpu_params = (*device)->Upload(cpu_params);
-  ASSERT_TRUE(gpu_params.ok());
-  for (int step = 0; step < 3; ++step) {
-    auto grads = (*cpu_model)->LossAndGradients(cpu_params, MakeBatch(32, true, step));
-    ASSERT_TRUE(grads.ok());
-    auto gpu_grads = (*device)->Upload(grads->grads);
-    ASSERT_TRUE(gpu_grads.ok());
-    ASSERT_TRUE((*cpu_opt)->Update(grads->grads, &cpu_params).ok());
-    ASSERT_TRUE((*gpu_opt)->Update(*gpu_grads, &*gpu_params).ok());
-  }
-  EXPECT_EQ((*gpu_opt)->steps(), 3);
-  auto got = (*device)->Download(*gpu_params);
-  ASSERT_TRUE(got.ok()) << got.status();
-  auto diff = CompareTrees(*got, cpu_params);
-  ASSERT_TRUE(diff.ok());
-  // The kernels avoid fused multiply-adds: equal up to the last bit in practice.
-  EXPECT_LE(diff->max_normwise, 1e-6) << diff->normwise_where;
 }
 
 // Every optimizer of the core table that has a CUDA kernel (the others skip, saying so).

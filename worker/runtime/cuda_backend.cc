@@ -231,6 +231,7 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCudaBackend(BackendSetup se
                                               std::move(tp), model_options));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaOptimizer> optimizer,
                             CudaOptimizer::Create(spec.optimizer(), device.get()));
+  optimizer->EnableCudaGraphs();
   SUBSTRAX_ASSIGN_OR_RETURN(DeviceTree params, model->Init(spec.seed()));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaMetrics> metrics, CudaMetrics::Create(*device));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaMetrics> eval_metrics,
