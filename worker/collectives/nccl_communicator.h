@@ -22,10 +22,10 @@
 // recorded after it, and the context's stream waits for that event (cudaStreamWaitEvent), so the
 // work queued there later sees the result while the host never waits. AllReduceGroupAsync puts
 // all its buffers in one ncclGroupStart/ncclGroupEnd with one such event. The CollectiveEvent is
-// resolved by the watchdog when the event after the collective completes (events are pooled). A host
-// buffer (memory CUDA does not map to the device, found with cudaPointerGetAttributes) is staged:
-// copied in, reduced and copied back on the communicator's stream before the call returns:
-// correct but slower, for metrics and other small values.
+// resolved by the watchdog when the event after the collective completes (events are pooled).
+// A host buffer (memory CUDA does not map to the device, found with cudaPointerGetAttributes) is
+// staged: copied in, reduced and copied back on the communicator's stream before the call
+// returns: correct but slower, for metrics and other small values.
 //
 // ReduceOp mapping: kSum -> ncclSum, kMean -> ncclAvg, kMax -> ncclMax, kMin -> ncclMin.
 //

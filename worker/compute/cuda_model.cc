@@ -35,8 +35,11 @@ absl::Status Kernel(cudaError_t error, const char* kernel, const CudaDevice& dev
 
 // The work one call queues on the device's stream, captured once as a CUDA graph and replayed
 // while the addresses it was captured with (its key) stay the same; captured again when they
-// change. Replaying one graph costs one launch instead of one per kernel. A failed capture turns
-// it off for good; each distinct reason for launching eagerly goes to stderr once.
+// change. Replaying one graph costs one launch instead of one per kernel. The first call with a
+// new key runs eagerly as a warm-up (cuBLAS picks its kernels and workspace, CUDA loads the
+// modules lazily: neither should first happen inside a capture), and a key that changes on
+// every call is never captured. A failed capture turns it off for good; each distinct reason
+// for launching eagerly goes to stderr once.
 class StepGraph {
  public:
   StepGraph(const CudaDevice* device, std::string what) : device_(device), what_(std::move(what)) {}
@@ -54,6 +57,11 @@ class StepGraph {
   absl::StatusOr<bool> Launch(const std::vector<const void*>& key, Enqueue&& enqueue) {
     if (Broken()) return false;
     if (exec_ == nullptr || key != key_) {
+      if (key != warm_key_) {
+        warm_key_ = key;
+        fallback_ = "warming up: the first call with these buffers runs eagerly";
+        return false;
+      }
       if (absl::Status s = Capture(enqueue); !s.ok()) {
         broken_ = absl::StrCat("capturing ", what_, " failed (", s.message(), ")");
         Fallback(broken_);
@@ -121,6 +129,7 @@ class StepGraph {
   const std::string what_;
   cudaGraphExec_t exec_ = nullptr;
   std::vector<const void*> key_;
+  std::vector<const void*> warm_key_;  // the key of the last call that ran as a warm-up
   std::string broken_;
   std::string fallback_;
   std::set<std::string> logged_;
@@ -285,7 +294,8 @@ struct CudaModel::Impl {
     for (size_t l = 0; l < layers; ++l) {
       const float* input = l == 0 ? batch.inputs : acts[l - 1].data();
       float* z = acts[l].data();
-      SUBSTRAX_RETURN_IF_ERROR(Gemm(false, false, n, out_width[l], in_width[l], input, p[2 * l], z));
+      SUBSTRAX_RETURN_IF_ERROR(
+          Gemm(false, false, n, out_width[l], in_width[l], input, p[2 * l], z));
       // A row-parallel kernel gives a partial sum; its bias is added once, after the sum.
       if (splits[l] == LayerSplit::kRow) SUBSTRAX_RETURN_IF_ERROR(AllReduce(z, n * out_width[l]));
       const bool relu = l + 1 < layers;
@@ -397,8 +407,9 @@ struct CudaModel::Impl {
     key_scratch.insert(key_scratch.end(), g.begin(), g.end());
     key_scratch.push_back(sums);
     key_scratch.push_back(reinterpret_cast<const void*>(workspace_generation));
-    SUBSTRAX_ASSIGN_OR_RETURN(const bool launched,
-                              graph->Launch(key_scratch, [&] { return Enqueue(p, g, fixed, sums); }));
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        const bool launched,
+        graph->Launch(key_scratch, [&] { return Enqueue(p, g, fixed, sums); }));
     if (launched) graph_n = n;
     return launched;
   }

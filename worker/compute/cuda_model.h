@@ -85,11 +85,13 @@ struct CudaModelOptions {
   // or bf16 (both operands cast to bfloat16 on the fly, float32 accumulation and results).
   // Parameters, gradients and activations are float32 in all three. Unspecified: fp32.
   v1::Precision precision = v1::PRECISION_FP32;
-  // LossAndGradients captured as a CUDA graph for the first batch size it sees and replayed for
-  // every later batch of that size (the batch is first copied into the model's own input
-  // buffers: a graph reads fixed addresses). Eager launches instead, with the reason written to
-  // stderr once, for a batch of another size (the last short one), under tensor parallelism
-  // (its collectives run inside the pass), and for good when a capture fails.
+  // LossAndGradients captured as a CUDA graph for the first batch size it sees (at its second
+  // call: the first runs eagerly as a warm-up) and replayed for every later batch of that size
+  // (the batch is first copied into the model's own input buffers: a graph reads fixed
+  // addresses; a change of parameter, gradient or metric buffers captures again). Eager launches
+  // instead, with the reason written to stderr once, for a batch of another size (the last short
+  // one), under tensor parallelism (its collectives run inside the pass), and for good when a
+  // capture fails.
   bool cuda_graphs = false;
 };
 
@@ -163,7 +165,8 @@ class CudaOptimizer {
   // Queues one update of `params` from `grads`. Nothing is queued when it fails.
   // Errors: INVALID_ARGUMENT naming the parameter when names or shapes differ; CUDA errors.
   absl::Status Update(const DeviceTree& grads, DeviceTree* params);
-  // From now on Update replays a CUDA graph of its kernel launches, captured again whenever the
+  // From now on Update replays a CUDA graph of its kernel launches (captured at the second call
+  // with the same buffers, the first being an eager warm-up), captured again whenever the
   // parameter, gradient or state addresses change (the step-dependent values, such as Adam's
   // bias corrections, are copied to the device before each replay). A failed capture turns
   // graphs off again, with the reason on stderr and in graph_fallback().

@@ -237,18 +237,19 @@ TEST_P(CudaModelTest, GraphReplayMatchesEagerLaunches) {
     EXPECT_EQ(got->loss_sum, want->loss_sum) << "batch " << seed;
     EXPECT_EQ(got->grads, want->grads) << "batch " << seed;
   }
-  // Capture may be refused (the reason then says so); when it worked, every full batch replayed.
+  // Capture may be refused (the reason then says so); when it worked, every full batch after
+  // the first (a warm-up, eager) replayed the graph.
   if (a.model().graph_replays() == 0) {
     GTEST_SKIP() << "no graph was captured: " << a.model().graph_fallback();
   }
-  EXPECT_EQ(a.model().graph_replays(), 3);
+  EXPECT_EQ(a.model().graph_replays(), 2);
   UploadedBatch short_batch = Upload(**device, MakeBatch(17, classification, 4));
   auto got = a.Step(*params, short_batch.view);
   auto want = b.Step(*params, short_batch.view);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_EQ(got->grads, want->grads);
-  EXPECT_EQ(a.model().graph_replays(), 3);
+  EXPECT_EQ(a.model().graph_replays(), 2);
   EXPECT_NE(a.model().graph_fallback().find("17 examples"), std::string::npos)
       << a.model().graph_fallback();
 }
@@ -303,7 +304,7 @@ TEST_P(CudaOptimizerTest, StepsMatchCpuFromTheSameGradients) {
   auto cpu_model = Model::Create(spec, kFeatures);
   ASSERT_TRUE(cpu_model.ok());
   // Eager launches, and a replayed graph (the gradients are uploaded into the same buffers every
-  // step, so one capture serves all steps after the first).
+  // step, so one capture serves every step after the first, a warm-up).
   for (const bool graphs : {false, true}) {
     SCOPED_TRACE(graphs ? "cuda graph" : "eager");
     auto cpu_opt = Optimizer::Create(OptimizerSpec(GetParam()));
@@ -339,8 +340,8 @@ TEST_P(CudaOptimizerTest, StepsMatchCpuFromTheSameGradients) {
       ASSERT_TRUE((*gpu_opt)->Update(gpu_grads, &*gpu_params).ok());
     }
     EXPECT_EQ((*gpu_opt)->steps(), 3);
-    if (graphs) {
-      EXPECT_EQ((*gpu_opt)->graph_replays(), 3) << (*gpu_opt)->graph_fallback();
+    if (graphs) {  // step 1 warms up (eager), steps 2 and 3 replay
+      EXPECT_EQ((*gpu_opt)->graph_replays(), 2) << (*gpu_opt)->graph_fallback();
     }
     auto got = (*device)->Download(*gpu_params);
     ASSERT_TRUE(got.ok()) << got.status();

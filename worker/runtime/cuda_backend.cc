@@ -100,7 +100,10 @@ class PendingCollectives {
 class CudaBackend final : public DeviceBackend {
  public:
   // How many steps' gradient reductions may be in flight before the loop awaits the oldest.
-  static constexpr int kStepsInFlight = 2;
+  // Enough that the host, blocked on the oldest, still has several steps queued on the device
+  // meanwhile: an outcome is known only at the watchdog's next poll (every poll_interval, 1 ms
+  // by default), longer than a small model's step.
+  static constexpr int kStepsInFlight = 8;
 
   CudaBackend(std::unique_ptr<CudaDevice> device, std::unique_ptr<CudaModel> model,
               std::unique_ptr<CudaOptimizer> optimizer, DeviceTree params,

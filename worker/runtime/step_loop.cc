@@ -151,8 +151,9 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
       in_flight.pop_front();
       absl::Status status;
       for (const CollectiveEvent& e : oldest.events) status.Update(e.Await());
-      SUBSTRAX_RETURN_IF_ERROR(
-          Annotate(status, absl::StrCat("step ", oldest.step, ": ", oldest.fn)));
+      if (!status.ok()) {
+        return Annotate(status, absl::StrCat("step ", oldest.step, ": ", oldest.fn));
+      }
     }
     return absl::OkStatus();
   };
