@@ -111,6 +111,19 @@ TEST(JobSpecTest, DesignExampleMapsFieldByField) {
   EXPECT_EQ(PerDeviceBatchSize(*spec), 64);
 }
 
+TEST(JobSpecTest, PrecisionIsReadAndNeedsCuda) {
+  auto bf16 = LoadJobSpecFile("core/testdata/good_specs/fashion_mnist_mlp_bf16.yaml");
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->precision(), v1::PRECISION_BF16);
+  v1::JobSpec cpu = *bf16;
+  cpu.set_backend(v1::BACKEND_CPU);
+  const absl::Status refused = ValidateJobSpec(cpu);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("spec.precision"));
+  cpu.set_backend(v1::BACKEND_AUTO);  // decided when the devices are known
+  EXPECT_TRUE(ValidateJobSpec(cpu).ok());
+}
+
 TEST(JobSpecTest, MeshTypesAndSizesAreDerived) {
   auto hybrid = LoadJobSpecFile("core/testdata/good_specs/fashion_mnist_mlp_hybrid.yaml");
   ASSERT_TRUE(hybrid.ok()) << hybrid.status();
