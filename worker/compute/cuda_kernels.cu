@@ -52,25 +52,6 @@ __global__ void BiasActivationKernel(float* z, const float* bias, int64_t rows, 
   }
 }
 
-// One thread per column, as ColumnSumsKernel, masking each value on its way into the sum.
-__global__ void ReluMaskColumnSumsKernel(float* d, const float* act, int64_t rows, int64_t cols,
-                                         float* out) {
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
-       c += int64_t{blockDim.x} * gridDim.x) {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = r * cols + c;
-      float v = d[i];
-      if (!(act[i] > 0.0f)) {
-        v = 0.0f;
-        d[i] = 0.0f;
-      }
-      sum += v;
-    }
-    out[c] = sum;
-  }
-}
-
 __global__ void CastToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
@@ -163,13 +144,39 @@ __global__ void MeanSquaredErrorKernel(const float* out, const float* targets, i
   BlockAccumulate(loss, 0, 0, sums);
 }
 
-// One thread per column; consecutive threads read consecutive addresses of each row.
-__global__ void ColumnSumsKernel(const float* m, int64_t rows, int64_t cols, float* out) {
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
-       c += int64_t{blockDim.x} * gridDim.x) {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sum += m[r * cols + c];
-    out[c] = sum;
+// Column sums (a bias gradient), optionally through the ReLU mask first. A block covers
+// kSumColumns columns with kSumRowGroups threads each: thread (x, y) sums rows y, y +
+// kSumRowGroups, ... of column x, so a warp reads kSumColumns consecutive floats of a row, then
+// the kSumRowGroups partial sums of a column are added in y order. A fixed order: the result is
+// the same on every run, and equal between the masked and the plain kernel on the same values.
+constexpr int kSumColumns = 32;
+constexpr int kSumRowGroups = 16;
+
+// kMask: masked values are written back as 0 to `masked` (the same array as `m`).
+template <bool kMask>
+__global__ void ColumnSumsKernel(const float* m, float* masked, const float* act, int64_t rows,
+                                 int64_t cols, float* out) {
+  // A warp's threads share y and take consecutive x: row accesses, no bank conflicts.
+  __shared__ float partial[kSumRowGroups][kSumColumns];
+  const int64_t c = blockIdx.x * int64_t{kSumColumns} + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kSumRowGroups) {
+      const int64_t i = r * cols + c;
+      float v = m[i];
+      if (kMask && !(act[i] > 0.0f)) {
+        v = 0.0f;
+        masked[i] = 0.0f;
+      }
+      sum += v;
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = partial[0][threadIdx.x];
+    for (int y = 1; y < kSumRowGroups; ++y) total += partial[y][threadIdx.x];
+    out[c] = total;
   }
 }
 
@@ -247,8 +254,9 @@ cudaError_t BiasActivation(float* z, const float* bias, int64_t rows, int64_t co
 cudaError_t ReluMaskColumnSums(float* d, const float* activation, int64_t rows, int64_t cols,
                                float* bias_grad, cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
-  ReluMaskColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(d, activation, rows, cols,
-                                                                  bias_grad);
+  const dim3 threads(kSumColumns, kSumRowGroups);
+  const unsigned blocks = static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns);
+  ColumnSumsKernel<true><<<blocks, threads, 0, stream>>>(d, d, activation, rows, cols, bias_grad);
   return Launched();
 }
 
@@ -281,7 +289,9 @@ cudaError_t MeanSquaredError(const float* out, const float* targets, int64_t row
 cudaError_t ColumnSums(const float* m, int64_t rows, int64_t cols, float* out,
                        cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
-  ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(m, rows, cols, out);
+  const dim3 threads(kSumColumns, kSumRowGroups);
+  const unsigned blocks = static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns);
+  ColumnSumsKernel<false><<<blocks, threads, 0, stream>>>(m, nullptr, nullptr, rows, cols, out);
   return Launched();
 }
 
