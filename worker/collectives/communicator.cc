@@ -138,15 +138,19 @@ CollectiveEvent Communicator::BarrierAsync(ExecutionContext context) {
 CollectiveEvent Communicator::AllReduceGroupAsync(absl::Span<const ReduceBuffer> buffers,
                                                   DataType type, ReduceOp op,
                                                   ExecutionContext context) {
-  std::vector<ReduceBuffer> nonempty;
-  nonempty.reserve(buffers.size());
+  size_t empty = 0;
   for (const ReduceBuffer& b : buffers) {
     if (absl::Status s = CheckBuffers("all_reduce", b.data, b.data, b.count); !s.ok()) {
       return CollectiveEvent::Done(s);
     }
+    if (b.count == 0) ++empty;
+  }
+  if (empty == buffers.size()) return CollectiveEvent::Done();
+  if (empty == 0) return DoAllReduceGroup(buffers, type, op, context);
+  std::vector<ReduceBuffer> nonempty;
+  for (const ReduceBuffer& b : buffers) {
     if (b.count > 0) nonempty.push_back(b);
   }
-  if (nonempty.empty()) return CollectiveEvent::Done();
   return DoAllReduceGroup(nonempty, type, op, context);
 }
 
