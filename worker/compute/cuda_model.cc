@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <cstdio>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -29,7 +28,9 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
+// The message is built only on failure: this runs for every launch of every step.
 absl::Status Kernel(cudaError_t error, const char* kernel, const CudaDevice& device) {
+  if (error == cudaSuccess) return absl::OkStatus();
   return CudaStatus(error, absl::StrCat("kernel ", kernel), device.name());
 }
 
@@ -70,9 +71,9 @@ class StepGraph {
       key_ = key;
     }
     fallback_.clear();
-    SUBSTRAX_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(exec_, device_->stream()),
-                                        absl::StrCat("cudaGraphLaunch of ", what_),
-                                        device_->name()));
+    if (const cudaError_t e = cudaGraphLaunch(exec_, device_->stream()); e != cudaSuccess) {
+      return CudaStatus(e, absl::StrCat("cudaGraphLaunch of ", what_), device_->name());
+    }
     ++replays_;
     return true;
   }
