@@ -295,15 +295,24 @@ namespace {
 // the watchdog), then gives the event back to the pool.
 class NcclPending final : public CollectiveEvent::Pending {
  public:
+  // `start`: the event recorded just before the collective, or null.
   NcclPending(std::shared_ptr<NcclWatchdog> watchdog, NcclWatchdog::OpId id, cudaEvent_t event,
-              std::shared_ptr<NcclEventPool> events)
-      : watchdog_(std::move(watchdog)), id_(id), event_(event), events_(std::move(events)) {}
+              cudaEvent_t start, std::shared_ptr<NcclEventPool> events)
+      : watchdog_(std::move(watchdog)),
+        id_(id),
+        event_(event),
+        start_(start),
+        events_(std::move(events)) {}
   ~NcclPending() override {
-    // A failed collective's event may never complete (the device failed): destroy it instead.
-    if (Await().ok()) {
-      events_->Put(event_);
-    } else {
-      cudaEventDestroy(event_);
+    // A failed collective's events may never complete (the device failed): destroy them.
+    const bool ok = Await().ok();
+    for (cudaEvent_t e : {event_, start_}) {
+      if (e == nullptr) continue;
+      if (ok) {
+        events_->Put(e);
+      } else {
+        cudaEventDestroy(e);
+      }
     }
   }
 
@@ -325,11 +334,25 @@ class NcclPending final : public CollectiveEvent::Pending {
   const std::shared_ptr<NcclWatchdog> watchdog_;
   const NcclWatchdog::OpId id_;
   const cudaEvent_t event_;
+  const cudaEvent_t start_;
   const std::shared_ptr<NcclEventPool> events_;
   absl::Mutex mu_;
   bool collected_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
+
+// Whether the stream has passed `event` (`what`: "to start", "to finish", for messages). Only
+// cudaErrorNotReady means "not yet"; any other error is the device failing.
+NcclWatchdog::DoneFn EventDone(cudaEvent_t event, const char* what) {
+  return [event, what]() -> absl::StatusOr<bool> {
+    const cudaError_t state = cudaEventQuery(event);
+    if (state == cudaSuccess) return true;
+    if (state == cudaErrorNotReady) return false;
+    return absl::InternalError(absl::StrCat("waiting for the collective on its stream ", what,
+                                            ": ", cudaGetErrorName(state), ": ",
+                                            cudaGetErrorString(state)));
+  };
+}
 
 }  // namespace
 
@@ -340,31 +363,42 @@ CollectiveEvent NcclCommunicator::Run(const char* op, ExecutionContext context,
   // With a stream context the collective runs on the communicator's own stream, ordered by
   // events: after the work queued on the context's stream so far, and before the work queued
   // there later (cudaStreamWaitEvent). Neither stream, nor the host, waits for the other
-  // otherwise, so compute queued meanwhile on other streams overlaps the collective.
+  // otherwise, so compute queued meanwhile on other streams overlaps the collective. An event
+  // recorded just before the collective tells the watchdog when it could start: the host may be
+  // several steps ahead, and the queued compute must not count against its timeout.
   const bool ordered = context.stream != nullptr && context.stream != stream_;
+  cudaEvent_t start = nullptr;
   if (ordered) {
     cudaError_t e = ready_ == nullptr ? cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming)
                                       : cudaSuccess;
     if (e == cudaSuccess) e = cudaEventRecord(ready_, context.stream);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, ready_, 0);
+    if (e == cudaSuccess) e = events_->Get(&start);
+    if (e == cudaSuccess) e = cudaEventRecord(start, stream_);
     if (e != cudaSuccess) {
+      if (start != nullptr) cudaEventDestroy(start);
       return CollectiveEvent::Done(
           CudaError(e, "ordering the collective after the work on the caller's stream", call));
     }
   }
+  // Gives `start` back on the paths that register nothing.
+  auto fail = [&](absl::Status status) {
+    if (start != nullptr) events_->Put(start);
+    return CollectiveEvent::Done(std::move(status));
+  };
   const absl::Time deadline = absl::Now() + options_.timeout;
   ncclResult_t result = ncclSuccess;
   {
     absl::MutexLock lock(&comm_mu_);
-    if (comm_ == nullptr) return CollectiveEvent::Done(Broken(op));
+    if (comm_ == nullptr) return fail(Broken(op));
     result = enqueue(comm_, stream_);
     if (result != ncclSuccess && result != ncclInProgress) {
-      return CollectiveEvent::Done(Translate(result, comm_, call));
+      return fail(Translate(result, comm_, call));
     }
   }
   if (result == ncclInProgress) {
     if (absl::Status s = WaitUntilIdle(absl::StrCat(op, " (enqueue)"), deadline); !s.ok()) {
-      return CollectiveEvent::Done(s);
+      return fail(s);
     }
   }
   cudaEvent_t event = nullptr;
@@ -373,23 +407,17 @@ CollectiveEvent NcclCommunicator::Run(const char* op, ExecutionContext context,
   if (e == cudaSuccess && ordered) e = cudaStreamWaitEvent(context.stream, event, 0);
   if (e != cudaSuccess) {
     if (event != nullptr) cudaEventDestroy(event);
-    return CollectiveEvent::Done(CudaError(e, "recording an event after the collective", call));
+    return fail(CudaError(e, "recording an event after the collective", call));
   }
-  // Only cudaErrorNotReady means "still running"; any other error is the device failing.
   absl::StatusOr<NcclWatchdog::OpId> id =
-      watchdog_->Register(op, deadline, [event]() -> absl::StatusOr<bool> {
-        const cudaError_t state = cudaEventQuery(event);
-        if (state == cudaSuccess) return true;
-        if (state == cudaErrorNotReady) return false;
-        return absl::InternalError(absl::StrCat("waiting for the collective on its stream: ",
-                                                cudaGetErrorName(state), ": ",
-                                                cudaGetErrorString(state)));
-      });
+      ordered ? watchdog_->RegisterQueued(op, options_.timeout, EventDone(start, "to start"),
+                                          EventDone(event, "to finish"))
+              : watchdog_->Register(op, deadline, EventDone(event, "to finish"));
   if (!id.ok()) {
     cudaEventDestroy(event);
-    return CollectiveEvent::Done(id.status());
+    return fail(id.status());
   }
-  return CollectiveEvent(std::make_shared<NcclPending>(watchdog_, *id, event, events_));
+  return CollectiveEvent(std::make_shared<NcclPending>(watchdog_, *id, event, start, events_));
 }
 
 bool NcclCommunicator::OnDevice(const void* ptr) const {

@@ -68,7 +68,9 @@ struct NcclCommunicatorOptions {
   // Who this rank is, for messages: "device 2 (cuda:2 on host-b)"; may be empty.
   std::string self;
   // Every collective must finish within this time, else the communicator is aborted and the
-  // collective fails with DEADLINE_EXCEEDED.
+  // collective fails with DEADLINE_EXCEEDED. Counted from the call, or, for a collective ordered
+  // after a caller's stream, from when the work queued before it is done (the host may be steps
+  // ahead of the device).
   absl::Duration timeout = absl::Seconds(30);
   // How long reading the unique id and connecting every rank may take at creation (and split).
   absl::Duration connect_timeout = absl::Seconds(60);

@@ -72,6 +72,13 @@ class NcclWatchdog {
   // it has finished (cudaEventQuery on an event recorded after it; called only from Poll).
   // Errors: FAILED_PRECONDITION once the communicator has been aborted (the message quotes why).
   absl::StatusOr<OpId> Register(std::string op, absl::Time deadline, DoneFn done);
+  // As Register, for an op queued behind other work on its stream (the host runs steps ahead of
+  // the device): its `timeout` counts from the first Poll at which `started` says true
+  // (cudaEventQuery on an event recorded just before it), not from now, so queued compute is
+  // never taken for a stuck peer. Until then it has no deadline: the op before it on the stream
+  // has one. `started` failing is a device failure, as `done` failing.
+  absl::StatusOr<OpId> RegisterQueued(std::string op, absl::Duration timeout, DoneFn started,
+                                      DoneFn done);
 
   // Looks at every pending op once (see the header comment). Returns the abort's error if this
   // call aborted the communicator, else OK.
@@ -96,6 +103,9 @@ class NcclWatchdog {
     std::string op;
     absl::Time deadline;
     DoneFn done;
+    // RegisterQueued until the op is seen started (then null, and deadline set).
+    DoneFn started;
+    absl::Duration timeout;
     bool resolved = false;
     absl::Status status;
   };
