@@ -9,8 +9,10 @@
 //   the communicator reports an async error        -> abort; that error (via nccl_errors)
 //   a peer was reported dead (PeerDied)            -> abort; UNAVAILABLE naming it
 //   per pending op, oldest first:
-//     its `done` callback fails (a CUDA error)     -> abort; INTERNAL with that error, at once
+//     its `done` (or `started`) callback fails     -> abort; INTERNAL with that error, at once
 //     finished (its `done` callback is true)       -> OK
+//     queued (RegisterQueued) and not started      -> no deadline yet; once `started` is true,
+//                                                     the deadline is that poll's time + timeout
 //     its deadline has passed                      -> abort; DEADLINE_EXCEEDED naming the op,
 //                                                     the communicator and the rank
 //     otherwise (still in progress)                -> keep waiting
