@@ -234,7 +234,7 @@ TEST_P(CudaModelTest, GraphReplayMatchesEagerLaunches) {
     auto want = b.Step(*params, batch.view);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_TRUE(want.ok()) << want.status();
-    EXPECT_EQ(got->loss_sum, want->loss_sum) << "batch " << seed;
+    EXPECT_DOUBLE_EQ(got->loss_sum, want->loss_sum) << "batch " << seed;
     EXPECT_EQ(got->grads, want->grads) << "batch " << seed;
   }
   // Capture may be refused (the reason then says so); when it worked, every full batch after
