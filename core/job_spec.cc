@@ -145,4 +145,8 @@ std::string BackendName(v1::Backend backend) {
   return job_spec_internal::EnumName(v1::Backend_descriptor(), backend);
 }
 
+std::string PrecisionName(v1::Precision precision) {
+  return job_spec_internal::EnumName(v1::Precision_descriptor(), precision);
+}
+
 }  // namespace substrax

@@ -79,6 +79,7 @@ std::string ModelTypeName(v1::ModelType type);
 std::string MeshTypeName(v1::MeshType type);
 std::string DataFormatName(v1::DataFormat format);
 std::string BackendName(v1::Backend backend);
+std::string PrecisionName(v1::Precision precision);
 
 }  // namespace substrax
 

@@ -35,6 +35,7 @@ class Defaults {
       spec->set_report_every_steps(50);
     }
     if (spec->backend() == v1::BACKEND_UNSPECIFIED) spec->set_backend(v1::BACKEND_AUTO);
+    if (spec->precision() == v1::PRECISION_UNSPECIFIED) spec->set_precision(v1::PRECISION_FP32);
   }
 
  private:

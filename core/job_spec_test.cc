@@ -99,6 +99,7 @@ TEST(JobSpecTest, DesignExampleMapsFieldByField) {
   EXPECT_EQ(spec->epochs(), 3);
   EXPECT_EQ(spec->metrics().at("step"), v1::REDUCTION_MAX);
   EXPECT_EQ(spec->backend(), v1::BACKEND_AUTO);
+  EXPECT_EQ(spec->precision(), v1::PRECISION_FP32);
   // Derived and defaulted.
   EXPECT_EQ(spec->batch().per_device_batch_size(), 64);
   EXPECT_DOUBLE_EQ(spec->optimizer().hyperparameters().at("b1"), 0.9);
@@ -108,6 +109,19 @@ TEST(JobSpecTest, DesignExampleMapsFieldByField) {
   EXPECT_EQ(spec->data().prefetch_size(), 2);
   EXPECT_EQ(RequiredDevices(*spec), 4);
   EXPECT_EQ(PerDeviceBatchSize(*spec), 64);
+}
+
+TEST(JobSpecTest, PrecisionIsReadAndNeedsCuda) {
+  auto bf16 = LoadJobSpecFile("core/testdata/good_specs/fashion_mnist_mlp_bf16.yaml");
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->precision(), v1::PRECISION_BF16);
+  v1::JobSpec cpu = *bf16;
+  cpu.set_backend(v1::BACKEND_CPU);
+  const absl::Status refused = ValidateJobSpec(cpu);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("spec.precision"));
+  cpu.set_backend(v1::BACKEND_AUTO);  // decided when the devices are known
+  EXPECT_TRUE(ValidateJobSpec(cpu).ok());
 }
 
 TEST(JobSpecTest, MeshTypesAndSizesAreDerived) {
@@ -273,6 +287,7 @@ TEST(JobSpecTest, EnumNamesMatchTheYaml) {
   EXPECT_EQ(MeshTypeName(v1::MESH_TYPE_HYBRID), "hybrid");
   EXPECT_EQ(DataFormatName(v1::DATA_FORMAT_IDX), "idx");
   EXPECT_EQ(BackendName(v1::BACKEND_CUDA), "cuda");
+  EXPECT_EQ(PrecisionName(v1::PRECISION_BF16), "bf16");
   EXPECT_TRUE(IsClassification(v1::MODEL_TYPE_MLP));
   EXPECT_FALSE(IsClassification(v1::MODEL_TYPE_LINEAR));
 }

@@ -403,6 +403,14 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
             "steps between checkpoints");
   }
   v.Range("spec.max_restarts", spec.max_restarts(), 0, kMaxRestarts);
+  // Reduced precision exists only on the GPU path; backend auto is checked when the job's
+  // devices are known (worker/runtime/trainer.cc).
+  const bool reduced = spec.precision() == v1::PRECISION_TF32 ||
+                       spec.precision() == v1::PRECISION_BF16;
+  if (reduced && spec.backend() == v1::BACKEND_CPU) {
+    v.Add("spec.precision", "tf32 and bf16 need the cuda backend; the cpu backend computes in "
+                            "fp32 only: use precision fp32 or backend cuda");
+  }
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "worker/collectives/communicator.h"
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 namespace substrax {
@@ -34,6 +38,34 @@ bool CollectiveEvent::IsReady() const { return pending_ == nullptr || pending_->
 
 absl::Status CollectiveEvent::Await() const {
   return pending_ == nullptr ? done_ : pending_->Await();
+}
+
+namespace {
+
+class AllPending final : public CollectiveEvent::Pending {
+ public:
+  explicit AllPending(std::vector<CollectiveEvent> events) : events_(std::move(events)) {}
+  bool IsReady() override {
+    for (const CollectiveEvent& e : events_) {
+      if (!e.IsReady()) return false;
+    }
+    return true;
+  }
+  absl::Status Await() override {
+    absl::Status status;
+    for (const CollectiveEvent& e : events_) status.Update(e.Await());
+    return status;
+  }
+
+ private:
+  const std::vector<CollectiveEvent> events_;
+};
+
+}  // namespace
+
+CollectiveEvent CollectiveEvent::All(std::vector<CollectiveEvent> events) {
+  if (events.size() == 1) return std::move(events.front());
+  return CollectiveEvent(std::make_shared<AllPending>(std::move(events)));
 }
 
 absl::Status Communicator::CheckSizes(const char* op, size_t input, size_t output,
@@ -101,6 +133,36 @@ CollectiveEvent Communicator::ReduceScatterAsync(const void* input, void* output
 
 CollectiveEvent Communicator::BarrierAsync(ExecutionContext context) {
   return DoBarrier(context);
+}
+
+CollectiveEvent Communicator::AllReduceGroupAsync(absl::Span<const ReduceBuffer> buffers,
+                                                  DataType type, ReduceOp op,
+                                                  ExecutionContext context) {
+  size_t empty = 0;
+  for (const ReduceBuffer& b : buffers) {
+    if (absl::Status s = CheckBuffers("all_reduce", b.data, b.data, b.count); !s.ok()) {
+      return CollectiveEvent::Done(s);
+    }
+    if (b.count == 0) ++empty;
+  }
+  if (empty == buffers.size()) return CollectiveEvent::Done();
+  if (empty == 0) return DoAllReduceGroup(buffers, type, op, context);
+  std::vector<ReduceBuffer> nonempty;
+  for (const ReduceBuffer& b : buffers) {
+    if (b.count > 0) nonempty.push_back(b);
+  }
+  return DoAllReduceGroup(nonempty, type, op, context);
+}
+
+CollectiveEvent Communicator::DoAllReduceGroup(absl::Span<const ReduceBuffer> buffers,
+                                               DataType type, ReduceOp op,
+                                               ExecutionContext context) {
+  std::vector<CollectiveEvent> events;
+  events.reserve(buffers.size());
+  for (const ReduceBuffer& b : buffers) {
+    events.push_back(DoAllReduce(b.data, type, b.count, op, context));
+  }
+  return CollectiveEvent::All(std::move(events));
 }
 
 }  // namespace substrax

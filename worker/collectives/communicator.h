@@ -11,6 +11,12 @@
 // the device), IsReady() asks without blocking, so a caller can overlap collectives with compute.
 // The plain-named methods (AllReduce, ...) are the blocking twins: start, then Await.
 //
+// AllReduceGroupAsync reduces many buffers (the buckets of a gradient buffer) as one group with
+// one completion handle. On a GPU backend with a stream context it is queued on the
+// communicator's own stream, ordered after the work already on the context's stream and before
+// the work queued there afterwards by CUDA events, and the host does not wait: Await the handle
+// later (at a report) to learn the outcome. On CPU it runs each all-reduce in turn.
+//
 // Buffers may be host memory on every backend (the NCCL backend stages host buffers through
 // device memory); device memory only on the backend of that device.
 //
@@ -34,6 +40,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -70,6 +77,12 @@ struct ExecutionContext {
   static ExecutionContext Stream(CUstream_st* s) { return ExecutionContext{s}; }
 };
 
+// One buffer of a grouped all-reduce: `count` values at `data`, reduced in place.
+struct ReduceBuffer {
+  void* data = nullptr;
+  size_t count = 0;
+};
+
 // The completion handle of one collective. Copyable; every copy refers to the same collective.
 class CollectiveEvent {
  public:
@@ -85,6 +98,9 @@ class CollectiveEvent {
 
   // A collective that has already completed with `status`.
   static CollectiveEvent Done(absl::Status status = absl::OkStatus());
+  // The handle of several collectives: ready once all are, its outcome the first error among
+  // them (in order), else OK.
+  static CollectiveEvent All(std::vector<CollectiveEvent> events);
   explicit CollectiveEvent(std::shared_ptr<Pending> pending) : pending_(std::move(pending)) {}
 
   bool IsReady() const;
@@ -123,6 +139,11 @@ class Communicator {
                                      size_t count, ReduceOp op, ExecutionContext context = {});
   // Completes once every rank has entered the barrier.
   CollectiveEvent BarrierAsync(ExecutionContext context = {});
+  // Every buffer all-reduced in place, as one group (see the header comment). Errors: as
+  // AllReduceAsync, for the first buffer that fails; INVALID_ARGUMENT for a null buffer with a
+  // non-zero count (checked before anything is queued).
+  CollectiveEvent AllReduceGroupAsync(absl::Span<const ReduceBuffer> buffers, DataType type,
+                                      ReduceOp op, ExecutionContext context = {});
 
   // The blocking twins.
   absl::Status AllReduce(void* data, DataType type, size_t count, ReduceOp op,
@@ -188,6 +209,10 @@ class Communicator {
                                           size_t count, ReduceOp op,
                                           ExecutionContext context) = 0;
   virtual CollectiveEvent DoBarrier(ExecutionContext context) = 0;
+  // Buffers checked and non-empty. The default starts DoAllReduce for each buffer and returns
+  // CollectiveEvent::All of them; NCCL groups them (ncclGroupStart/End).
+  virtual CollectiveEvent DoAllReduceGroup(absl::Span<const ReduceBuffer> buffers, DataType type,
+                                           ReduceOp op, ExecutionContext context);
 
  private:
   absl::Status CheckSizes(const char* op, size_t input, size_t output, size_t expected_output);

@@ -72,6 +72,28 @@ TEST_P(GlooCommunicatorTest, LargeAllReduceIsExact) {
   });
 }
 
+// A grouped all-reduce (the step loop's buckets): every buffer reduced, empty ones skipped, one
+// handle for them all; a null buffer refused before anything is sent.
+TEST_P(GlooCommunicatorTest, AllReduceGroupReducesEveryBuffer) {
+  const int n = GetParam();
+  OnRanks(n, [n](Communicator& comm) {
+    std::vector<float> flat = {1, 2, 3, 4, 5};
+    for (float& v : flat) v += static_cast<float>(comm.rank());
+    const ReduceBuffer buckets[] = {{flat.data(), 2}, {flat.data() + 2, 0}, {flat.data() + 2, 3}};
+    CollectiveEvent group =
+        comm.AllReduceGroupAsync(buckets, DataType::kFloat32, ReduceOp::kMean);
+    ASSERT_TRUE(group.Await().ok()) << group.Await();
+    EXPECT_TRUE(group.IsReady());
+    const float shift = (n - 1) / 2.0f;
+    EXPECT_THAT(flat, ElementsAre(1 + shift, 2 + shift, 3 + shift, 4 + shift, 5 + shift));
+    const ReduceBuffer null_bucket[] = {{nullptr, 1}};
+    EXPECT_EQ(comm.AllReduceGroupAsync(null_bucket, DataType::kFloat32, ReduceOp::kSum)
+                  .Await()
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  });
+}
+
 TEST_P(GlooCommunicatorTest, GatherBroadcastScatterBarrier) {
   const int n = GetParam();
   OnRanks(n, [n](Communicator& comm) {

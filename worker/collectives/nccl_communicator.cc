@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "worker/collectives/nccl_errors.h"
@@ -157,7 +158,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 
 NcclCommunicator::NcclCommunicator(const NcclCommunicatorOptions& options, int rank, int size,
                                    ncclComm_t comm, cudaStream_t stream)
-    : options_(options), rank_(rank), size_(size), stream_(stream), comm_(comm) {
+    : options_(options),
+      rank_(rank),
+      size_(size),
+      events_(std::make_shared<NcclEventPool>()),
+      stream_(stream),
+      comm_(comm) {
   NcclWatchdog::Options w;
   w.communicator = options_.name;
   w.rank = rank_;
@@ -216,6 +222,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   if (scratch_ != nullptr) cudaFree(scratch_);
   if (barrier_ != nullptr) cudaFree(barrier_);
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -248,16 +255,65 @@ ncclDataType_t ToNccl(DataType type) {
   return type == DataType::kFloat64 ? ncclFloat64 : ncclFloat32;
 }
 
-// A collective queued on a stream, resolved by the communicator's watchdog. Owns the CUDA event
+}  // namespace
+
+// The CUDA events recorded after collectives, reused: a step records one per group, and creating
+// an event per collective would be a host allocation (and a driver call) every step. An event
+// goes back only once its collective has been collected, so it is never re-recorded while a
+// query of its previous record is still wanted; a cudaStreamWaitEvent issued on it earlier is
+// unaffected by a later record (CUDA captures the record at the time of the wait).
+class NcclEventPool {
+ public:
+  ~NcclEventPool() {
+    for (cudaEvent_t e : free_) cudaEventDestroy(e);
+  }
+  cudaError_t Get(cudaEvent_t* event) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!free_.empty()) {
+        *event = free_.back();
+        free_.pop_back();
+        return cudaSuccess;
+      }
+    }
+    return cudaEventCreateWithFlags(event, cudaEventDisableTiming);
+  }
+  void Put(cudaEvent_t event) {
+    absl::MutexLock lock(&mu_);
+    free_.push_back(event);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<cudaEvent_t> free_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+// A collective queued on a stream, resolved by the communicator's watchdog. Holds the CUDA event
 // recorded after it; waits for the outcome before it goes (an op nobody waited for would stay in
-// the watchdog).
+// the watchdog), then gives the event back to the pool.
 class NcclPending final : public CollectiveEvent::Pending {
  public:
-  NcclPending(std::shared_ptr<NcclWatchdog> watchdog, NcclWatchdog::OpId id, cudaEvent_t event)
-      : watchdog_(std::move(watchdog)), id_(id), event_(event) {}
+  // `start`: the event recorded just before the collective, or null.
+  NcclPending(std::shared_ptr<NcclWatchdog> watchdog, NcclWatchdog::OpId id, cudaEvent_t event,
+              cudaEvent_t start, std::shared_ptr<NcclEventPool> events)
+      : watchdog_(std::move(watchdog)),
+        id_(id),
+        event_(event),
+        start_(start),
+        events_(std::move(events)) {}
   ~NcclPending() override {
-    Await().IgnoreError();
-    cudaEventDestroy(event_);
+    // A failed collective's events may never complete (the device failed): destroy them.
+    const bool ok = Await().ok();
+    for (cudaEvent_t e : {event_, start_}) {
+      if (e == nullptr) continue;
+      if (ok) {
+        events_->Put(e);
+      } else {
+        cudaEventDestroy(e);
+      }
+    }
   }
 
   bool IsReady() override {
@@ -278,10 +334,25 @@ class NcclPending final : public CollectiveEvent::Pending {
   const std::shared_ptr<NcclWatchdog> watchdog_;
   const NcclWatchdog::OpId id_;
   const cudaEvent_t event_;
+  const cudaEvent_t start_;
+  const std::shared_ptr<NcclEventPool> events_;
   absl::Mutex mu_;
   bool collected_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
+
+// Whether the stream has passed `event` (`what`: "to start", "to finish", for messages). Only
+// cudaErrorNotReady means "not yet"; any other error is the device failing.
+NcclWatchdog::DoneFn EventDone(cudaEvent_t event, const char* what) {
+  return [event, what]() -> absl::StatusOr<bool> {
+    const cudaError_t state = cudaEventQuery(event);
+    if (state == cudaSuccess) return true;
+    if (state == cudaErrorNotReady) return false;
+    return absl::InternalError(absl::StrCat("waiting for the collective on its stream ", what,
+                                            ": ", cudaGetErrorName(state), ": ",
+                                            cudaGetErrorString(state)));
+  };
+}
 
 }  // namespace
 
@@ -289,44 +360,64 @@ template <typename Enqueue>
 CollectiveEvent NcclCommunicator::Run(const char* op, ExecutionContext context,
                                       Enqueue&& enqueue) {
   const NcclCall call = CallOf(op, options_, rank_, size_);
-  cudaStream_t stream = context.stream != nullptr ? context.stream : stream_;
+  // With a stream context the collective runs on the communicator's own stream, ordered by
+  // events: after the work queued on the context's stream so far, and before the work queued
+  // there later (cudaStreamWaitEvent). Neither stream, nor the host, waits for the other
+  // otherwise, so compute queued meanwhile on other streams overlaps the collective. An event
+  // recorded just before the collective tells the watchdog when it could start: the host may be
+  // several steps ahead, and the queued compute must not count against its timeout.
+  const bool ordered = context.stream != nullptr && context.stream != stream_;
+  cudaEvent_t start = nullptr;
+  if (ordered) {
+    cudaError_t e = ready_ == nullptr ? cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming)
+                                      : cudaSuccess;
+    if (e == cudaSuccess) e = cudaEventRecord(ready_, context.stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, ready_, 0);
+    if (e == cudaSuccess) e = events_->Get(&start);
+    if (e == cudaSuccess) e = cudaEventRecord(start, stream_);
+    if (e != cudaSuccess) {
+      if (start != nullptr) cudaEventDestroy(start);
+      return CollectiveEvent::Done(
+          CudaError(e, "ordering the collective after the work on the caller's stream", call));
+    }
+  }
+  // Gives `start` back on the paths that register nothing.
+  auto fail = [&](absl::Status status) {
+    if (start != nullptr) events_->Put(start);
+    return CollectiveEvent::Done(std::move(status));
+  };
   const absl::Time deadline = absl::Now() + options_.timeout;
   ncclResult_t result = ncclSuccess;
   {
     absl::MutexLock lock(&comm_mu_);
-    if (comm_ == nullptr) return CollectiveEvent::Done(Broken(op));
-    result = enqueue(comm_, stream);
+    if (comm_ == nullptr) return fail(Broken(op));
+    result = enqueue(comm_, stream_);
     if (result != ncclSuccess && result != ncclInProgress) {
-      return CollectiveEvent::Done(Translate(result, comm_, call));
+      return fail(Translate(result, comm_, call));
     }
   }
   if (result == ncclInProgress) {
     if (absl::Status s = WaitUntilIdle(absl::StrCat(op, " (enqueue)"), deadline); !s.ok()) {
-      return CollectiveEvent::Done(s);
+      return fail(s);
     }
   }
   cudaEvent_t event = nullptr;
-  cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (e == cudaSuccess) e = cudaEventRecord(event, stream);
+  cudaError_t e = events_->Get(&event);
+  if (e == cudaSuccess) e = cudaEventRecord(event, stream_);
+  if (e == cudaSuccess && ordered) e = cudaStreamWaitEvent(context.stream, event, 0);
   if (e != cudaSuccess) {
     if (event != nullptr) cudaEventDestroy(event);
-    return CollectiveEvent::Done(CudaError(e, "recording an event after the collective", call));
+    return fail(CudaError(e, "recording an event after the collective", call));
   }
-  // Only cudaErrorNotReady means "still running"; any other error is the device failing.
   absl::StatusOr<NcclWatchdog::OpId> id =
-      watchdog_->Register(op, deadline, [event]() -> absl::StatusOr<bool> {
-        const cudaError_t state = cudaEventQuery(event);
-        if (state == cudaSuccess) return true;
-        if (state == cudaErrorNotReady) return false;
-        return absl::InternalError(absl::StrCat("waiting for the collective on its stream: ",
-                                                cudaGetErrorName(state), ": ",
-                                                cudaGetErrorString(state)));
-      });
+      ordered ? watchdog_->RegisterQueued(op, options_.timeout, EventDone(start, "to start"),
+                                          EventDone(event, "to finish"))
+              : watchdog_->Register(op, deadline, EventDone(event, "to finish"));
   if (!id.ok()) {
     cudaEventDestroy(event);
-    return CollectiveEvent::Done(id.status());
+    return fail(id.status());
   }
-  return CollectiveEvent(std::make_shared<NcclPending>(watchdog_, *id, event));
+  return CollectiveEvent(std::make_shared<NcclPending>(watchdog_, *id, event, start, events_));
 }
 
 bool NcclCommunicator::OnDevice(const void* ptr) const {
@@ -436,6 +527,27 @@ CollectiveEvent NcclCommunicator::DoReduceScatter(const void* input, void* outpu
   return CollectiveEvent::Done(
       Staged(input, bytes * size_, output, bytes,
              [&](void* in, void* out) { return enqueue(in, out, ExecutionContext()); }));
+}
+
+// One group (ncclGroupStart/End): NCCL fuses the buckets' launches and the watchdog watches one
+// event for them all. Host buffers are staged one by one, as single all-reduces are.
+CollectiveEvent NcclCommunicator::DoAllReduceGroup(absl::Span<const ReduceBuffer> buffers,
+                                                   DataType type, ReduceOp op,
+                                                   ExecutionContext context) {
+  for (const ReduceBuffer& b : buffers) {
+    if (!OnDevice(b.data)) return Communicator::DoAllReduceGroup(buffers, type, op, context);
+  }
+  return Run("all_reduce (group)", context, [&](ncclComm_t comm, cudaStream_t stream) {
+    ncclResult_t result = ncclGroupStart();
+    if (result != ncclSuccess) return result;
+    for (const ReduceBuffer& b : buffers) {
+      result = ncclAllReduce(b.data, b.data, b.count, ToNccl(type), ToNcclOp(op), comm, stream);
+      if (result != ncclSuccess && result != ncclInProgress) break;
+    }
+    // The group is closed even after a failed call; the first failure is what is reported.
+    const ncclResult_t end = ncclGroupEnd();
+    return result != ncclSuccess && result != ncclInProgress ? result : end;
+  });
 }
 
 CollectiveEvent NcclCommunicator::DoBarrier(ExecutionContext context) {

@@ -16,12 +16,16 @@
 // ncclGetLastError's text). After an abort every call fails with FAILED_PRECONDITION: create a
 // new communicator (in practice: restart the job attempt).
 //
-// Buffers and streams: a collective on device memory is queued on the context's stream (the
-// communicator's own stream when the context has none) and returns at once; its CollectiveEvent
-// is resolved by the watchdog when an event recorded after it on that stream completes. A host
-// buffer (memory CUDA does not map to the device, found with cudaPointerGetAttributes) is staged:
-// copied in, reduced and copied back on the communicator's stream before the call returns:
-// correct but slower, for metrics and other small values.
+// Buffers and streams: a collective on device memory is queued on the communicator's own stream
+// and returns at once. With a stream in its context it is ordered there by CUDA events: the own
+// stream waits for an event recorded on the context's stream, the collective runs, an event is
+// recorded after it, and the context's stream waits for that event (cudaStreamWaitEvent), so the
+// work queued there later sees the result while the host never waits. AllReduceGroupAsync puts
+// all its buffers in one ncclGroupStart/ncclGroupEnd with one such event. The CollectiveEvent is
+// resolved by the watchdog when the event after the collective completes (events are pooled).
+// A host buffer (memory CUDA does not map to the device, found with cudaPointerGetAttributes) is
+// staged: copied in, reduced and copied back on the communicator's stream before the call
+// returns: correct but slower, for metrics and other small values.
 //
 // ReduceOp mapping: kSum -> ncclSum, kMean -> ncclAvg, kMax -> ncclMax, kMin -> ncclMin.
 //
@@ -50,8 +54,11 @@
 // neither (it is also compiled without CUDA).
 typedef struct ncclComm* ncclComm_t;
 typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
 
 namespace substrax {
+
+class NcclEventPool;
 
 struct NcclCommunicatorOptions {
   // Name used in messages ("world", "axis 'data' group 0").
@@ -61,7 +68,9 @@ struct NcclCommunicatorOptions {
   // Who this rank is, for messages: "device 2 (cuda:2 on host-b)"; may be empty.
   std::string self;
   // Every collective must finish within this time, else the communicator is aborted and the
-  // collective fails with DEADLINE_EXCEEDED.
+  // collective fails with DEADLINE_EXCEEDED. Counted from the call, or, for a collective ordered
+  // after a caller's stream, from when the work queued before it is done (the host may be steps
+  // ahead of the device).
   absl::Duration timeout = absl::Seconds(30);
   // How long reading the unique id and connecting every rank may take at creation (and split).
   absl::Duration connect_timeout = absl::Seconds(60);
@@ -114,16 +123,19 @@ class NcclCommunicator final : public Communicator {
                                   ReduceOp op, ExecutionContext context) override;
   // An all-reduce of one element on the context's stream.
   CollectiveEvent DoBarrier(ExecutionContext context) override;
+  // One NCCL group of all-reduces (device buffers); host buffers staged one by one.
+  CollectiveEvent DoAllReduceGroup(absl::Span<const ReduceBuffer> buffers, DataType type,
+                                   ReduceOp op, ExecutionContext context) override;
 
  private:
   NcclCommunicator(const NcclCommunicatorOptions& options, int rank, int size, ncclComm_t comm,
                    cudaStream_t stream);
 
-  // Queues one collective with `enqueue(comm, stream)` (an ncclResult_t value) under comm_mu_ on
-  // the context's stream, then returns an event the watchdog resolves: first NCCL must have
-  // enqueued it (a non-blocking communicator may answer ncclInProgress), then an event recorded
-  // after it on the stream must complete. `data` and `more` are the buffers it touches: host
-  // memory is staged through device memory (and the call then waits).
+  // Queues one collective (or one group) with `enqueue(comm, stream)` (an ncclResult_t value)
+  // under comm_mu_ on stream_, ordered after and before the context's stream by events when it
+  // has one, then returns an event the watchdog resolves: first NCCL must have enqueued it (a
+  // non-blocking communicator may answer ncclInProgress), then an event recorded after it on
+  // stream_ must complete. The host never waits for the collective itself.
   template <typename Enqueue>
   CollectiveEvent Run(const char* op, ExecutionContext context, Enqueue&& enqueue);
   // Waits (through the watchdog) until this non-blocking communicator has left ncclInProgress.
@@ -147,7 +159,11 @@ class NcclCommunicator final : public Communicator {
   const int size_;
   // Shared with the events of collectives in flight, which may outlive a call.
   std::shared_ptr<NcclWatchdog> watchdog_;
+  // The events recorded after collectives, reused (shared with the collectives in flight).
+  std::shared_ptr<NcclEventPool> events_;
   cudaStream_t stream_ = nullptr;
+  // Recorded on the caller's stream before a collective; the own stream waits for it.
+  cudaEvent_t ready_ = nullptr;
   void* scratch_ = nullptr;
   void* barrier_ = nullptr;  // one float in device memory for Barrier
   size_t scratch_bytes_ = 0;

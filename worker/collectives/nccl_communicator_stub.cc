@@ -43,5 +43,9 @@ CollectiveEvent NcclCommunicator::DoReduceScatter(const void*, void*, DataType, 
 CollectiveEvent NcclCommunicator::DoBarrier(ExecutionContext) {
   return CollectiveEvent::Done(NotBuilt());
 }
+CollectiveEvent NcclCommunicator::DoAllReduceGroup(absl::Span<const ReduceBuffer>, DataType,
+                                                   ReduceOp, ExecutionContext) {
+  return CollectiveEvent::Done(NotBuilt());
+}
 
 }  // namespace substrax

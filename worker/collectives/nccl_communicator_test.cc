@@ -137,6 +137,42 @@ TEST(NcclCommunicatorTest, SingleRankDevicePointersAndSplit) {
 #endif
 }
 
+// A group on the caller's stream: the communicator's stream waits for the copy queued before it,
+// the caller's stream for the group, and the host for neither (the handle is awaited at the end,
+// after many groups, as the step loop does). One rank: the values come back unchanged.
+TEST(NcclCommunicatorTest, SingleRankGroupsOrderedOnTheCallersStream) {
+  SKIP_WITHOUT_GPU();
+#ifdef SUBSTRAX_CUDA
+  InMemoryStore store;
+  std::unique_ptr<NcclCommunicator> comm = SingleRank(&store);
+  ASSERT_NE(comm, nullptr);
+  cudaStream_t caller = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 8 * sizeof(float)), cudaSuccess);
+  std::vector<CollectiveEvent> events;
+  for (int round = 0; round < 20; ++round) {
+    const float in[8] = {1.0f * round, 2, 3, 4, 5, 6, 7, 8};
+    ASSERT_EQ(cudaMemcpyAsync(d, in, sizeof(in), cudaMemcpyHostToDevice, caller), cudaSuccess);
+    const ReduceBuffer buckets[] = {{d, 3}, {d + 3, 5}};
+    events.push_back(comm->AllReduceGroupAsync(buckets, DataType::kFloat32, ReduceOp::kSum,
+                                               ExecutionContext::Stream(caller)));
+    float out[8] = {};
+    ASSERT_EQ(cudaMemcpyAsync(out, d, sizeof(out), cudaMemcpyDeviceToHost, caller), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(caller), cudaSuccess);
+    EXPECT_THAT(out, ElementsAre(1.0f * round, 2, 3, 4, 5, 6, 7, 8)) << "round " << round;
+  }
+  for (const CollectiveEvent& e : events) EXPECT_TRUE(e.Await().ok()) << e.Await();
+  const ReduceBuffer null_bucket[] = {{nullptr, 2}};
+  EXPECT_EQ(comm->AllReduceGroupAsync(null_bucket, DataType::kFloat32, ReduceOp::kSum)
+                .Await()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  cudaFree(d);
+  cudaStreamDestroy(caller);
+#endif
+}
+
 TEST(NcclCommunicatorTest, DeadPeerAbortsAndLaterCallsFailFast) {
   SKIP_WITHOUT_GPU();
   InMemoryStore store;

@@ -24,6 +24,18 @@ absl::StatusOr<NcclWatchdog::OpId> NcclWatchdog::Register(std::string op, absl::
   return id;
 }
 
+absl::StatusOr<NcclWatchdog::OpId> NcclWatchdog::RegisterQueued(std::string op,
+                                                                absl::Duration timeout,
+                                                                DoneFn started, DoneFn done) {
+  absl::StatusOr<OpId> id = Register(std::move(op), absl::InfiniteFuture(), std::move(done));
+  if (!id.ok()) return id;
+  absl::MutexLock lock(&mu_);
+  Op& entry = ops_[*id];
+  entry.started = std::move(started);
+  entry.timeout = timeout;
+  return id;
+}
+
 std::string NcclWatchdog::Where(const std::string& op) const {
   std::string where = absl::StrCat(op, " on NCCL communicator '", options_.communicator,
                                    "' (rank ", options_.rank, " of ", options_.size);
@@ -38,6 +50,8 @@ absl::Status NcclWatchdog::Poll() {
     std::string op;
     absl::Time deadline;
     DoneFn done;
+    DoneFn started;
+    absl::Duration timeout;
   };
   std::vector<Pending> pending;
   std::vector<std::string> dead;
@@ -47,7 +61,9 @@ absl::Status NcclWatchdog::Poll() {
     if (!aborted_.ok()) return absl::OkStatus();
     dead = dead_peers_;
     for (const auto& [id, op] : ops_) {
-      if (!op.resolved) pending.push_back({id, op.op, op.deadline, op.done});
+      if (!op.resolved) {
+        pending.push_back({id, op.op, op.deadline, op.done, op.started, op.timeout});
+      }
     }
     where = Where(pending.empty() ? std::string("watchdog") : pending.front().op);
   }
@@ -74,10 +90,21 @@ absl::Status NcclWatchdog::Poll() {
         "The job attempt cannot continue; check that process's log"));
   }
   std::vector<OpId> finished;
+  std::vector<std::pair<OpId, absl::Time>> started;  // queued ops seen started: their deadlines
   if (error.ok()) {
     const absl::Time now = options_.clock();
     for (const Pending& p : pending) {
       absl::StatusOr<bool> done = p.done ? p.done() : absl::StatusOr<bool>(false);
+      absl::Time deadline = p.deadline;
+      if (done.ok() && !*done && p.started) {
+        absl::StatusOr<bool> begun = p.started();
+        if (!begun.ok()) {
+          done = begun.status();
+        } else if (*begun) {
+          deadline = now + p.timeout;
+          started.emplace_back(p.id, deadline);
+        }
+      }
       if (!done.ok()) {
         // The device failed (a CUDA error other than "not ready"): report it at once, never
         // as a timeout. Nothing queued on the communicator can be trusted afterwards.
@@ -87,7 +114,7 @@ absl::Status NcclWatchdog::Poll() {
       }
       if (*done) {
         finished.push_back(p.id);
-      } else if (now >= p.deadline) {
+      } else if (now >= deadline) {
         error = absl::DeadlineExceededError(absl::StrCat(
             Where(p.op), "it did not complete by its deadline and no peer is known to "
                                "have died: a peer is stuck, far slower, or called a different "
@@ -103,6 +130,12 @@ absl::Status NcclWatchdog::Poll() {
     for (OpId id : finished) {
       auto it = ops_.find(id);
       if (it != ops_.end() && !it->second.resolved) it->second.resolved = true;
+    }
+    for (const auto& [id, deadline] : started) {
+      auto it = ops_.find(id);
+      if (it == ops_.end()) continue;
+      it->second.deadline = deadline;
+      it->second.started = nullptr;
     }
     if (!error.ok()) call_abort = AbortLocked(error);
   }

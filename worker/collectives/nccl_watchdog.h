@@ -9,8 +9,10 @@
 //   the communicator reports an async error        -> abort; that error (via nccl_errors)
 //   a peer was reported dead (PeerDied)            -> abort; UNAVAILABLE naming it
 //   per pending op, oldest first:
-//     its `done` callback fails (a CUDA error)     -> abort; INTERNAL with that error, at once
+//     its `done` (or `started`) callback fails     -> abort; INTERNAL with that error, at once
 //     finished (its `done` callback is true)       -> OK
+//     queued (RegisterQueued) and not started      -> no deadline yet; once `started` is true,
+//                                                     the deadline is that poll's time + timeout
 //     its deadline has passed                      -> abort; DEADLINE_EXCEEDED naming the op,
 //                                                     the communicator and the rank
 //     otherwise (still in progress)                -> keep waiting
@@ -72,6 +74,13 @@ class NcclWatchdog {
   // it has finished (cudaEventQuery on an event recorded after it; called only from Poll).
   // Errors: FAILED_PRECONDITION once the communicator has been aborted (the message quotes why).
   absl::StatusOr<OpId> Register(std::string op, absl::Time deadline, DoneFn done);
+  // As Register, for an op queued behind other work on its stream (the host runs steps ahead of
+  // the device): its `timeout` counts from the first Poll at which `started` says true
+  // (cudaEventQuery on an event recorded just before it), not from now, so queued compute is
+  // never taken for a stuck peer. Until then it has no deadline: the op before it on the stream
+  // has one. `started` failing is a device failure, as `done` failing.
+  absl::StatusOr<OpId> RegisterQueued(std::string op, absl::Duration timeout, DoneFn started,
+                                      DoneFn done);
 
   // Looks at every pending op once (see the header comment). Returns the abort's error if this
   // call aborted the communicator, else OK.
@@ -96,6 +105,9 @@ class NcclWatchdog {
     std::string op;
     absl::Time deadline;
     DoneFn done;
+    // RegisterQueued until the op is seen started (then null, and deadline set).
+    DoneFn started;
+    absl::Duration timeout;
     bool resolved = false;
     absl::Status status;
   };

@@ -149,5 +149,46 @@ TEST_F(NcclWatchdogTest, DeviceErrorFailsAtOnceAsInternalNotAsTimeout) {
   EXPECT_EQ(aborts_, 1);
 }
 
+// An op queued behind several steps of compute: its timeout counts from when it starts.
+TEST_F(NcclWatchdogTest, QueuedOpTimesOutOnlyAfterItStarted) {
+  bool started = false, done = false;
+  absl::StatusOr<NcclWatchdog::OpId> id = watchdog_->RegisterQueued(
+      "all_reduce (group)", absl::Seconds(30), [&started] { return started; },
+      [&done] { return done; });
+  ASSERT_TRUE(id.ok()) << id.status();
+  now_ += absl::Minutes(5);  // still queued: no deadline yet
+  EXPECT_TRUE(watchdog_->Poll().ok());
+  EXPECT_FALSE(watchdog_->Resolved(*id));
+  started = true;
+  EXPECT_TRUE(watchdog_->Poll().ok());  // started now: 30 s from here
+  now_ += absl::Seconds(29);
+  EXPECT_TRUE(watchdog_->Poll().ok());
+  EXPECT_FALSE(watchdog_->Resolved(*id));
+  now_ += absl::Seconds(1);
+  EXPECT_EQ(watchdog_->Poll().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(watchdog_->Wait(*id).code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(aborts_, 1);
+}
+
+TEST_F(NcclWatchdogTest, QueuedOpFinishesAndItsStartErrorIsInternal) {
+  bool done = false;
+  absl::StatusOr<NcclWatchdog::OpId> ok = watchdog_->RegisterQueued(
+      "all_reduce (group)", absl::Seconds(30), [] { return true; }, [&done] { return done; });
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  done = true;
+  EXPECT_TRUE(watchdog_->Poll().ok());
+  EXPECT_TRUE(watchdog_->Wait(*ok).ok());
+  absl::StatusOr<NcclWatchdog::OpId> bad = watchdog_->RegisterQueued(
+      "all_reduce (group)", absl::Seconds(30),
+      [] { return absl::StatusOr<bool>(absl::InternalError("cudaErrorLaunchFailure")); },
+      [] { return false; });
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  const absl::Status polled = watchdog_->Poll();
+  EXPECT_EQ(polled.code(), absl::StatusCode::kInternal) << polled;
+  EXPECT_NE(polled.message().find("cudaErrorLaunchFailure"), std::string::npos) << polled;
+  EXPECT_EQ(watchdog_->Wait(*bad).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(aborts_, 1);
+}
+
 }  // namespace
 }  // namespace substrax

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace substrax {
@@ -38,6 +39,23 @@ __global__ void ReluBackwardKernel(float* d, const float* act, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     if (!(act[i] > 0.0f)) d[i] = 0.0f;
+  }
+}
+
+__global__ void BiasActivationKernel(float* z, const float* bias, int64_t rows, int64_t cols,
+                                     bool relu) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const float v = z[i] + bias[i % cols];
+    z[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+__global__ void CastToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    out[i] = __float2bfloat16_rn(x[i]);
   }
 }
 
@@ -126,13 +144,39 @@ __global__ void MeanSquaredErrorKernel(const float* out, const float* targets, i
   BlockAccumulate(loss, 0, 0, sums);
 }
 
-// One thread per column; consecutive threads read consecutive addresses of each row.
-__global__ void ColumnSumsKernel(const float* m, int64_t rows, int64_t cols, float* out) {
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
-       c += int64_t{blockDim.x} * gridDim.x) {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sum += m[r * cols + c];
-    out[c] = sum;
+// Column sums (a bias gradient), optionally through the ReLU mask first. A block covers
+// kSumColumns columns with kSumRowGroups threads each: thread (x, y) sums rows y, y +
+// kSumRowGroups, ... of column x, so a warp reads kSumColumns consecutive floats of a row, then
+// the kSumRowGroups partial sums of a column are added in y order. A fixed order: the result is
+// the same on every run, and equal between the masked and the plain kernel on the same values.
+constexpr int kSumColumns = 32;
+constexpr int kSumRowGroups = 16;
+
+// kMask: masked values are written back as 0 to `masked` (the same array as `m`).
+template <bool kMask>
+__global__ void ColumnSumsKernel(const float* m, float* masked, const float* act, int64_t rows,
+                                 int64_t cols, float* out) {
+  // A warp's threads share y and take consecutive x: row accesses, no bank conflicts.
+  __shared__ float partial[kSumRowGroups][kSumColumns];
+  const int64_t c = blockIdx.x * int64_t{kSumColumns} + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kSumRowGroups) {
+      const int64_t i = r * cols + c;
+      float v = m[i];
+      if (kMask && !(act[i] > 0.0f)) {
+        v = 0.0f;
+        masked[i] = 0.0f;
+      }
+      sum += v;
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = partial[0][threadIdx.x];
+    for (int y = 1; y < kSumRowGroups; ++y) total += partial[y][threadIdx.x];
+    out[c] = total;
   }
 }
 
@@ -164,7 +208,8 @@ __global__ void MomentumKernel(float* p, const float* g, float* trace, int64_t n
 
 __global__ void AdamKernel(float* p, const float* g, float* mu, float* nu, int64_t n, float lr,
                            float b1, float one_minus_b1, float b2, float one_minus_b2,
-                           float correction1, float correction2, float eps) {
+                           const float* corrections, float eps) {
+  const float correction1 = corrections[0], correction2 = corrections[1];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const float gi = g[i];
@@ -199,6 +244,28 @@ cudaError_t ReluBackwardMask(float* d, const float* activation, int64_t n, cudaS
   return Launched();
 }
 
+cudaError_t BiasActivation(float* z, const float* bias, int64_t rows, int64_t cols, bool relu,
+                           cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  BiasActivationKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(z, bias, rows, cols, relu);
+  return Launched();
+}
+
+cudaError_t ReluMaskColumnSums(float* d, const float* activation, int64_t rows, int64_t cols,
+                               float* bias_grad, cudaStream_t stream) {
+  if (cols == 0) return cudaSuccess;
+  const dim3 threads(kSumColumns, kSumRowGroups);
+  const unsigned blocks = static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns);
+  ColumnSumsKernel<true><<<blocks, threads, 0, stream>>>(d, d, activation, rows, cols, bias_grad);
+  return Launched();
+}
+
+cudaError_t CastToBf16(const float* x, int64_t n, void* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  CastToBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
+  return Launched();
+}
+
 cudaError_t SoftmaxCrossEntropy(const float* logits, const float* labels, int64_t rows,
                                 int64_t cols, float grad_scale, float* d_logits,
                                 DeviceMetricSums* sums, cudaStream_t stream) {
@@ -222,7 +289,9 @@ cudaError_t MeanSquaredError(const float* out, const float* targets, int64_t row
 cudaError_t ColumnSums(const float* m, int64_t rows, int64_t cols, float* out,
                        cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
-  ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(m, rows, cols, out);
+  const dim3 threads(kSumColumns, kSumRowGroups);
+  const unsigned blocks = static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns);
+  ColumnSumsKernel<false><<<blocks, threads, 0, stream>>>(m, nullptr, nullptr, rows, cols, out);
   return Launched();
 }
 
@@ -255,25 +324,30 @@ cudaError_t MomentumUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
 //   adam:     mu = (1-b1) g + b1 mu; nu = (1-b2) g^2 + b2 nu;
 //             p -= lr * (mu / correction1) / (sqrt(nu / correction2) + eps)
 //   hyper: b1, b2, eps. The corrections 1 - b^t are computed on the host in double, then
-//   rounded to float, as the CPU kernel does.
+//   rounded to float, as the CPU kernel does (AdamStepScalars), and read from device memory.
+int AdamStepScalars(const OptimizerStepArgs& a, float* out) {
+  const double b1 = a.hyper[0], b2 = a.hyper[1];
+  out[0] = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(a.step)));
+  out[1] = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(a.step)));
+  return 2;
+}
+
 cudaError_t AdamUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
   const double b1 = a.hyper[0], b2 = a.hyper[1];
-  const float c1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(a.step)));
-  const float c2 = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(a.step)));
   AdamKernel<<<Blocks(a.n), kThreads, 0, stream>>>(
       a.p, a.g, a.slots[0], a.slots[1], a.n, static_cast<float>(a.learning_rate),
       static_cast<float>(b1), static_cast<float>(1.0 - b1), static_cast<float>(b2),
-      static_cast<float>(1.0 - b2), c1, c2, static_cast<float>(a.hyper[2]));
+      static_cast<float>(1.0 - b2), a.step_scalars, static_cast<float>(a.hyper[2]));
   return Launched();
 }
 
 // The CUDA kernel of each optimizer in core/optimizers.h, by the table's name. A row there
 // without one here is refused by CudaOptimizer::Create.
 const CudaOptimizerKernel kCudaOptimizerKernels[] = {
-    {"sgd", {nullptr}, SgdUpdate},
-    {"momentum", {"momentum", "nesterov", nullptr}, MomentumUpdate},
-    {"adam", {"b1", "b2", "eps", nullptr}, AdamUpdate},
+    {"sgd", {nullptr}, SgdUpdate, nullptr},
+    {"momentum", {"momentum", "nesterov", nullptr}, MomentumUpdate, nullptr},
+    {"adam", {"b1", "b2", "eps", nullptr}, AdamUpdate, AdamStepScalars},
 };
 
 }  // namespace

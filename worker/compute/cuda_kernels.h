@@ -31,6 +31,21 @@ cudaError_t Relu(float* x, int64_t n, cudaStream_t stream);
 // d[i] = activation[i] > 0 ? d[i] : 0 (ReLU's derivative; 0 at the kink, as JAX).
 cudaError_t ReluBackwardMask(float* d, const float* activation, int64_t n, cudaStream_t stream);
 
+// The fused epilogues: one pass each instead of two, with the same float operations in the
+// same order as the separate kernels, so the results are equal bit for bit.
+// Forward: z[r, c] = z[r, c] + bias[c], then max(., 0) when `relu` (BiasAdd then Relu).
+cudaError_t BiasActivation(float* z, const float* bias, int64_t rows, int64_t cols, bool relu,
+                           cudaStream_t stream);
+// Backward through a ReLU into the layer below's bias gradient: d[r, c] = activation[r, c] > 0 ?
+// d[r, c] : 0 in place, and bias_grad[c] = sum over r of the masked d[r, c]
+// (ReluBackwardMask then ColumnSums).
+cudaError_t ReluMaskColumnSums(float* d, const float* activation, int64_t rows, int64_t cols,
+                               float* bias_grad, cudaStream_t stream);
+
+// out[i] = bfloat16(x[i]) (round to nearest even): the bf16 inputs of a matrix product.
+// `out` is device memory for n bfloat16 values (2 bytes each).
+cudaError_t CastToBf16(const float* x, int64_t n, void* out, cudaStream_t stream);
+
 // Softmax cross-entropy of `logits` [rows, cols] against `labels` [rows] (class ids as floats),
 // through log-sum-exp on logits shifted by the row maximum. Adds the per-example losses (double)
 // and the correct predictions (first maximum as argmax) into `sums`. With `d_logits` non-null,
@@ -68,9 +83,14 @@ struct OptimizerStepArgs {
   double learning_rate = 0;
   int64_t step = 0;                // 1 for the first update
   const double* hyper = nullptr;   // the values of the kernel row's `hyper` names, in that order
+  // Device memory: the values the row's step_scalars computed for this step (Adam's bias
+  // corrections). Read by the kernel, not passed by value, so that a captured CUDA graph of the
+  // update stays valid from step to step; null for a row without step_scalars.
+  const float* step_scalars = nullptr;
 };
 
 inline constexpr int kMaxOptimizerHyper = 8;
+inline constexpr int kMaxStepScalars = 4;
 
 struct CudaOptimizerKernel {
   // The optimizer's name in core/optimizers.h ("adam").
@@ -78,6 +98,9 @@ struct CudaOptimizerKernel {
   // The hyper-parameters the kernel reads (names in the core table), nullptr after the last.
   const char* hyper[kMaxOptimizerHyper];
   cudaError_t (*update)(const OptimizerStepArgs& args, cudaStream_t stream);
+  // The values that change from step to step, computed on the host from args.step and
+  // args.hyper into out[0, kMaxStepScalars); returns how many. Null: none.
+  int (*step_scalars)(const OptimizerStepArgs& args, float* out);
 };
 
 // The CUDA kernel of the optimizer called `name`; nullptr when the cuda backend has none.

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,24 +28,114 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
-// Row-major C[m, n] = op(A)[m, k] · op(B)[k, n] through column-major cuBLAS: a row-major matrix
-// is its transpose in column-major, so compute C^T = op(B)^T · op(A)^T with the operands swapped.
-absl::Status Gemm(const CudaDevice& device, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, const float* a, const float* b, float* c) {
-  if (m == 0 || n == 0) return absl::OkStatus();
-  const float one = 1.0f, zero = 0.0f;
-  const int lda = static_cast<int>(trans_a ? m : k);
-  const int ldb = static_cast<int>(trans_b ? k : n);
-  return CublasStatus(
-      cublasSgemm(static_cast<cublasHandle_t>(device.cublas()), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-                  static_cast<int>(k), &one, b, ldb, a, lda, &zero, c, static_cast<int>(n)),
-      absl::StrCat("cublasSgemm [", m, "x", k, "]·[", k, "x", n, "]"), device.name());
-}
-
+// The message is built only on failure: this runs for every launch of every step.
 absl::Status Kernel(cudaError_t error, const char* kernel, const CudaDevice& device) {
+  if (error == cudaSuccess) return absl::OkStatus();
   return CudaStatus(error, absl::StrCat("kernel ", kernel), device.name());
 }
+
+// The work one call queues on the device's stream, captured once as a CUDA graph and replayed
+// while the addresses it was captured with (its key) stay the same; captured again when they
+// change. Replaying one graph costs one launch instead of one per kernel. The first call with a
+// new key runs eagerly as a warm-up (cuBLAS picks its kernels and workspace, CUDA loads the
+// modules lazily: neither should first happen inside a capture), and a key that changes on
+// every call is never captured. A failed capture turns it off for good; each distinct reason
+// for launching eagerly goes to stderr once.
+class StepGraph {
+ public:
+  StepGraph(const CudaDevice* device, std::string what) : device_(device), what_(std::move(what)) {}
+  ~StepGraph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  }
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // Launches the graph of `enqueue` (which queues only capturable work on the device's stream:
+  // kernels and cuBLAS calls, no allocation, no synchronisation), capturing it first when `key`
+  // differs from the last capture's. False when the caller must launch eagerly instead (a
+  // capture failed, now or before; fallback() says why). Errors: CUDA's launching the graph.
+  template <typename Enqueue>
+  absl::StatusOr<bool> Launch(const std::vector<const void*>& key, Enqueue&& enqueue) {
+    if (Broken()) return false;
+    if (exec_ == nullptr || key != key_) {
+      if (key != warm_key_) {
+        warm_key_ = key;
+        fallback_ = "warming up: the first call with these buffers runs eagerly";
+        return false;
+      }
+      if (absl::Status s = Capture(enqueue); !s.ok()) {
+        broken_ = absl::StrCat("capturing ", what_, " failed (", s.message(), ")");
+        Fallback(broken_);
+        return false;
+      }
+      key_ = key;
+    }
+    fallback_.clear();
+    if (const cudaError_t e = cudaGraphLaunch(exec_, device_->stream()); e != cudaSuccess) {
+      return CudaStatus(e, absl::StrCat("cudaGraphLaunch of ", what_), device_->name());
+    }
+    ++replays_;
+    return true;
+  }
+
+  // True, noting why, once a capture has failed: launch eagerly.
+  bool Broken() {
+    if (broken_.empty()) return false;
+    Fallback(broken_);
+    return true;
+  }
+  // Notes why this call launches eagerly.
+  void Fallback(const std::string& reason) {
+    fallback_ = reason;
+    if (logged_.insert(reason).second) {
+      std::fprintf(stderr, "substrax: %s: launching %s eagerly, not as a CUDA graph: %s\n",
+                   device_->name().c_str(), what_.c_str(), reason.c_str());
+    }
+  }
+
+  int64_t replays() const { return replays_; }
+  const std::string& fallback() const { return fallback_; }
+
+ private:
+  template <typename Enqueue>
+  absl::Status Capture(Enqueue& enqueue) {
+    cudaStream_t stream = device_->stream();
+    // Thread-local mode: the prefetcher's thread may allocate meanwhile; only this thread's
+    // unsafe calls would break the capture.
+    SUBSTRAX_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                   "cudaStreamBeginCapture", device_->name()));
+    absl::Status status = enqueue();
+    cudaGraph_t captured = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &captured);
+    if (status.ok()) status = CudaStatus(ended, "cudaStreamEndCapture", device_->name());
+    cudaGraphExec_t exec = nullptr;
+    if (status.ok()) {
+      status = CudaStatus(cudaGraphInstantiate(&exec, captured, 0), "cudaGraphInstantiate",
+                          device_->name());
+    }
+    if (captured != nullptr) cudaGraphDestroy(captured);
+    if (!status.ok()) {
+      // A failed capture leaves its error for the next cudaGetLastError; it is not the
+      // device's, and nothing of it ran.
+      cudaGetLastError();
+      return status;
+    }
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    exec_ = exec;
+    return absl::OkStatus();
+  }
+
+  const CudaDevice* const device_;
+  const std::string what_;
+  cudaGraphExec_t exec_ = nullptr;
+  std::vector<const void*> key_;
+  std::vector<const void*> warm_key_;  // the key of the last call that ran as a warm-up
+  std::string broken_;
+  std::string fallback_;
+  std::set<std::string> logged_;
+  int64_t replays_ = 0;
+};
 
 }  // namespace
 
@@ -63,6 +155,19 @@ struct CudaModel::Impl {
   int64_t capacity = 0;
   std::vector<DeviceBuffer> acts;
   DeviceBuffer d, d_next;
+  // Bumped whenever Reserve reallocates: a captured graph holds the old addresses.
+  int64_t workspace_generation = 0;
+  CudaModelOptions options;
+  // bf16: the two operands of a matrix product cast to bfloat16 (two per float of the buffer).
+  int64_t max_weights = 0;
+  DeviceBuffer bf16_a, bf16_b;
+
+  // The captured LossAndGradients (options.cuda_graphs): for batches of graph_n examples (0:
+  // none captured yet), read from graph_inputs / graph_targets.
+  std::unique_ptr<StepGraph> graph;
+  int64_t graph_n = 0;
+  DeviceBuffer graph_inputs, graph_targets;
+  std::vector<const void*> key_scratch;  // reused: no allocation per step
 
   absl::Status Reserve(int64_t n) {
     if (n <= capacity) return absl::OkStatus();
@@ -73,8 +178,59 @@ struct CudaModel::Impl {
     }
     SUBSTRAX_ASSIGN_OR_RETURN(d, DeviceBuffer::Allocate(*device, n * max_width));
     SUBSTRAX_ASSIGN_OR_RETURN(d_next, DeviceBuffer::Allocate(*device, n * max_width));
+    if (options.precision == v1::PRECISION_BF16) {
+      // Every operand of a product is an activation or gradient of at most n x max_width, or a
+      // kernel of at most max_weights values; two bfloat16 values per float.
+      const int64_t values = std::max(n * max_width, max_weights);
+      SUBSTRAX_ASSIGN_OR_RETURN(bf16_a, DeviceBuffer::Allocate(*device, (values + 1) / 2));
+      SUBSTRAX_ASSIGN_OR_RETURN(bf16_b, DeviceBuffer::Allocate(*device, (values + 1) / 2));
+    }
     capacity = n;
+    ++workspace_generation;
     return absl::OkStatus();
+  }
+
+  // Row-major C[m, n] = op(A)[m, k] · op(B)[k, n] through column-major cuBLAS: a row-major
+  // matrix is its transpose in column-major, so compute C^T = op(B)^T · op(A)^T with the
+  // operands swapped. In options.precision; the message is built only on failure (this runs
+  // every step, and during graph capture).
+  absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                    const float* b, float* c) {
+    if (m == 0 || n == 0) return absl::OkStatus();
+    const float one = 1.0f, zero = 0.0f;
+    const int lda = static_cast<int>(trans_a ? m : k);
+    const int ldb = static_cast<int>(trans_b ? k : n);
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    auto handle = static_cast<cublasHandle_t>(device->cublas());
+    const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    switch (options.precision) {
+      case v1::PRECISION_TF32:
+        status = cublasGemmEx(handle, op_b, op_a, ni, mi, ki, &one, b, CUDA_R_32F, ldb, a,
+                              CUDA_R_32F, lda, &zero, c, CUDA_R_32F, ni,
+                              CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+        break;
+      case v1::PRECISION_BF16: {
+        SUBSTRAX_RETURN_IF_ERROR(Kernel(gpu::CastToBf16(a, m * k, bf16_a.data(), device->stream()),
+                                        "CastToBf16", *device));
+        SUBSTRAX_RETURN_IF_ERROR(Kernel(gpu::CastToBf16(b, k * n, bf16_b.data(), device->stream()),
+                                        "CastToBf16", *device));
+        status = cublasGemmEx(handle, op_b, op_a, ni, mi, ki, &one, bf16_b.data(), CUDA_R_16BF,
+                              ldb, bf16_a.data(), CUDA_R_16BF, lda, &zero, c, CUDA_R_32F, ni,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        break;
+      }
+      default:
+        status = cublasSgemm(handle, op_b, op_a, ni, mi, ki, &one, b, ldb, a, lda, &zero, c, ni);
+    }
+    if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+    return CublasStatus(status,
+                        absl::StrCat(options.precision == v1::PRECISION_BF16   ? "bf16 "
+                                     : options.precision == v1::PRECISION_TF32 ? "tf32 "
+                                                                               : "",
+                                     "GEMM [", m, "x", k, "]·[", k, "x", n, "]"),
+                        device->name());
   }
 
   // Device pointers of every layer's kernel and bias, checked against the local shapes.
@@ -129,8 +285,10 @@ struct CudaModel::Impl {
   }
 
   // Forward through every layer into acts; with `d_out`, the head's gradient of the mean loss.
+  // Adds the losses into `sums`; the caller counts the examples (on the host, per call: a graph
+  // replay runs none of this host code).
   absl::Status ForwardAndHead(const std::vector<const float*>& p, const DeviceBatchView& batch,
-                              float* d_out, CudaMetrics* metrics) {
+                              float* d_out, gpu::DeviceMetricSums* sums) {
     const int64_t n = batch.size;
     cudaStream_t stream = device->stream();
     const size_t layers = splits.size();
@@ -138,30 +296,123 @@ struct CudaModel::Impl {
       const float* input = l == 0 ? batch.inputs : acts[l - 1].data();
       float* z = acts[l].data();
       SUBSTRAX_RETURN_IF_ERROR(
-          Gemm(*device, false, false, n, out_width[l], in_width[l], input, p[2 * l], z));
+          Gemm(false, false, n, out_width[l], in_width[l], input, p[2 * l], z));
       // A row-parallel kernel gives a partial sum; its bias is added once, after the sum.
       if (splits[l] == LayerSplit::kRow) SUBSTRAX_RETURN_IF_ERROR(AllReduce(z, n * out_width[l]));
+      const bool relu = l + 1 < layers;
+      if (options.fused_epilogues) {
+        SUBSTRAX_RETURN_IF_ERROR(Kernel(
+            gpu::BiasActivation(z, p[2 * l + 1], n, out_width[l], relu, stream), "BiasActivation",
+            *device));
+        continue;
+      }
       SUBSTRAX_RETURN_IF_ERROR(
           Kernel(gpu::BiasAdd(z, p[2 * l + 1], n, out_width[l], stream), "BiasAdd", *device));
-      if (l + 1 < layers) {
+      if (relu) {
         SUBSTRAX_RETURN_IF_ERROR(Kernel(gpu::Relu(z, n * out_width[l], stream), "Relu", *device));
       }
     }
-    auto* sums = static_cast<gpu::DeviceMetricSums*>(metrics->device_sums());
     const float scale = 1.0f / static_cast<float>(n);
     if (host->is_classification()) {
-      SUBSTRAX_RETURN_IF_ERROR(
-          Kernel(gpu::SoftmaxCrossEntropy(acts.back().data(), batch.targets, n, num_outputs,
-                                          scale, d_out, sums, stream),
-                 "SoftmaxCrossEntropy", *device));
-    } else {
-      SUBSTRAX_RETURN_IF_ERROR(
-          Kernel(gpu::MeanSquaredError(acts.back().data(), batch.targets, n, num_outputs, scale,
-                                       d_out, sums, stream),
-                 "MeanSquaredError", *device));
+      return Kernel(gpu::SoftmaxCrossEntropy(acts.back().data(), batch.targets, n, num_outputs,
+                                             scale, d_out, sums, stream),
+                    "SoftmaxCrossEntropy", *device);
     }
-    metrics->AddCount(n);
+    return Kernel(gpu::MeanSquaredError(acts.back().data(), batch.targets, n, num_outputs, scale,
+                                        d_out, sums, stream),
+                  "MeanSquaredError", *device);
+  }
+
+  // The whole pass of LossAndGradients queued on the stream: forward, head, backward. Only
+  // kernel launches and cuBLAS calls (no allocation, no synchronisation), so that it can be
+  // captured as a graph.
+  absl::Status Enqueue(const std::vector<const float*>& p, const std::vector<float*>& g,
+                       const DeviceBatchView& batch, gpu::DeviceMetricSums* sums) {
+    const int64_t n = batch.size;
+    SUBSTRAX_RETURN_IF_ERROR(ForwardAndHead(p, batch, d.data(), sums));
+    cudaStream_t stream = device->stream();
+    for (int l = static_cast<int>(splits.size()) - 1; l >= 0; --l) {
+      const float* input = l == 0 ? batch.inputs : acts[l - 1].data();
+      SUBSTRAX_RETURN_IF_ERROR(
+          Gemm(true, false, in_width[l], out_width[l], n, input, d.data(), g[2 * l]));
+      // The fused path computed this layer's bias gradient with the ReLU mask above it (below,
+      // at l + 1), except for the head's.
+      const bool bias_done = options.fused_epilogues && l + 1 < static_cast<int>(splits.size());
+      if (!bias_done) {
+        SUBSTRAX_RETURN_IF_ERROR(Kernel(
+            gpu::ColumnSums(d.data(), n, out_width[l], g[2 * l + 1], stream), "ColumnSums",
+            *device));
+      }
+      if (l == 0) break;
+      // Through the kernel, then the ReLU that made this layer's input. A column-parallel
+      // kernel's input gradient is this device's share of a sum over the model axis.
+      float* d_input = d_next.data();
+      SUBSTRAX_RETURN_IF_ERROR(
+          Gemm(false, true, n, in_width[l], out_width[l], d.data(), p[2 * l], d_input));
+      if (splits[l] == LayerSplit::kColumn) {
+        SUBSTRAX_RETURN_IF_ERROR(AllReduce(d_input, n * in_width[l]));
+      }
+      if (options.fused_epilogues) {
+        SUBSTRAX_RETURN_IF_ERROR(Kernel(
+            gpu::ReluMaskColumnSums(d_input, acts[l - 1].data(), n, in_width[l], g[2 * (l - 1) + 1],
+                                    stream),
+            "ReluMaskColumnSums", *device));
+      } else {
+        SUBSTRAX_RETURN_IF_ERROR(Kernel(
+            gpu::ReluBackwardMask(d_input, acts[l - 1].data(), n * in_width[l], stream),
+            "ReluBackwardMask", *device));
+      }
+      std::swap(d, d_next);
+    }
     return absl::OkStatus();
+  }
+
+  // Replays the graph of Enqueue for `batch` when it can (capturing it first when needed): true
+  // when it did, false when the caller must launch eagerly (graph->fallback() says why).
+  // Errors: CUDA's around a replay (a failed capture is a fallback, not an error).
+  absl::StatusOr<bool> Replay(const std::vector<const float*>& p, const std::vector<float*>& g,
+                              const DeviceBatchView& batch, gpu::DeviceMetricSums* sums) {
+    const int64_t n = batch.size;
+    if (tp.axis_size > 1) {
+      graph->Fallback("tensor parallelism: its collectives run between the kernels of the pass");
+      return false;
+    }
+    if (graph_n != 0 && n != graph_n) {
+      graph->Fallback(absl::StrCat("a batch of ", n, " examples, not the captured ", graph_n));
+      return false;
+    }
+    if (graph->Broken()) return false;
+    // A graph reads fixed addresses: the batch goes into the model's own buffers first (a copy
+    // within device memory, queued before the replay).
+    if (graph_inputs.size() < n * num_features) {
+      SUBSTRAX_ASSIGN_OR_RETURN(graph_inputs, DeviceBuffer::Allocate(*device, n * num_features));
+    }
+    if (graph_targets.size() < n * batch.target_width) {
+      SUBSTRAX_ASSIGN_OR_RETURN(graph_targets,
+                                DeviceBuffer::Allocate(*device, n * batch.target_width));
+    }
+    cudaStream_t stream = device->stream();
+    SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(graph_inputs.data(), batch.inputs, n * num_features * sizeof(float),
+                        cudaMemcpyDeviceToDevice, stream),
+        "copying the batch into the graph's inputs", device->name()));
+    SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(graph_targets.data(), batch.targets,
+                        n * batch.target_width * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+        "copying the batch into the graph's targets", device->name()));
+    DeviceBatchView fixed = batch;
+    fixed.inputs = graph_inputs.data();
+    fixed.targets = graph_targets.data();
+    // The addresses the graph reads and writes.
+    key_scratch.assign(p.begin(), p.end());
+    key_scratch.insert(key_scratch.end(), g.begin(), g.end());
+    key_scratch.push_back(sums);
+    key_scratch.push_back(reinterpret_cast<const void*>(workspace_generation));
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        const bool launched,
+        graph->Launch(key_scratch, [&] { return Enqueue(p, g, fixed, sums); }));
+    if (launched) graph_n = n;
+    return launched;
   }
 };
 
@@ -172,6 +423,14 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const v1::ModelSpec
                                                              int64_t num_features,
                                                              const CudaDevice* device,
                                                              CudaTensorParallelism tp) {
+  return Create(spec, num_features, device, std::move(tp), CudaModelOptions());
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const v1::ModelSpec& spec,
+                                                             int64_t num_features,
+                                                             const CudaDevice* device,
+                                                             CudaTensorParallelism tp,
+                                                             const CudaModelOptions& options) {
   if (device == nullptr) return absl::InvalidArgumentError("CudaModel needs a device, got none");
   if (tp.axis_size > 1 && !tp.all_reduce_sum) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -189,6 +448,13 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const v1::ModelSpec
   auto impl = std::make_unique<Impl>();
   SUBSTRAX_ASSIGN_OR_RETURN(impl->host, Model::Create(spec, num_features, std::move(host_tp)));
   impl->device = device;
+  impl->options = options;
+  if (impl->options.precision == v1::PRECISION_UNSPECIFIED) {
+    impl->options.precision = v1::PRECISION_FP32;
+  }
+  if (impl->options.cuda_graphs) {
+    impl->graph = std::make_unique<StepGraph>(device, "the forward and backward pass");
+  }
   impl->tp = std::move(tp);
   impl->splits = LayerSplits(spec, impl->tp.axis_size);
   impl->num_features = num_features;
@@ -200,6 +466,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const v1::ModelSpec
     impl->in_width.push_back(shape[0]);
     impl->out_width.push_back(shape[1]);
     impl->max_width = std::max({impl->max_width, shape[0], shape[1]});
+    impl->max_weights = std::max(impl->max_weights, shape[0] * shape[1]);
   }
   if (impl->splits.size() != impl->out_width.size()) {
     return absl::InternalError(absl::StrCat("model catalog: ", impl->splits.size(),
@@ -244,31 +511,22 @@ absl::Status CudaModel::LossAndGradients(const DeviceTree& params, const DeviceB
   }
   SUBSTRAX_RETURN_IF_ERROR(m.device->MakeCurrent());
   SUBSTRAX_RETURN_IF_ERROR(m.Reserve(n));
-  SUBSTRAX_RETURN_IF_ERROR(m.ForwardAndHead(p, batch, m.d.data(), metrics));
-  cudaStream_t stream = m.device->stream();
-  for (int l = static_cast<int>(m.splits.size()) - 1; l >= 0; --l) {
-    const float* input = l == 0 ? batch.inputs : m.acts[l - 1].data();
-    SUBSTRAX_RETURN_IF_ERROR(Gemm(*m.device, true, false, m.in_width[l], m.out_width[l], n, input,
-                                  m.d.data(), g[2 * l]));
-    SUBSTRAX_RETURN_IF_ERROR(Kernel(
-        gpu::ColumnSums(m.d.data(), n, m.out_width[l], g[2 * l + 1], stream), "ColumnSums",
-        *m.device));
-    if (l > 0) {
-      // Through the kernel, then the ReLU that made this layer's input. A column-parallel
-      // kernel's input gradient is this device's share of a sum over the model axis.
-      float* d_input = m.d_next.data();
-      SUBSTRAX_RETURN_IF_ERROR(Gemm(*m.device, false, true, n, m.in_width[l], m.out_width[l],
-                                    m.d.data(), p[2 * l], d_input));
-      if (m.splits[l] == LayerSplit::kColumn) {
-        SUBSTRAX_RETURN_IF_ERROR(m.AllReduce(d_input, n * m.in_width[l]));
-      }
-      SUBSTRAX_RETURN_IF_ERROR(Kernel(
-          gpu::ReluBackwardMask(d_input, m.acts[l - 1].data(), n * m.in_width[l], stream),
-          "ReluBackwardMask", *m.device));
-      std::swap(m.d, m.d_next);
-    }
+  auto* sums = static_cast<gpu::DeviceMetricSums*>(metrics->device_sums());
+  bool replayed = false;
+  if (m.options.cuda_graphs) {
+    SUBSTRAX_ASSIGN_OR_RETURN(replayed, m.Replay(p, g, batch, sums));
   }
+  if (!replayed) SUBSTRAX_RETURN_IF_ERROR(m.Enqueue(p, g, batch, sums));
+  metrics->AddCount(n);
   return absl::OkStatus();
+}
+
+int64_t CudaModel::graph_replays() const {
+  return impl_->graph == nullptr ? 0 : impl_->graph->replays();
+}
+const std::string& CudaModel::graph_fallback() const {
+  static const std::string kNone;
+  return impl_->graph == nullptr ? kNone : impl_->graph->fallback();
 }
 
 absl::Status CudaModel::Evaluate(const DeviceTree& params, const DeviceBatchView& batch,
@@ -279,7 +537,10 @@ absl::Status CudaModel::Evaluate(const DeviceTree& params, const DeviceBatchView
   if (batch.size == 0) return absl::OkStatus();
   SUBSTRAX_RETURN_IF_ERROR(m.device->MakeCurrent());
   SUBSTRAX_RETURN_IF_ERROR(m.Reserve(batch.size));
-  return m.ForwardAndHead(p, batch, nullptr, metrics);
+  SUBSTRAX_RETURN_IF_ERROR(m.ForwardAndHead(
+      p, batch, nullptr, static_cast<gpu::DeviceMetricSums*>(metrics->device_sums())));
+  metrics->AddCount(batch.size);
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -292,6 +553,35 @@ struct CudaOptimizer::Impl {
   std::vector<double> hyper;
   std::map<std::string, std::vector<DeviceTensor>> state;
   int64_t steps = 0;
+  // The kernel row's step_scalars for the current step, on the host and on the device.
+  float host_scalars[gpu::kMaxStepScalars] = {};
+  DeviceBuffer step_scalars;
+  // EnableCudaGraphs: the update's launches as one graph.
+  std::unique_ptr<StepGraph> graph;
+  std::vector<const void*> key_scratch;
+  std::vector<float*> slot_data;
+
+  // One kernel launch per parameter, reading the step's scalars from the device.
+  absl::Status Enqueue(const DeviceTree& grads, DeviceTree* params, int64_t step) {
+    cudaStream_t stream = device->stream();
+    const size_t num_slots = config.info->slots.size();
+    slot_data.resize(num_slots);
+    for (auto& [name, p] : *params) {
+      std::vector<DeviceTensor>& slots = state[name];
+      for (size_t s = 0; s < num_slots; ++s) slot_data[s] = slots[s].data();
+      gpu::OptimizerStepArgs args;
+      args.p = p.data();
+      args.g = grads.at(name).data();
+      args.slots = slot_data.data();
+      args.n = p.size();
+      args.learning_rate = config.learning_rate;
+      args.step = step;
+      args.hyper = hyper.data();
+      args.step_scalars = step_scalars.data();
+      SUBSTRAX_RETURN_IF_ERROR(Kernel(kernel->update(args, stream), "optimizer update", *device));
+    }
+    return absl::OkStatus();
+  }
 };
 
 CudaOptimizer::CudaOptimizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -394,22 +684,51 @@ absl::Status CudaOptimizer::Update(const DeviceTree& grads, DeviceTree* params) 
     }
   }
   const int64_t step = o.steps + 1;
-  std::vector<float*> slot_data(num_slots);
-  for (auto& [name, p] : *params) {
-    std::vector<DeviceTensor>& slots = o.state[name];
-    for (size_t s = 0; s < num_slots; ++s) slot_data[s] = slots[s].data();
+  if (o.kernel->step_scalars != nullptr) {
+    if (o.step_scalars.data() == nullptr) {
+      SUBSTRAX_ASSIGN_OR_RETURN(o.step_scalars,
+                                DeviceBuffer::Allocate(device, gpu::kMaxStepScalars));
+    }
     gpu::OptimizerStepArgs args;
-    args.p = p.data();
-    args.g = grads.at(name).data();
-    args.slots = slot_data.data();
-    args.n = p.size();
     args.learning_rate = o.config.learning_rate;
     args.step = step;
     args.hyper = o.hyper.data();
-    SUBSTRAX_RETURN_IF_ERROR(Kernel(o.kernel->update(args, stream), "optimizer update", device));
+    const int count = o.kernel->step_scalars(args, o.host_scalars);
+    // From pageable memory: CUDA stages the values before returning, so the next step may
+    // overwrite host_scalars while this copy is still queued.
+    SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(o.step_scalars.data(), o.host_scalars, count * sizeof(float),
+                        cudaMemcpyHostToDevice, stream),
+        "copying the optimizer's step values to the device", device.name()));
   }
+  bool launched = false;
+  if (o.graph != nullptr) {
+    o.key_scratch.clear();
+    for (auto& [name, p] : *params) {
+      o.key_scratch.push_back(p.data());
+      o.key_scratch.push_back(grads.at(name).data());
+      for (const DeviceTensor& slot : o.state[name]) o.key_scratch.push_back(slot.data());
+    }
+    o.key_scratch.push_back(o.step_scalars.data());
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        launched, o.graph->Launch(o.key_scratch, [&] { return o.Enqueue(grads, params, step); }));
+  }
+  if (!launched) SUBSTRAX_RETURN_IF_ERROR(o.Enqueue(grads, params, step));
   o.steps = step;
   return absl::OkStatus();
+}
+
+void CudaOptimizer::EnableCudaGraphs() {
+  if (impl_->graph == nullptr) {
+    impl_->graph = std::make_unique<StepGraph>(impl_->device, "the optimizer update");
+  }
+}
+int64_t CudaOptimizer::graph_replays() const {
+  return impl_->graph == nullptr ? 0 : impl_->graph->replays();
+}
+const std::string& CudaOptimizer::graph_fallback() const {
+  static const std::string kNone;
+  return impl_->graph == nullptr ? kNone : impl_->graph->fallback();
 }
 
 absl::StatusOr<std::unique_ptr<CudaMetrics>> CudaMetrics::Create(const CudaDevice& device) {

@@ -6,7 +6,8 @@
 // Everything runs on the CudaDevice's stream and nothing synchronises: a training step queues its
 // work and returns; the loss and accuracy accumulate in a CudaMetrics on the device, read once per
 // report. A CudaModel keeps its activation buffers between calls (sized for the largest batch so
-// far), so it is NOT thread-safe: one device thread owns it, like the device.
+// far), so it is NOT thread-safe: one device thread owns it, like the device. Nothing is
+// allocated on the host or the device per step once a batch size has been seen.
 //
 // Tensor parallelism as in model.h (Megatron-LM pairs over the model axis), with an all-reduce
 // callback that takes device memory. Without --config=cuda, Create returns UNIMPLEMENTED.
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -72,6 +74,27 @@ struct CudaTensorParallelism {
   std::function<absl::Status(float* values, int64_t count)> all_reduce_sum;
 };
 
+// How a CudaModel computes; the defaults are the reference path.
+struct CudaModelOptions {
+  // Bias and ReLU fused into one kernel pass forward (BiasActivation) and one backward
+  // (ReluMaskColumnSums) instead of two each; equal results bit for bit. false: the separate
+  // kernels, kept to compare against.
+  bool fused_epilogues = true;
+  // The arithmetic of the matrix products (spec.precision): fp32 (cublasSgemm, no TF32: equal to
+  // the CPU model within float rounding), tf32 (TF32 tensor cores, CUBLAS_COMPUTE_32F_FAST_TF32)
+  // or bf16 (both operands cast to bfloat16 on the fly, float32 accumulation and results).
+  // Parameters, gradients and activations are float32 in all three. Unspecified: fp32.
+  v1::Precision precision = v1::PRECISION_FP32;
+  // LossAndGradients captured as a CUDA graph for the first batch size it sees (at its second
+  // call: the first runs eagerly as a warm-up) and replayed for every later batch of that size
+  // (the batch is first copied into the model's own input buffers: a graph reads fixed
+  // addresses; a change of parameter, gradient or metric buffers captures again). Eager launches
+  // instead, with the reason written to stderr once, for a batch of another size (the last short
+  // one), under tensor parallelism (its collectives run inside the pass), and for good when a
+  // capture fails.
+  bool cuda_graphs = false;
+};
+
 class CudaModel {
  public:
   // The model `spec` describes, for inputs of `num_features` values, on `device` (which must
@@ -81,6 +104,12 @@ class CudaModel {
                                                            int64_t num_features,
                                                            const CudaDevice* device,
                                                            CudaTensorParallelism tp = {});
+  // The same with `options` (fused epilogues, precision, CUDA graphs).
+  static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const v1::ModelSpec& spec,
+                                                           int64_t num_features,
+                                                           const CudaDevice* device,
+                                                           CudaTensorParallelism tp,
+                                                           const CudaModelOptions& options);
   ~CudaModel();
 
   bool is_classification() const;
@@ -104,6 +133,11 @@ class CudaModel {
   // An empty batch adds nothing. Errors: as LossAndGradients, except an empty batch is fine.
   absl::Status Evaluate(const DeviceTree& params, const DeviceBatchView& batch,
                         CudaMetrics* metrics);
+
+  // LossAndGradients calls served by replaying a CUDA graph (options.cuda_graphs), and why the
+  // latest eager one was not ("" when it was, or graphs are off).
+  int64_t graph_replays() const;
+  const std::string& graph_fallback() const;
 
  private:
   struct Impl;
@@ -131,6 +165,14 @@ class CudaOptimizer {
   // Queues one update of `params` from `grads`. Nothing is queued when it fails.
   // Errors: INVALID_ARGUMENT naming the parameter when names or shapes differ; CUDA errors.
   absl::Status Update(const DeviceTree& grads, DeviceTree* params);
+  // From now on Update replays a CUDA graph of its kernel launches (captured at the second call
+  // with the same buffers, the first being an eager warm-up), captured again whenever the
+  // parameter, gradient or state addresses change (the step-dependent values, such as Adam's
+  // bias corrections, are copied to the device before each replay). A failed capture turns
+  // graphs off again, with the reason on stderr and in graph_fallback().
+  void EnableCudaGraphs();
+  int64_t graph_replays() const;
+  const std::string& graph_fallback() const;
   // Divides every gradient by `divisor` (after an all-reduce sum over data-parallel devices).
   absl::Status ScaleGradients(DeviceTree* grads, float divisor);
   int64_t steps() const;

@@ -29,6 +29,17 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const v1::ModelSpec
                                                              CudaTensorParallelism) {
   return NotBuilt();
 }
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const v1::ModelSpec&, int64_t,
+                                                             const CudaDevice*,
+                                                             CudaTensorParallelism,
+                                                             const CudaModelOptions&) {
+  return NotBuilt();
+}
+int64_t CudaModel::graph_replays() const { return 0; }
+const std::string& CudaModel::graph_fallback() const {
+  static const std::string kNone;
+  return kNone;
+}
 bool CudaModel::is_classification() const { return false; }
 const std::vector<ParamSpec>& CudaModel::params() const {
   static const std::vector<ParamSpec> kNone;
@@ -58,6 +69,12 @@ absl::StatusOr<std::unique_ptr<CudaOptimizer>> CudaOptimizer::Create(const Optim
   return NotBuilt();
 }
 absl::Status CudaOptimizer::Update(const DeviceTree&, DeviceTree*) { return NotBuilt(); }
+void CudaOptimizer::EnableCudaGraphs() {}
+int64_t CudaOptimizer::graph_replays() const { return 0; }
+const std::string& CudaOptimizer::graph_fallback() const {
+  static const std::string kNone;
+  return kNone;
+}
 absl::Status CudaOptimizer::ScaleGradients(DeviceTree*, float) { return NotBuilt(); }
 int64_t CudaOptimizer::steps() const { return 0; }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,6 +20,10 @@
 #include "worker/compute/cuda_model.h"
 #include "worker/gpu/cuda_device.h"
 #include "worker/tensor/tensor.h"
+
+#ifdef SUBSTRAX_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace substrax {
 namespace {
@@ -144,6 +149,143 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest,
                          ::testing::Values(v1::MODEL_TYPE_LINEAR, v1::MODEL_TYPE_SOFTMAX_REGRESSION,
                                            v1::MODEL_TYPE_MLP));
 
+// One model of `spec` built with `options`, and what its LossAndGradients gives on batches.
+struct Run {
+  TensorTree grads;
+  double loss_sum = 0;
+};
+
+class OptionsRunner {
+ public:
+  OptionsRunner(const CudaDevice& device, const v1::ModelSpec& spec, CudaModelOptions options)
+      : device_(device) {
+    auto model = CudaModel::Create(spec, kFeatures, &device, {}, options);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (model.ok()) model_ = std::move(*model);
+    auto metrics = CudaMetrics::Create(device);
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    if (metrics.ok()) metrics_ = std::move(*metrics);
+  }
+  bool ok() const { return model_ != nullptr && metrics_ != nullptr; }
+  CudaModel& model() { return *model_; }
+
+  absl::StatusOr<Run> Step(const DeviceTree& params, const DeviceBatchView& batch) {
+    if (absl::Status s = metrics_->Reset(); !s.ok()) return s;
+    if (absl::Status s = model_->LossAndGradients(params, batch, &grads_, metrics_.get());
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<EvalResult> sums = metrics_->Read();
+    if (!sums.ok()) return sums.status();
+    absl::StatusOr<TensorTree> grads = device_.Download(grads_);
+    if (!grads.ok()) return grads.status();
+    return Run{std::move(*grads), sums->loss_sum};
+  }
+
+ private:
+  const CudaDevice& device_;
+  std::unique_ptr<CudaModel> model_;
+  std::unique_ptr<CudaMetrics> metrics_;
+  DeviceTree grads_;
+};
+
+// The fused epilogues do the unfused kernels' float operations in the same order: the same
+// results (expected bit for bit; compared within float rounding).
+TEST_P(CudaModelTest, FusedAndUnfusedEpiloguesAgree) {
+  SKIP_WITHOUT_GPU();
+  const v1::ModelSpec spec = Spec(GetParam());
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  CudaModelOptions fused, unfused;
+  unfused.fused_epilogues = false;
+  OptionsRunner a(**device, spec, fused), b(**device, spec, unfused);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto params = a.model().Init(5);
+  ASSERT_TRUE(params.ok()) << params.status();
+  UploadedBatch batch =
+      Upload(**device, MakeBatch(67, spec.type() != v1::MODEL_TYPE_LINEAR, 11));
+  auto got = a.Step(*params, batch.view);
+  auto want = b.Step(*params, batch.view);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_NEAR(got->loss_sum, want->loss_sum, 1e-6 * std::abs(want->loss_sum));
+  auto diff = CompareTrees(got->grads, want->grads);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_LE(diff->max_normwise, 1e-6) << diff->normwise_where;
+}
+
+// A replayed graph computes what eager launches compute; a batch of another size runs eagerly
+// and says why.
+TEST_P(CudaModelTest, GraphReplayMatchesEagerLaunches) {
+  SKIP_WITHOUT_GPU();
+  const v1::ModelSpec spec = Spec(GetParam());
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  CudaModelOptions graphs, eager;
+  graphs.cuda_graphs = true;
+  OptionsRunner a(**device, spec, graphs), b(**device, spec, eager);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto params = a.model().Init(9);
+  ASSERT_TRUE(params.ok()) << params.status();
+  const bool classification = spec.type() != v1::MODEL_TYPE_LINEAR;
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    UploadedBatch batch = Upload(**device, MakeBatch(64, classification, seed));
+    auto got = a.Step(*params, batch.view);
+    auto want = b.Step(*params, batch.view);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_DOUBLE_EQ(got->loss_sum, want->loss_sum) << "batch " << seed;
+    EXPECT_EQ(got->grads, want->grads) << "batch " << seed;
+  }
+  // Capture may be refused (the reason then says so); when it worked, every full batch after
+  // the first (a warm-up, eager) replayed the graph.
+  if (a.model().graph_replays() == 0) {
+    GTEST_SKIP() << "no graph was captured: " << a.model().graph_fallback();
+  }
+  EXPECT_EQ(a.model().graph_replays(), 2);
+  UploadedBatch short_batch = Upload(**device, MakeBatch(17, classification, 4));
+  auto got = a.Step(*params, short_batch.view);
+  auto want = b.Step(*params, short_batch.view);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(got->grads, want->grads);
+  EXPECT_EQ(a.model().graph_replays(), 2);
+  EXPECT_NE(a.model().graph_fallback().find("17 examples"), std::string::npos)
+      << a.model().graph_fallback();
+}
+
+// tf32 and bf16 products stay close to fp32 (10 and 8 mantissa bits in, float32 accumulation).
+TEST_P(CudaModelTest, ReducedPrecisionStaysCloseToFp32) {
+  SKIP_WITHOUT_GPU();
+  const v1::ModelSpec spec = Spec(GetParam());
+  auto device = CudaDevice::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  CudaModelOptions fp32;
+  OptionsRunner reference(**device, spec, fp32);
+  ASSERT_TRUE(reference.ok());
+  auto params = reference.model().Init(3);
+  ASSERT_TRUE(params.ok()) << params.status();
+  UploadedBatch batch =
+      Upload(**device, MakeBatch(64, spec.type() != v1::MODEL_TYPE_LINEAR, 21));
+  auto want = reference.Step(*params, batch.view);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const auto& [precision, tolerance] :
+       {std::pair{v1::PRECISION_TF32, 1e-2}, std::pair{v1::PRECISION_BF16, 5e-2}}) {
+    CudaModelOptions options;
+    options.precision = precision;
+    OptionsRunner reduced(**device, spec, options);
+    ASSERT_TRUE(reduced.ok());
+    auto got = reduced.Step(*params, batch.view);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NEAR(got->loss_sum, want->loss_sum, tolerance * std::abs(want->loss_sum))
+        << v1::Precision_Name(precision);
+    auto diff = CompareTrees(got->grads, want->grads);
+    ASSERT_TRUE(diff.ok()) << diff.status();
+    EXPECT_LE(diff->max_normwise, tolerance)
+        << v1::Precision_Name(precision) << ": " << diff->normwise_where;
+  }
+}
+
 v1::OptimizerSpec OptimizerSpec(const std::string& type) {
   v1::OptimizerSpec spec;
   spec.set_type(type);
@@ -161,31 +303,53 @@ TEST_P(CudaOptimizerTest, StepsMatchCpuFromTheSameGradients) {
   const v1::ModelSpec spec = Spec(v1::MODEL_TYPE_MLP);
   auto cpu_model = Model::Create(spec, kFeatures);
   ASSERT_TRUE(cpu_model.ok());
-  auto cpu_opt = Optimizer::Create(OptimizerSpec(GetParam()));
-  ASSERT_TRUE(cpu_opt.ok());
-  auto gpu_opt = CudaOptimizer::Create(OptimizerSpec(GetParam()), device->get());
-  if (gpu_opt.status().code() == absl::StatusCode::kUnimplemented) {
-    GTEST_SKIP() << gpu_opt.status().message();  // a row of the core table without a CUDA kernel
+  // Eager launches, and a replayed graph (the gradients are uploaded into the same buffers every
+  // step, so one capture serves every step after the first, a warm-up).
+  for (const bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "cuda graph" : "eager");
+    auto cpu_opt = Optimizer::Create(OptimizerSpec(GetParam()));
+    ASSERT_TRUE(cpu_opt.ok());
+    auto gpu_opt = CudaOptimizer::Create(OptimizerSpec(GetParam()), device->get());
+    if (gpu_opt.status().code() == absl::StatusCode::kUnimplemented) {
+      GTEST_SKIP() << gpu_opt.status().message();  // a row of the core table without a CUDA kernel
+    }
+    ASSERT_TRUE(gpu_opt.ok()) << gpu_opt.status();
+    if (graphs) (*gpu_opt)->EnableCudaGraphs();
+    TensorTree cpu_params = (*cpu_model)->Init(1);
+    auto gpu_params = (*device)->Upload(cpu_params);
+    ASSERT_TRUE(gpu_params.ok());
+    DeviceTree gpu_grads;
+    for (int step = 0; step < 3; ++step) {
+      auto grads = (*cpu_model)->LossAndGradients(cpu_params, MakeBatch(32, true, step));
+      ASSERT_TRUE(grads.ok());
+      if (step == 0) {
+        auto uploaded = (*device)->Upload(grads->grads);
+        ASSERT_TRUE(uploaded.ok());
+        gpu_grads = std::move(*uploaded);
+      } else {
+#ifdef SUBSTRAX_CUDA  // SKIP_WITHOUT_GPU returned otherwise
+        for (auto& [name, g] : gpu_grads) {
+          const Tensor& host = grads->grads.at(name);
+          ASSERT_EQ(cudaMemcpy(g.data(), host.data(), host.size() * sizeof(float),
+                               cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        }
+#endif
+      }
+      ASSERT_TRUE((*cpu_opt)->Update(grads->grads, &cpu_params).ok());
+      ASSERT_TRUE((*gpu_opt)->Update(gpu_grads, &*gpu_params).ok());
+    }
+    EXPECT_EQ((*gpu_opt)->steps(), 3);
+    if (graphs) {  // step 1 warms up (eager), steps 2 and 3 replay
+      EXPECT_EQ((*gpu_opt)->graph_replays(), 2) << (*gpu_opt)->graph_fallback();
+    }
+    auto got = (*device)->Download(*gpu_params);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto diff = CompareTrees(*got, cpu_params);
+    ASSERT_TRUE(diff.ok());
+    // The kernels avoid fused multiply-adds: equal up to the last bit in practice.
+    EXPECT_LE(diff->max_normwise, 1e-6) << diff->normwise_where;
   }
-  ASSERT_TRUE(gpu_opt.ok()) << gpu_opt.status();
-  TensorTree cpu_params = (*cpu_model)->Init(1);
-  auto gpu_params = (*device)->Upload(cpu_params);
-  ASSERT_TRUE(gpu_params.ok());
-  for (int step = 0; step < 3; ++step) {
-    auto grads = (*cpu_model)->LossAndGradients(cpu_params, MakeBatch(32, true, step));
-    ASSERT_TRUE(grads.ok());
-    auto gpu_grads = (*device)->Upload(grads->grads);
-    ASSERT_TRUE(gpu_grads.ok());
-    ASSERT_TRUE((*cpu_opt)->Update(grads->grads, &cpu_params).ok());
-    ASSERT_TRUE((*gpu_opt)->Update(*gpu_grads, &*gpu_params).ok());
-  }
-  EXPECT_EQ((*gpu_opt)->steps(), 3);
-  auto got = (*device)->Download(*gpu_params);
-  ASSERT_TRUE(got.ok()) << got.status();
-  auto diff = CompareTrees(*got, cpu_params);
-  ASSERT_TRUE(diff.ok());
-  // The kernels avoid fused multiply-adds: equal up to the last bit in practice.
-  EXPECT_LE(diff->max_normwise, 1e-6) << diff->normwise_where;
 }
 
 // Every optimizer of the core table that has a CUDA kernel (the others skip, saying so).

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -75,12 +76,40 @@ class EventPhaseClock {
   absl::Status error_;
 };
 
+// The tensor-parallel all-reduces a pass queues (inside the forward and backward passes): ordered
+// on the compute stream by events, so the host never waits for one; their outcomes are collected
+// at each report, or once kMaxPending are outstanding.
+class PendingCollectives {
+ public:
+  static constexpr size_t kMaxPending = 256;
+  absl::Status Add(CollectiveEvent event) {
+    events_.push_back(std::move(event));
+    return events_.size() >= kMaxPending ? Collect() : absl::OkStatus();
+  }
+  absl::Status Collect() {
+    absl::Status status;
+    for (const CollectiveEvent& e : events_) status.Update(e.Await());
+    events_.clear();
+    return status;
+  }
+
+ private:
+  std::vector<CollectiveEvent> events_;
+};
+
 class CudaBackend final : public DeviceBackend {
  public:
+  // How many steps' gradient reductions may be in flight before the loop awaits the oldest.
+  // Enough that the host, blocked on the oldest, still has several steps queued on the device
+  // meanwhile: an outcome is known only at the watchdog's next poll (every poll_interval, 1 ms
+  // by default), longer than a small model's step.
+  static constexpr int kStepsInFlight = 8;
+
   CudaBackend(std::unique_ptr<CudaDevice> device, std::unique_ptr<CudaModel> model,
               std::unique_ptr<CudaOptimizer> optimizer, DeviceTree params,
               std::unique_ptr<CudaMetrics> metrics, std::unique_ptr<CudaMetrics> eval_metrics,
-              std::unique_ptr<CudaPrefetcher> batches)
+              std::unique_ptr<CudaPrefetcher> batches,
+              std::shared_ptr<PendingCollectives> tp_pending)
       : device_(std::move(device)),
         model_(std::move(model)),
         optimizer_(std::move(optimizer)),
@@ -88,6 +117,7 @@ class CudaBackend final : public DeviceBackend {
         metrics_(std::move(metrics)),
         eval_metrics_(std::move(eval_metrics)),
         batches_(std::move(batches)),
+        tp_pending_(std::move(tp_pending)),
         clock_(device_->stream()) {}
 
   const std::vector<ParamSpec>& params() const override { return model_->params(); }
@@ -98,6 +128,9 @@ class CudaBackend final : public DeviceBackend {
   ExecutionContext execution_context() const override {
     return ExecutionContext::Stream(device_->stream());
   }
+  // The NCCL collectives are ordered on the compute stream by events: the update waits for the
+  // reduction on the device, not on the host.
+  int max_steps_in_flight() const override { return kStepsInFlight; }
 
   absl::StatusOr<float*> BindGradients(const FlatLayout& layout) override {
     SUBSTRAX_ASSIGN_OR_RETURN(flat_, DeviceBuffer::Allocate(*device_, layout.total));
@@ -123,6 +156,7 @@ class CudaBackend final : public DeviceBackend {
   absl::Status ApplyGradients() override { return optimizer_->Update(grads_, &params_); }
 
   absl::StatusOr<EvalResult> TakeMetrics() override {
+    SUBSTRAX_RETURN_IF_ERROR(tp_pending_->Collect());
     SUBSTRAX_ASSIGN_OR_RETURN(EvalResult sums, metrics_->Read());
     SUBSTRAX_RETURN_IF_ERROR(metrics_->Reset());
     return sums;
@@ -149,6 +183,7 @@ class CudaBackend final : public DeviceBackend {
       if (!batch.has_value()) break;
       SUBSTRAX_RETURN_IF_ERROR(model_->Evaluate(params_, *batch, eval_metrics_.get()));
     }
+    SUBSTRAX_RETURN_IF_ERROR(tp_pending_->Collect());
     return eval_metrics_->Read();
   }
 
@@ -162,6 +197,7 @@ class CudaBackend final : public DeviceBackend {
   const std::unique_ptr<CudaMetrics> metrics_;
   const std::unique_ptr<CudaMetrics> eval_metrics_;
   const std::unique_ptr<CudaPrefetcher> batches_;
+  const std::shared_ptr<PendingCollectives> tp_pending_;
   std::optional<DeviceBatchView> batch_;
   DeviceBuffer flat_;
   DeviceTree grads_;  // views into flat_
@@ -175,22 +211,30 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCudaBackend(BackendSetup se
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
                             CudaDevice::Create(setup.local_index));
   CudaTensorParallelism tp;
+  auto tp_pending = std::make_shared<PendingCollectives>();
   if (setup.model_axis != nullptr) {
     Communicator* comm = setup.model_axis;
     tp.axis_size = comm->size();
     tp.index = setup.model_index;
-    // Queued on the compute stream, so the model's later work sees the sum.
-    tp.all_reduce_sum = [comm, stream = device->stream()](float* values, int64_t count) {
-      return Annotate(comm->AllReduce(values, DataType::kFloat32, static_cast<size_t>(count),
-                                      ReduceOp::kSum, ExecutionContext::Stream(stream)),
-                      "tensor-parallel all-reduce");
+    // Ordered on the compute stream (the model's later work sees the sum); collected later.
+    tp.all_reduce_sum = [comm, stream = device->stream(), tp_pending](float* values,
+                                                                       int64_t count) {
+      return Annotate(
+          tp_pending->Add(comm->AllReduceAsync(values, DataType::kFloat32,
+                                               static_cast<size_t>(count), ReduceOp::kSum,
+                                               ExecutionContext::Stream(stream))),
+          "tensor-parallel all-reduce");
     };
   }
-  SUBSTRAX_ASSIGN_OR_RETURN(
-      std::unique_ptr<CudaModel> model,
-      CudaModel::Create(spec.model(), setup.num_features, device.get(), std::move(tp)));
+  CudaModelOptions model_options;
+  model_options.precision = spec.precision();
+  model_options.cuda_graphs = true;
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model,
+                            CudaModel::Create(spec.model(), setup.num_features, device.get(),
+                                              std::move(tp), model_options));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaOptimizer> optimizer,
                             CudaOptimizer::Create(spec.optimizer(), device.get()));
+  optimizer->EnableCudaGraphs();
   SUBSTRAX_ASSIGN_OR_RETURN(DeviceTree params, model->Init(spec.seed()));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaMetrics> metrics, CudaMetrics::Create(*device));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaMetrics> eval_metrics,
@@ -201,7 +245,7 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCudaBackend(BackendSetup se
   return std::unique_ptr<DeviceBackend>(
       new CudaBackend(std::move(device), std::move(model), std::move(optimizer),
                       std::move(params), std::move(metrics), std::move(eval_metrics),
-                      std::move(batches)));
+                      std::move(batches), std::move(tp_pending)));
 }
 
 }  // namespace substrax

@@ -10,7 +10,10 @@
 //   MarkPhase(kCollective); <all-reduce buckets of the buffer on execution_context()>
 //   MarkPhase(kCompute); ApplyGradients();
 // A backend may queue its work and return (CUDA); everything it queues is ordered on its
-// execution context, which is where the loop's collectives go too.
+// execution context, which is where the loop's collectives go too. Such a backend says so with
+// max_steps_in_flight() > 0: the loop then does not wait for the gradient reduction before
+// ApplyGradients (the device orders the update after it) and collects the reductions' outcomes
+// later, at each report or once more steps than that are in flight.
 //
 // Used by one device thread.
 #ifndef SUBSTRAX_WORKER_RUNTIME_DEVICE_BACKEND_H_
@@ -49,6 +52,11 @@ class DeviceBackend {
 
   // Where this device's work and its collectives are ordered (a CUDA stream, or the thread).
   virtual ExecutionContext execution_context() const = 0;
+  // How many steps' gradient reductions the loop may leave un-awaited. 0 (the default): the loop
+  // awaits each reduction before ApplyGradients, as a backend whose work is done when its calls
+  // return needs. A backend whose execution context orders ApplyGradients' work after the
+  // collectives on the device (a CUDA stream) returns more.
+  virtual int max_steps_in_flight() const { return 0; }
 
   // From now on ComputeGradients writes every gradient into one flat buffer laid out as
   // `layout` (this device's memory), and ApplyGradients reads it from there. Returns the buffer.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -72,26 +73,30 @@ GradientPlan PlanOverAxis(const std::string& axis, const FlatLayout& layout) {
 
 absl::Status ReduceFlat(MeshCommunicators& comms, const GradientPlan& plan, float* flat,
                         ReduceOp op, int64_t bucket_bytes, ExecutionContext context,
-                        const char* fn, BucketStats* stats) {
+                        const char* fn, BucketStats* stats,
+                        std::vector<CollectiveEvent>* in_flight) {
   const int64_t bucket = std::max<int64_t>(1, bucket_bytes / int64_t{sizeof(float)});
+  std::vector<ReduceBuffer> buckets;
   for (const auto& [axis, ranges] : plan.axes) {
     SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, comms.Axis(axis));
     if (comm->size() == 1) continue;  // one replica along this axis: nothing to average
-    std::vector<CollectiveEvent> events;
+    buckets.clear();
     // A bucket is filled from consecutive ranges; a range that does not fit starts a new one.
     // Ranges are in place in `flat`, so a bucket is one contiguous run: cut at range ends and
     // every `bucket` values.
     for (const FlatRange& range : ranges) {
       for (int64_t start = 0; start < range.size; start += bucket) {
         const int64_t count = std::min(bucket, range.size - start);
-        events.push_back(comm->AllReduceAsync(flat + range.offset + start, DataType::kFloat32,
-                                              static_cast<size_t>(count), op, context));
-        if (stats != nullptr) ++stats->collectives;
+        buckets.push_back({flat + range.offset + start, static_cast<size_t>(count)});
       }
     }
-    absl::Status status;
-    for (const CollectiveEvent& event : events) status.Update(event.Await());
-    SUBSTRAX_RETURN_IF_ERROR(Annotate(status, fn));
+    if (stats != nullptr) stats->collectives += static_cast<int64_t>(buckets.size());
+    CollectiveEvent group = comm->AllReduceGroupAsync(buckets, DataType::kFloat32, op, context);
+    if (in_flight != nullptr) {
+      in_flight->push_back(std::move(group));
+    } else {
+      SUBSTRAX_RETURN_IF_ERROR(Annotate(group.Await(), fn));
+    }
   }
   return absl::OkStatus();
 }

@@ -5,8 +5,10 @@
 // The gradients of a device live in one flat float32 buffer (host memory on CPU, device memory
 // on a GPU), one parameter after another in a FlatLayout. A GradientPlan says, per mesh axis,
 // which ranges of that buffer are averaged over the axis. Reducing a plan cuts each axis's ranges
-// into buckets of at most bucket_bytes (adjacent parameters merge; a large one is cut), starts
-// every bucket's all-reduce in place, then waits for them all: few, large messages, no copies.
+// into buckets of at most bucket_bytes (adjacent parameters merge; a large one is cut) and
+// all-reduces the buckets of each axis in place as one group (Communicator::AllReduceGroupAsync):
+// few, large messages, no copies. It then waits for them, or, when the caller collects the
+// handles (a GPU stream orders the later work after them), returns without waiting.
 #ifndef SUBSTRAX_WORKER_RUNTIME_GRADIENT_BUCKETS_H_
 #define SUBSTRAX_WORKER_RUNTIME_GRADIENT_BUCKETS_H_
 
@@ -67,11 +69,14 @@ struct BucketStats {
 };
 
 // Averages (kMean) or sums (kSum) the plan's ranges of `flat` over their axes, in buckets of at
-// most `bucket_bytes`, on `context`. `fn` names the caller in errors. Errors: the collectives'
-// (annotated with fn), INVALID_ARGUMENT for an axis the mesh does not have.
+// most `bucket_bytes`, on `context`. `fn` names the caller in errors. With `in_flight` null it
+// waits for every group; otherwise it appends each axis's group handle there and returns at once
+// (the caller Awaits them later: errors then surface there, annotated with fn). Errors: the
+// collectives' (annotated with fn), INVALID_ARGUMENT for an axis the mesh does not have.
 absl::Status ReduceFlat(MeshCommunicators& comms, const GradientPlan& plan, float* flat,
                         ReduceOp op, int64_t bucket_bytes, ExecutionContext context,
-                        const char* fn, BucketStats* stats = nullptr);
+                        const char* fn, BucketStats* stats = nullptr,
+                        std::vector<CollectiveEvent>* in_flight = nullptr);
 
 // Copies between a TensorTree and a flat host buffer laid out by `layout` (whose slots name the
 // tree's tensors). Errors: INVALID_ARGUMENT naming a tensor that is missing or of another size.

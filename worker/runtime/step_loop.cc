@@ -1,6 +1,7 @@
 #include "worker/runtime/step_loop.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <utility>
 #include <vector>
@@ -132,15 +133,42 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
       ExplicitPlans(mesh, layout, backend);
   const ExecutionContext exec = backend.execution_context();
   BucketStats buckets;
+  // On an asynchronous backend the step's reductions stay in flight (the device orders the
+  // update after them) and are collected here: oldest first, at each report, at the end, and
+  // whenever more than max_steps_in_flight steps are outstanding, so that a failure surfaces
+  // within a bounded number of steps and the handles do not pile up.
+  const size_t max_in_flight = static_cast<size_t>(std::max(0, backend.max_steps_in_flight()));
+  struct StepReductions {
+    int64_t step = 0;
+    const char* fn = "";
+    std::vector<CollectiveEvent> events;
+  };
+  std::deque<StepReductions> in_flight;
+  std::vector<CollectiveEvent> step_events;
+  auto collect = [&](size_t keep) -> absl::Status {
+    while (in_flight.size() > keep) {
+      StepReductions oldest = std::move(in_flight.front());
+      in_flight.pop_front();
+      absl::Status status;
+      for (const CollectiveEvent& e : oldest.events) status.Update(e.Await());
+      if (!status.ok()) {
+        return Annotate(status, absl::StrCat("step ", oldest.step, ": ", oldest.fn));
+      }
+    }
+    return absl::OkStatus();
+  };
+  const char* const reduce_fn =
+      options.explicit_collectives ? "reduce_mean_collective" : "gradient reduction";
   auto reduce_gradients = [&]() -> absl::Status {
+    std::vector<CollectiveEvent>* events = max_in_flight > 0 ? &step_events : nullptr;
     if (!options.explicit_collectives) {
       return ReduceFlat(*ctx.comms, sharding_plan, grads, ReduceOp::kMean,
-                        options.gradients.bucket_bytes, exec, "gradient reduction", &buckets);
+                        options.gradients.bucket_bytes, exec, reduce_fn, &buckets, events);
     }
     for (const auto& [axis, plan] : explicit_plans) {
       SUBSTRAX_RETURN_IF_ERROR(ReduceFlat(*ctx.comms, plan, grads, ReduceOp::kMean,
-                                          options.gradients.bucket_bytes, exec,
-                                          "reduce_mean_collective", &buckets));
+                                          options.gradients.bucket_bytes, exec, reduce_fn,
+                                          &buckets, events));
     }
     return absl::OkStatus();
   };
@@ -172,11 +200,18 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
     backend.MarkPhase(Phase::kCompute);
     if (absl::Status s = backend.ApplyGradients(); !s.ok()) return step_error(s);
     ++interval_steps;
+    if (max_in_flight > 0) {
+      in_flight.push_back({step + 1, reduce_fn, std::move(step_events)});
+      step_events.clear();
+      SUBSTRAX_RETURN_IF_ERROR(collect(max_in_flight));
+    }
 
     const bool last = step + 1 == options.total_steps;
     if ((step + 1) % report_every != 0 && !last) continue;
     // The report: this device's metrics of the interval, reduced over the devices as the spec
-    // declares, and the slowest device's time fractions.
+    // declares, and the slowest device's time fractions. Every reduction still in flight is
+    // collected first: a report never covers a step whose collectives failed.
+    SUBSTRAX_RETURN_IF_ERROR(collect(0));
     backend.MarkPhase(Phase::kCollective);
     SUBSTRAX_ASSIGN_OR_RETURN(EvalResult sums, backend.TakeMetrics());
     SUBSTRAX_ASSIGN_OR_RETURN(PhaseSeconds seconds, backend.TakePhaseSeconds());

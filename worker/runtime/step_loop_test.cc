@@ -59,6 +59,10 @@ float GradValue(int id, int64_t step, const std::string& name, int64_t i) {
   return static_cast<float>((id + 1) * (i + 1) + 10 * step + (name == "b" ? 100 : 0));
 }
 
+// Gradient all-reduces (float32) awaited so far on this thread: each device runs its loop on
+// its own thread, so this counts that device's awaits.
+thread_local int64_t gradient_awaits = 0;
+
 class FakeBackend final : public DeviceBackend {
  public:
   FakeBackend(int id, int64_t model_size, int64_t model_index, Memory memory)
@@ -78,6 +82,7 @@ class FakeBackend final : public DeviceBackend {
   }
   bool is_classification() const override { return true; }
   ExecutionContext execution_context() const override { return ExecutionContext(); }
+  int max_steps_in_flight() const override { return in_flight; }
 
   absl::StatusOr<float*> BindGradients(const FlatLayout& layout) override {
     layout_ = layout;
@@ -106,6 +111,7 @@ class FakeBackend final : public DeviceBackend {
       step[slot.name].assign(host.begin() + slot.offset, host.begin() + slot.offset + slot.size);
     }
     applied.push_back(std::move(step));
+    awaits_at_apply.push_back(gradient_awaits);
     ++step_;
     return absl::OkStatus();
   }
@@ -132,6 +138,10 @@ class FakeBackend final : public DeviceBackend {
   // What ApplyGradients saw, per step: the reduced gradients by name.
   std::vector<std::map<std::string, std::vector<float>>> applied;
   std::pair<int64_t, int64_t> evaluated_rows;
+  // What max_steps_in_flight says (an asynchronous backend when > 0), and gradient_awaits at
+  // each ApplyGradients.
+  int in_flight = 0;
+  std::vector<int64_t> awaits_at_apply;
 
  private:
   const int id_;
@@ -146,7 +156,22 @@ class FakeBackend final : public DeviceBackend {
   HostPhaseClock clock_;
 };
 
-// Counts the float32 all-reduces (the gradient buckets) of every communicator it connects.
+// Counts the Awaits of a gradient all-reduce in gradient_awaits.
+class AwaitCounting final : public CollectiveEvent::Pending {
+ public:
+  explicit AwaitCounting(CollectiveEvent inner) : inner_(std::move(inner)) {}
+  bool IsReady() override { return inner_.IsReady(); }
+  absl::Status Await() override {
+    ++gradient_awaits;
+    return inner_.Await();
+  }
+
+ private:
+  const CollectiveEvent inner_;
+};
+
+// Counts the float32 all-reduces (the gradient buckets) of every communicator it connects, and
+// their Awaits.
 class CountingCommunicator final : public Communicator {
  public:
   CountingCommunicator(std::unique_ptr<Communicator> inner, std::atomic<int64_t>* count)
@@ -158,8 +183,10 @@ class CountingCommunicator final : public Communicator {
  protected:
   CollectiveEvent DoAllReduce(void* data, DataType type, size_t count, ReduceOp op,
                               ExecutionContext context) override {
-    if (type == DataType::kFloat32) ++*count_;
-    return inner_->AllReduceAsync(data, type, count, op, context);
+    CollectiveEvent event = inner_->AllReduceAsync(data, type, count, op, context);
+    if (type != DataType::kFloat32) return event;
+    ++*count_;
+    return CollectiveEvent(std::make_shared<AwaitCounting>(std::move(event)));
   }
   CollectiveEvent DoAllGather(const void* input, void* output, DataType type, size_t count,
                               ExecutionContext context) override {
@@ -221,6 +248,9 @@ struct LoopCase {
   int64_t bucket_bytes;
   // Float32 all-reduces per step on every device: buckets over "data" plus over "model".
   int64_t collectives_per_step;
+  // The fake's max_steps_in_flight: 0 awaits every step's reduction before ApplyGradients; more
+  // leaves them in flight until the report.
+  int in_flight = 0;
 };
 
 class StepLoopTest : public ::testing::TestWithParam<LoopCase> {};
@@ -242,6 +272,8 @@ TEST_P(StepLoopTest, ReducesGradientsAndMetricsOnAHybridMesh) {
       [&](DeviceContext& ctx) {
         const int id = ctx.device.id;
         auto backend = std::make_unique<FakeBackend>(id, 2, ctx.coords[1], HostMemory());
+        backend->in_flight = c.in_flight;
+        gradient_awaits = 0;
         StepLoopOptions options;
         options.spec = &spec;
         options.mesh = &mesh;
@@ -293,6 +325,14 @@ TEST_P(StepLoopTest, ReducesGradientsAndMetricsOnAHybridMesh) {
     }
     // Buckets: as many float32 all-reduces as the bucket size implies, and no more.
     EXPECT_EQ(stats[id].gradient_collectives, kSteps * c.collectives_per_step);
+    // Awaits: before each update on a synchronous backend; on an asynchronous one only at the
+    // report after step 2 (max_steps_in_flight 2 is never exceeded between reports).
+    const std::vector<int64_t> awaits =
+        c.in_flight == 0
+            ? std::vector<int64_t>{c.collectives_per_step, 2 * c.collectives_per_step,
+                                   3 * c.collectives_per_step}
+            : std::vector<int64_t>{0, 0, 2 * c.collectives_per_step};
+    EXPECT_THAT(backend->awaits_at_apply, ElementsAreArray(awaits)) << "device " << id;
   }
   EXPECT_EQ(collectives.load(), 4 * kSteps * c.collectives_per_step);
 
@@ -328,10 +368,12 @@ TEST_P(StepLoopTest, ReducesGradientsAndMetricsOnAHybridMesh) {
 INSTANTIATE_TEST_SUITE_P(
     Paths, StepLoopTest,
     ::testing::Values(LoopCase{false, 8, 7}, LoopCase{false, int64_t{25} << 20, 2},
-                      LoopCase{true, 8, 7}, LoopCase{true, int64_t{25} << 20, 2}),
+                      LoopCase{true, 8, 7}, LoopCase{true, int64_t{25} << 20, 2},
+                      LoopCase{false, 8, 7, 2}, LoopCase{true, int64_t{25} << 20, 2, 2}),
     [](const ::testing::TestParamInfo<LoopCase>& info) {
       return std::string(info.param.explicit_collectives ? "Explicit" : "Sharding") +
-             (info.param.bucket_bytes == 8 ? "SmallBuckets" : "LargeBuckets");
+             (info.param.bucket_bytes == 8 ? "SmallBuckets" : "LargeBuckets") +
+             (info.param.in_flight > 0 ? "InFlight" : "");
     });
 
 // The CUDA variant: the fake's gradient buffer in GPU memory, NCCL communicators (one rank), the

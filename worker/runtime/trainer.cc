@@ -203,6 +203,14 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
     return absl::FailedPreconditionError(
         "spec.backend is cpu but the job's devices are CUDA devices");
   }
+  // Validation refused tf32/bf16 with backend cpu; with backend auto it is decided here.
+  if (!cuda_devices && spec.precision() != v1::PRECISION_FP32 &&
+      spec.precision() != v1::PRECISION_UNSPECIFIED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "spec.precision is ", PrecisionName(spec.precision()),
+        " but the job's devices are CPU devices, which compute in fp32 only; run it on CUDA "
+        "workers (substrax-worker daemon --devices cuda) or use precision fp32"));
+  }
 
   if (static_cast<int64_t>(options.process_of_position.size()) != mesh.size()) {
     return absl::InvalidArgumentError(absl::StrCat("process table has ",

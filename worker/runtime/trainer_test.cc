@@ -256,6 +256,15 @@ TEST(TrainerTest, BackendMustMatchTheDevices) {
   EXPECT_THAT(std::string(cpu_devices.status().message()), HasSubstr("spec.backend is cuda"));
 }
 
+TEST(TrainerTest, ReducedPrecisionNeedsCudaDevices) {
+  v1::JobSpec spec = Spec("{type: sgd, learning_rate: 0.1}", 2);
+  spec.set_backend(v1::BACKEND_AUTO);
+  spec.set_precision(v1::PRECISION_BF16);
+  auto cpu_devices = TrainInProcess(spec, 2);
+  EXPECT_EQ(cpu_devices.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(cpu_devices.status().message()), HasSubstr("spec.precision is bf16"));
+}
+
 TEST(TrainerTest, BadOptionsAreRejected) {
   const v1::JobSpec spec = Spec("{type: sgd, learning_rate: 0.1}", 2);
   auto mesh = CreateMeshForJob(spec.mesh(), MakeUniformCluster(1, 2));
