@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/cluster_internal.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
@@ -54,8 +56,17 @@ using cluster_internal::kWaitingSeparator;
 // ---------------------------------------------------------------------------------------------
 // Creation and loading
 
+namespace {
+
+std::string NewEpoch() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
+}
+
+}  // namespace
+
 Cluster::Cluster(const ClusterOptions& options, Clock clock, StateStore* state)
-    : options_(options), clock_(std::move(clock)), state_(state) {}
+    : options_(options), clock_(std::move(clock)), epoch_(NewEpoch()), state_(state) {}
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options,
                                                          Clock clock, StateStore* state) {
@@ -135,6 +146,9 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
         break;
       }
     }
+    // The start events may not have reached the daemons before the restart; those that did
+    // are ignored there (launches are idempotent).
+    if (entry.job.state() == v1::JOB_STATE_RUNNING) PushStartEventsLocked(entry);
   }
   return absl::OkStatus();
 }

@@ -39,8 +39,16 @@
 // call or Tick. Progress is not written on every report: it is recomputed from the stored
 // points at load. Assignment queues and lease times live only in memory: loaded workers
 // start with a fresh lease at now(), and a loaded RUNNING job keeps its devices while its
-// workers keep their leases. Known gap: which processes of a running attempt had already
-// reported SUCCEEDED is not stored, so after a coordinator restart they must report it again.
+// workers keep their leases; its start events are queued again (in a new stream epoch), and
+// the daemons, whose launches are idempotent, start only what they do not run yet. Known gap:
+// which processes of a running attempt had already reported SUCCEEDED is not stored, so after
+// a coordinator restart they must report it again.
+//
+// Exactly once. Each assignment event carries (epoch, cursor): a reopened stream resumes after
+// the last event the daemon received. Heartbeats reconcile: they list the daemon's runners; a
+// runner of no running attempt of this worker is told to stop; a process of a running attempt
+// that an earlier heartbeat listed, that a later one does not and that has no final status
+// fails its attempt.
 //
 // Thread-safe. The attempt-ended callback is called without the lock held.
 #ifndef SUBSTRAX_COORDINATOR_CLUSTER_H_
@@ -110,16 +118,30 @@ class Cluster {
       const v1::RegisterWorkerRequest& request);
   // Renews the lease. Errors: NOT_FOUND (unknown worker: register), ABORTED (stale
   // incarnation, or the worker was declared dead: re-register).
+  // Renews the lease without reconciling runners (tests; the daemon sends the request form).
   absl::Status Heartbeat(const std::string& worker_id, const std::string& incarnation);
+  // Renews the lease and reconciles the runners the request lists (see the class comment):
+  // the answer names those to stop; a running process that an earlier heartbeat listed and
+  // this one does not, and that reported no outcome, fails its attempt ("runner ... is
+  // missing"). Errors: as the form above, and UNAVAILABLE (the state store failed).
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   // Expires leases without a heartbeat for longer than heartbeat_timeout (failing their
   // attempts), retries failed state-store writes, then schedules. The gRPC layer calls it every
   // heartbeat_interval / 2; tests call it after advancing the fake clock.
   void Tick();
   // The worker's assignment events after *cursor (exclusive; start at 0), advancing *cursor
-  // to the last one returned. Non-blocking (pair with AwaitChange). A new incarnation starts a
-  // new queue. Errors: NOT_FOUND, ABORTED (as Heartbeat).
+  // to the last one returned; each event carries its epoch and cursor. Non-blocking (pair
+  // with AwaitChange). A new incarnation starts a new queue. An `epoch` other than epoch()
+  // (the daemon's position is from before a coordinator restart) starts from the first event.
+  // Errors: NOT_FOUND, ABORTED (as Heartbeat).
+  absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> PollAssignments(
+      const std::string& worker_id, const std::string& incarnation, const std::string& epoch,
+      int64_t* cursor);
+  // The same within the current epoch.
   absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> PollAssignments(
       const std::string& worker_id, const std::string& incarnation, int64_t* cursor);
+  // Drawn at random when the Cluster is created: names this coordinator run's event queues.
+  const std::string& epoch() const { return epoch_; }
 
   // --- runner reports (worker-facing) ---
 
@@ -196,6 +218,9 @@ class Cluster {
     std::vector<int> device_ids;
     bool succeeded = false;
     std::map<std::string, double> final_metrics;
+    // A heartbeat of the worker listed this runner: from now on it must stay listed until its
+    // outcome is reported.
+    bool seen = false;
   };
   struct JobEntry {
     v1::Job job;
@@ -236,6 +261,8 @@ class Cluster {
   // State changes. Each records the transition, marks the job dirty and bumps the version.
   void TransitionLocked(JobEntry& entry, v1::JobState to, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the start event of every process of the running attempt to its worker.
+  void PushStartEventsLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts an attempt on `mesh`: assignments to its workers, devices taken.
   void StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -268,6 +295,7 @@ class Cluster {
 
   const ClusterOptions options_;
   const Clock clock_;
+  const std::string epoch_;
   StateStore* const state_;
   MetricsStore metrics_;
 

@@ -41,6 +41,27 @@ void Cluster::SetWaitingLocked(JobEntry& entry, const std::string& why) {
   MarkJobChangedLocked(entry);
 }
 
+void Cluster::PushStartEventsLocked(JobEntry& entry) {
+  const v1::Job& job = entry.job;
+  // Checked by the scheduler before it chose this mesh (or loaded with the running job).
+  absl::StatusOr<google::protobuf::Map<std::string, v1::ShardLayout>> layouts =
+      LayoutsFor(job.spec(), *entry.mesh);
+  for (size_t p = 0; p < entry.processes.size(); ++p) {
+    v1::WatchAssignmentsResponse event;
+    v1::Assignment* a = event.mutable_start();
+    a->set_job_id(job.id());
+    a->set_attempt(job.attempt());
+    *a->mutable_spec() = job.spec();
+    *a->mutable_mesh() = job.mesh();
+    a->set_process_index(static_cast<int32_t>(p));
+    a->set_num_processes(static_cast<int32_t>(entry.processes.size()));
+    for (int id : entry.processes[p].device_ids) a->add_local_device_ids(id);
+    if (layouts.ok()) *a->mutable_layouts() = *layouts;
+    a->set_rendezvous_prefix(absl::StrCat(job.id(), "/attempt-", job.attempt()));
+    PushEventLocked(entry.processes[p].worker_id, std::move(event));
+  }
+}
+
 void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason) {
   v1::Job& job = entry.job;
   job.set_attempt(job.attempt() + 1);
@@ -58,24 +79,9 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
     }
   }
   *job.mutable_mesh() = mesh_proto;
-  // Checked by the scheduler before it chose this mesh.
-  const auto layouts = LayoutsFor(job.spec(), mesh).value();
 
   TakeDevicesLocked(entry, std::move(mesh));
-  for (size_t p = 0; p < entry.processes.size(); ++p) {
-    v1::WatchAssignmentsResponse event;
-    v1::Assignment* a = event.mutable_start();
-    a->set_job_id(job.id());
-    a->set_attempt(job.attempt());
-    *a->mutable_spec() = job.spec();
-    *a->mutable_mesh() = mesh_proto;
-    a->set_process_index(static_cast<int32_t>(p));
-    a->set_num_processes(static_cast<int32_t>(entry.processes.size()));
-    for (int id : entry.processes[p].device_ids) a->add_local_device_ids(id);
-    *a->mutable_layouts() = layouts;
-    a->set_rendezvous_prefix(absl::StrCat(job.id(), "/attempt-", job.attempt()));
-    PushEventLocked(entry.processes[p].worker_id, std::move(event));
-  }
+  PushStartEventsLocked(entry);
   TransitionLocked(entry, v1::JOB_STATE_RUNNING, reason);
 }
 

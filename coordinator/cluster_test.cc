@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -671,6 +672,104 @@ TEST_F(ClusterTest, VersionAndAwaitChange) {
   EXPECT_GT(cluster_->version(), before);
   EXPECT_EQ(Get("train-1").state(), v1::JOB_STATE_RUNNING);
   EXPECT_GT(cluster_->AwaitChange(before, absl::ZeroDuration()), before);
+}
+
+}  // namespace
+}  // namespace substrax
+
+namespace substrax {
+namespace {
+
+v1::HeartbeatRequest Beat(const std::string& worker,
+                          std::vector<std::tuple<std::string, int, int, bool>> runners) {
+  v1::HeartbeatRequest request;
+  request.set_worker_id(worker);
+  request.set_incarnation("inc-1");
+  for (const auto& [job, attempt, process, ended] : runners) {
+    v1::RunnerRef* r = request.add_runners();
+    r->set_job_id(job);
+    r->set_attempt(attempt);
+    r->set_process_index(process);
+    r->set_ended(ended);
+  }
+  return request;
+}
+
+TEST_F(ClusterTest, AStreamResumesAfterItsLastEventAndAnotherEpochStartsOver) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("resume", 4));
+  std::string epoch;
+  int64_t cursor = 0;
+  auto first = cluster_->PollAssignments("w-1", "inc-1", "", &cursor);
+  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(*first, SizeIs(1));
+  EXPECT_EQ((*first)[0].cursor(), 1);
+  EXPECT_EQ((*first)[0].epoch(), cluster_->epoch());
+  // The same position again: nothing replayed.
+  int64_t resumed = (*first)[0].cursor();
+  EXPECT_THAT(*cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &resumed), IsEmpty());
+  // A position from another coordinator run: everything the queue holds.
+  int64_t stale = 7;
+  EXPECT_THAT(*cluster_->PollAssignments("w-1", "inc-1", "another-epoch", &stale), SizeIs(1));
+  ASSERT_TRUE(cluster_->CancelJob(job, "").ok());
+  auto stop = cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &resumed);
+  ASSERT_THAT(*stop, SizeIs(1));
+  EXPECT_TRUE((*stop)[0].has_stop());
+  EXPECT_EQ((*stop)[0].cursor(), 2);
+}
+
+TEST_F(ClusterTest, HeartbeatsStopStrayRunnersAndFailAttemptsWhoseRunnerIsMissing) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("reconcile", 4));
+  // A runner of an attempt that does not exist, and one of a process w-1 does not run.
+  auto answer = cluster_->Heartbeat(
+      Beat("w-1", {{job, 1, 0, false}, {job, 7, 0, false}, {job, 1, 1, false}}));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_THAT(answer->stop(), SizeIs(2));
+  EXPECT_EQ(answer->stop(0).attempt(), 7);
+  EXPECT_THAT(answer->stop(0).reason(), HasSubstr("has no attempt 7"));
+  EXPECT_THAT(answer->stop(1).reason(), HasSubstr("process 1 of attempt 1 is not worker w-1"));
+  // Not yet listed by w-2: not missing.
+  ASSERT_TRUE(cluster_->Heartbeat(Beat("w-2", {})).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  // Listed as ended (its outcome on the way): not missing either.
+  ASSERT_TRUE(cluster_->Heartbeat(Beat("w-1", {{job, 1, 0, true}})).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  // Gone without an outcome: the attempt fails and names it.
+  ASSERT_TRUE(cluster_->Heartbeat(Beat("w-1", {})).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(), HasSubstr("the runner of process 0 is missing: worker w-1"));
+  // Its runner, should it come back, is told to stop.
+  answer = cluster_->Heartbeat(Beat("w-1", {{job, 1, 0, false}}));
+  ASSERT_THAT(answer->stop(), SizeIs(1));
+  EXPECT_THAT(answer->stop(0).reason(), HasSubstr("has ended"));
+}
+
+TEST(ClusterRestartTest, ARestartQueuesTheStartEventsOfRunningAttemptsAgain) {
+  InMemoryStateStore state;
+  absl::Time now = absl::FromUnixSeconds(1700000000);
+  auto clock = [&now] { return now; };
+  std::string job;
+  {
+    auto cluster = Cluster::Create({}, clock, &state);
+    ASSERT_TRUE(cluster.ok());
+    v1::RegisterWorkerRequest request;
+    request.set_worker_id("w-1");
+    request.set_host("a");
+    request.set_incarnation("inc-1");
+    request.add_devices()->set_local_index(0);
+    ASSERT_TRUE((*cluster)->RegisterWorker(request).ok());
+    job = (*cluster)->SubmitJob(Spec("again", 1)).value().id();
+  }
+  auto cluster = Cluster::Create({}, clock, &state);
+  ASSERT_TRUE(cluster.ok());
+  int64_t cursor = 1;  // the daemon had received the start event from the first run
+  auto events = (*cluster)->PollAssignments("w-1", "inc-1", "the-first-run", &cursor);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_THAT(*events, SizeIs(1));
+  EXPECT_EQ((*events)[0].start().job_id(), job);
+  EXPECT_EQ((*events)[0].start().attempt(), 1);
+  EXPECT_EQ((*events)[0].start().mesh().devices_size(), 1);
 }
 
 }  // namespace

@@ -47,19 +47,25 @@ struct CoordinatorServer::Impl {
     }
 
     grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
-                           v1::HeartbeatResponse*) override {
-      return ToGrpcStatus(impl_->cluster->Heartbeat(request->worker_id(), request->incarnation()));
+                           v1::HeartbeatResponse* response) override {
+      absl::StatusOr<v1::HeartbeatResponse> r = impl_->cluster->Heartbeat(*request);
+      if (r.ok()) *response = *std::move(r);
+      return ToGrpcStatus(r.status());
     }
 
     grpc::Status WatchAssignments(grpc::ServerContext* context,
                                   const v1::WatchAssignmentsRequest* request,
                                   grpc::ServerWriter<v1::WatchAssignmentsResponse>* writer) override {
-      int64_t cursor = 0;
+      // Resumes after the daemon's last event (Cluster::PollAssignments).
+      int64_t cursor = request->cursor();
+      std::string epoch = request->epoch();
       uint64_t seen = 0;
       while (!context->IsCancelled() && !impl_->stopping->load()) {
         seen = impl_->cluster->version();
         absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> events =
-            impl_->cluster->PollAssignments(request->worker_id(), request->incarnation(), &cursor);
+            impl_->cluster->PollAssignments(request->worker_id(), request->incarnation(), epoch,
+                                            &cursor);
+        epoch = impl_->cluster->epoch();
         if (!events.ok()) return ToGrpcStatus(events.status());
         for (const auto& event : *events) {
           if (!writer->Write(event)) return grpc::Status::CANCELLED;
