@@ -116,6 +116,8 @@ absl::Status WorkerDaemon::Register() {
     if (status.ok()) {
       absl::MutexLock lock(&mu_);
       incarnation_ = incarnation;
+      watch_epoch_.clear();
+      watch_cursor_ = 0;
       heartbeat_interval_ = FromProtoDuration(response.heartbeat_interval());
       if (heartbeat_interval_ <= absl::ZeroDuration()) heartbeat_interval_ = absl::Seconds(1);
       Log(absl::StrCat("registered as ", options_.worker_id, " (host ", options_.host, ", ",
@@ -170,11 +172,25 @@ void WorkerDaemon::HeartbeatLoop() {
     }
     v1::HeartbeatRequest request;
     request.set_worker_id(options_.worker_id);
-    request.set_incarnation(Incarnation());
+    {
+      absl::MutexLock lock(&mu_);
+      request.set_incarnation(incarnation_);
+      for (const auto& [key, runner] : runners_) {
+        v1::RunnerRef* ref = request.add_runners();
+        ref->set_job_id(runner.job_id);
+        ref->set_attempt(runner.attempt);
+        ref->set_process_index(runner.process_index);
+        ref->set_ended(runner.ended);
+      }
+    }
     grpc::ClientContext context;
     context.set_deadline(Deadline(interval * 3));
     v1::HeartbeatResponse response;
     grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    for (const v1::StopAttempt& stop : response.stop()) {
+      Terminate(absl::StrCat(stop.job_id(), "/", stop.attempt()),
+                absl::StrCat("the coordinator says: ", stop.reason()));
+    }
     if (status.error_code() == grpc::StatusCode::ABORTED ||
         status.error_code() == grpc::StatusCode::NOT_FOUND) {
       // The coordinator declared this incarnation dead (or forgot it): its attempts have been
@@ -197,7 +213,14 @@ void WorkerDaemon::WatchLoop() {
     grpc::ClientContext context;
     v1::WatchAssignmentsRequest request;
     request.set_worker_id(options_.worker_id);
-    request.set_incarnation(Incarnation());
+    {
+      // Resume after the last event received, so that nothing is replayed (Kubernetes' watch
+      // from a resourceVersion).
+      absl::MutexLock lock(&mu_);
+      request.set_incarnation(incarnation_);
+      request.set_epoch(watch_epoch_);
+      request.set_cursor(watch_cursor_);
+    }
     std::unique_ptr<grpc::ClientReader<v1::WatchAssignmentsResponse>> reader =
         stub_->WatchAssignments(&context, request);
     // Cancels the stream when the daemon stops; ends with the stream otherwise.
@@ -212,12 +235,19 @@ void WorkerDaemon::WatchLoop() {
     });
     v1::WatchAssignmentsResponse event;
     while (reader->Read(&event)) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (incarnation_ != request.incarnation()) break;  // re-registered: a new queue
+        watch_epoch_ = event.epoch();
+        watch_cursor_ = event.cursor();
+      }
       if (event.has_start()) Launch(event.start());
       if (event.has_stop()) {
         Terminate(absl::StrCat(event.stop().job_id(), "/", event.stop().attempt()),
                   event.stop().reason());
       }
     }
+    context.TryCancel();  // no-op unless the loop left early
     grpc::Status status = reader->Finish();
     stream_done = true;
     canceller.join();
@@ -229,6 +259,16 @@ void WorkerDaemon::WatchLoop() {
 
 void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   const std::string key = absl::StrCat(assignment.job_id(), "/", assignment.attempt());
+  {
+    // slurmd's rule: a replayed launch is refused. Held across the fork so that two deliveries
+    // of one event cannot both pass.
+    absl::MutexLock lock(&mu_);
+    if (!launched_.insert(absl::StrCat(key, "/", assignment.process_index())).second) {
+      Log(absl::StrCat("job ", key, " process ", assignment.process_index(),
+                       " was launched before; ignoring the repeated assignment"));
+      return;
+    }
+  }
   const std::string base = absl::StrCat(options_.work_dir, "/", assignment.job_id(), "-attempt-",
                                         assignment.attempt(), "-process-",
                                         assignment.process_index());
@@ -263,9 +303,15 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
 
   const pid_t pid = fork();
   if (pid == 0) {
-    // A runner never outlives its daemon.
+    // A runner never outlives its daemon, and its own children go with it: it leads a process
+    // group that Terminate signals as a whole.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    setpgid(0, 0);
+    // The daemon blocks SIGTERM and SIGINT for its signal thread; a runner must die of them.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
@@ -285,15 +331,10 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
     ReportStatus(failed);
     return;
   }
+  // Also set in the child: whichever runs first, the group exists before anyone signals it.
+  setpgid(pid, pid);
   runner.pid = pid;
   Log(absl::StrCat("started runner ", pid, " for job ", key, " process ", runner.process_index));
-  v1::ReportAttemptStatusRequest running;
-  running.set_job_id(runner.job_id);
-  running.set_attempt(runner.attempt);
-  running.set_worker_id(options_.worker_id);
-  running.set_process_index(runner.process_index);
-  running.set_state(v1::RUNNER_STATE_RUNNING);
-  ReportStatus(running);
   absl::MutexLock lock(&mu_);
   runners_[key] = runner;
   reapers_.emplace_back([this, key, pid] { Reap(key, pid); });
@@ -304,13 +345,13 @@ void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) 
   {
     absl::MutexLock lock(&mu_);
     auto it = runners_.find(key);
-    if (it == runners_.end() || it->second.stop_requested) return;
+    if (it == runners_.end() || it->second.stop_requested || it->second.ended) return;
     it->second.stop_requested = true;
     it->second.stop_reason = reason;
     pid = it->second.pid;
   }
   Log(absl::StrCat("stopping runner ", pid, " of job ", key, ": ", reason));
-  kill(pid, SIGTERM);
+  kill(-pid, SIGTERM);
   // SIGKILL after the grace period if it is still there (the reaper clears it from runners_).
   absl::MutexLock lock(&mu_);
   reapers_.emplace_back([this, key, pid] {
@@ -319,11 +360,11 @@ void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) 
       {
         absl::MutexLock lock(&mu_);
         auto it = runners_.find(key);
-        if (it == runners_.end() || it->second.pid != pid) return;
+        if (it == runners_.end() || it->second.pid != pid || it->second.ended) return;
       }
       absl::SleepFor(absl::Milliseconds(50));  // polling the reaper's bookkeeping until the grace ends
     }
-    kill(pid, SIGKILL);
+    kill(-pid, SIGKILL);
   });
 }
 
@@ -340,11 +381,14 @@ void WorkerDaemon::Reap(std::string key, pid_t pid) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  // Whatever the runner left behind in its group goes with it.
+  kill(-pid, SIGKILL);
   Runner runner;
   {
+    // Listed in heartbeats as ended until the coordinator has its outcome.
     absl::MutexLock lock(&mu_);
+    runners_[key].ended = true;
     runner = runners_[key];
-    runners_.erase(key);
   }
   v1::ReportAttemptStatusRequest report;
   std::ifstream result(runner.result_path, std::ios::binary);
@@ -370,29 +414,37 @@ void WorkerDaemon::Reap(std::string key, pid_t pid) {
     Log(absl::StrCat("runner ", pid, " of job ", key, " failed: ", report.error()));
   }
   ReportStatus(report);
+  absl::MutexLock lock(&mu_);
+  runners_.erase(key);
 }
 
 void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {
-  // Retried while the coordinator is unreachable (a few seconds at most): how a runner ended
-  // must not be lost to a blip. Other errors (the attempt already ended) are final.
+  // Retried while the coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED): how a runner
+  // ended must not be lost to an outage. Backoff doubles with jitter up to 5 s; the retries end
+  // when the daemon stops. Other errors (the attempt already ended) are final.
   absl::Duration backoff = absl::Milliseconds(100);
-  for (int attempt = 0; attempt < 6; ++attempt) {
+  absl::BitGen gen;
+  while (true) {
     grpc::ClientContext context;
     context.set_deadline(Deadline(absl::Seconds(10)));
     v1::ReportAttemptStatusResponse response;
     grpc::Status status = stub_->ReportAttemptStatus(&context, request, &response);
     if (status.ok()) return;
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
       if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
         Log(absl::StrCat("status report of job ", request.job_id(), " rejected: ",
                          status.error_message()));
       }
       return;
     }
-    absl::SleepFor(backoff);  // backoff between retries of an unreachable coordinator
-    backoff *= 2;
+    if (stopped_.WaitForNotificationWithTimeout(backoff * absl::Uniform(gen, 0.5, 1.5))) {
+      Log(absl::StrCat("could not report the status of job ", request.job_id(),
+                       ": the daemon stopped while the coordinator was unreachable"));
+      return;
+    }
+    backoff = std::min(backoff * 2, absl::Seconds(5));
   }
-  Log(absl::StrCat("could not report the status of job ", request.job_id(), ": coordinator unreachable"));
 }
 
 }  // namespace substrax
