@@ -120,6 +120,12 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
       next_device_id_ = std::max(next_device_id_, device.id() + 1);
     }
     RefreshProgressLocked(entry);
+    for (const v1::JobTransition& t : job.transitions()) {
+      if (t.to() == v1::JOB_STATE_RUNNING) {
+        entry.first_start = FromProtoTime(t.time());
+        break;
+      }
+    }
     if (job.state() == v1::JOB_STATE_PENDING && job.transitions_size() > 0) {
       const std::string& reason = job.transitions(job.transitions_size() - 1).reason();
       entry.pending_reason = reason.substr(0, reason.rfind(kWaitingSeparator));

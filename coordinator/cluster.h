@@ -27,7 +27,12 @@
 // registers with a new incarnation each fail the attempts they take part in: the other
 // workers of the attempt get a stop event, and the job goes back to PENDING while its restarts
 // (attempts - 1) are below spec.max_restarts, else ends FAILED with Job.error naming the
-// attempt, process, worker, host, devices and cause.
+// attempt, process, worker, host, devices and cause. So do a process that reports no new step
+// for the progress timeout ("stalled at step S on process P (worker w, host h)") and a
+// non-finite loss in a report (naming the step and device). A restart waits an exponential
+// backoff (Job.next_attempt_time, and the waiting reason). A runner error that cannot get
+// better by retrying (error_code INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
+// UNIMPLEMENTED) and a job past spec.max_duration_seconds end the job FAILED at once.
 //
 // Progress. Job.progress comes from the latest reports (MetricsStore::Latest); total_steps is
 // TotalSteps(spec) (0 for jobs given in epochs whose data headers the coordinator cannot read).
@@ -91,6 +96,13 @@ struct ClusterOptions {
   // when idle. Off, such a job is queued and waits for more workers, without blocking younger
   // jobs (for clusters whose workers join after jobs are submitted).
   bool refuse_jobs_that_cannot_fit = true;
+  // An attempt fails as stalled when a process reports no new step for this long, unless the
+  // spec sets progress_timeout_seconds.
+  absl::Duration default_progress_timeout = absl::Minutes(5);
+  // The wait before restart n (1, 2, ...) of a job is restart_backoff * 2^(n-1), at most
+  // max_restart_backoff. Zero: restart at once.
+  absl::Duration restart_backoff = absl::Seconds(1);
+  absl::Duration max_restart_backoff = absl::Minutes(2);
 };
 
 // SUCCEEDED, FAILED and CANCELLED: the job has ended and will not change again.
@@ -147,7 +159,8 @@ class Cluster {
 
   // Stores the reports of a running attempt (persisted first, then served). Each report's
   // job_id and attempt must be empty/0 or match the request; host and process_index are set
-  // from the attempt's mesh, time from the clock when unset. Errors: NOT_FOUND (unknown job),
+  // from the attempt's mesh, time from the clock when unset. A non-finite "loss" fails the
+  // attempt (then FAILED_PRECONDITION: the runner should stop). Errors: NOT_FOUND (unknown job),
   // FAILED_PRECONDITION (the attempt is not running: the runner should stop), INVALID_ARGUMENT
   // (a device outside the attempt's mesh, a report of another job or attempt), UNAVAILABLE
   // (the state store failed: retry the same call).
@@ -221,6 +234,12 @@ class Cluster {
     // A heartbeat of the worker listed this runner: from now on it must stay listed until its
     // outcome is reported.
     bool seen = false;
+    // The highest step it reported, and when that step first arrived (the attempt's start
+    // until its first report).
+    int64_t last_step = 0;
+    absl::Time last_progress;
+    // The latest heartbeat said the runner is stopped by a signal.
+    bool suspended = false;
   };
   struct JobEntry {
     v1::Job job;
@@ -229,6 +248,8 @@ class Cluster {
     // The running attempt's mesh and processes (empty unless RUNNING).
     std::optional<Mesh> mesh;
     std::vector<Process> processes;
+    // When the first attempt started (for max_duration_seconds); InfinitePast before.
+    absl::Time first_start = absl::InfinitePast();
   };
   // Attempts that ended inside a locked section, reported to the callback after unlocking.
   using EndedAttempts = std::vector<std::pair<std::string, int>>;
@@ -249,6 +270,8 @@ class Cluster {
   const JobEntry* FindJobOrNullLocked(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckAttemptRunningLocked(const std::string& job_id, int attempt) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReportStepsLocked(const v1::ReportStepsRequest& request, EndedAttempts* ended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the process table of `mesh` (process p: the p-th distinct worker_id in row-major
   // device order) and marks its devices busy.
@@ -272,8 +295,16 @@ class Cluster {
                         EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the running attempt because of `culprit` (a worker id, may be empty) and `cause`;
   // restarts the job or ends it FAILED.
+  // With `retryable` false the job ends FAILED whatever restarts are left.
   void FailAttemptLocked(JobEntry& entry, const std::string& culprit, const std::string& cause,
-                         EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         EndedAttempts* ended, bool retryable = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // " (process 1 on worker w-2 (host b) is suspended at step 40: its peers wait for it)" for
+  // each suspended process of the running attempt other than `except`, or "".
+  std::string SuspendedNoteLocked(const JobEntry& entry, int except) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails stalled attempts and ends jobs past their max_duration_seconds.
+  void CheckProgressLocked(EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails every running attempt with a process on `worker_id`.
   void FailAttemptsOfWorkerLocked(const std::string& worker_id, const std::string& cause,
                                   EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -116,6 +116,7 @@ absl::StatusOr<v1::HeartbeatResponse> Cluster::Heartbeat(const v1::HeartbeatRequ
                         it->second.processes[p].worker_id == worker_id;
       if (ours) {
         if (!runner.ended()) it->second.processes[p].seen = true;
+        it->second.processes[p].suspended = runner.suspended();
         continue;
       }
       if (runner.ended()) continue;  // it has exited; its outcome will be refused as stale
@@ -165,6 +166,7 @@ void Cluster::Tick() {
   {
     absl::MutexLock lock(&mu_);
     ExpireLeasesLocked(&ended);
+    CheckProgressLocked(&ended);
     ScheduleLocked();
     // A failed write stays dirty and is retried at the next Tick or call.
     FlushLocked().IgnoreError();

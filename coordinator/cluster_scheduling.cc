@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
+#include "rpc/proto_time.h"
 
 namespace substrax {
 
@@ -25,7 +26,12 @@ void Cluster::TakeDevicesLocked(JobEntry& entry, Mesh mesh) {
   std::map<std::string, size_t> index;
   for (const Device& device : mesh.devices()) {
     auto [it, inserted] = index.emplace(device.worker_id, entry.processes.size());
-    if (inserted) entry.processes.push_back(Process{device.worker_id, {}, false, {}});
+    if (inserted) {
+      Process process;
+      process.worker_id = device.worker_id;
+      process.last_progress = clock_();
+      entry.processes.push_back(std::move(process));
+    }
     entry.processes[it->second].device_ids.push_back(device.id);
     busy_devices_[device.id] = entry.job.id();
   }
@@ -66,6 +72,8 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
   v1::Job& job = entry.job;
   job.set_attempt(job.attempt() + 1);
   job.clear_error();
+  job.clear_next_attempt_time();
+  if (entry.first_start == absl::InfinitePast()) entry.first_start = clock_();
   v1::JobProgress* progress = job.mutable_progress();
   const int64_t total = progress->total_steps();  // computed at submit
   progress->Clear();
@@ -116,6 +124,17 @@ void Cluster::ScheduleLocked() {
     // Only devices of the kind the job's backend runs on.
     const std::vector<Device> alive = DevicesForBackend(spec.backend(), all_alive);
     std::vector<Device> free = DevicesForBackend(spec.backend(), all_free);
+    if (entry.job.has_next_attempt_time() &&
+        FromProtoTime(entry.job.next_attempt_time()) > clock_()) {
+      // Backing off after a failed attempt; it does not block younger jobs meanwhile.
+      SetWaitingLocked(entry, absl::StrCat("the restart backoff to end (at ",
+                                           absl::FormatTime("%H:%M:%E3S",
+                                                            FromProtoTime(
+                                                                entry.job.next_attempt_time()),
+                                                            absl::UTCTimeZone()),
+                                           " UTC)"));
+      continue;
+    }
     if (!blocked_by.empty()) {
       SetWaitingLocked(entry, absl::StrCat(need, " free devices behind job ", blocked_by,
                                            " (jobs start in submission order)"));

@@ -1,5 +1,6 @@
 #include "coordinator/cluster.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "core/job_spec.h"
+#include "rpc/proto_time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -390,6 +392,8 @@ TEST_F(ClusterTest, RunnerFailureEndsTheJobWithTheRootCause) {
 }
 
 TEST_F(ClusterTest, FailedAttemptRestartsUpToMaxRestartsWithEveryTransitionRecorded) {
+  options_.restart_backoff = absl::ZeroDuration();  // restart at once
+  cluster_ = MakeCluster(state_);
   RegisterTwoWorkers();
   const std::string job = Submit(Spec("train", 4, 1, /*max_restarts=*/1));
   ASSERT_TRUE(ReportStatus(job, 1, "w-1", 0, v1::RUNNER_STATE_FAILED).ok());
@@ -770,6 +774,97 @@ TEST(ClusterRestartTest, ARestartQueuesTheStartEventsOfRunningAttemptsAgain) {
   EXPECT_EQ((*events)[0].start().job_id(), job);
   EXPECT_EQ((*events)[0].start().attempt(), 1);
   EXPECT_EQ((*events)[0].start().mesh().devices_size(), 1);
+}
+
+}  // namespace
+}  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST_F(ClusterTest, AStalledProcessFailsTheAttemptNamingItsStepAndWorker) {
+  RegisterTwoWorkers();
+  v1::JobSpec spec = Spec("stall", 4);
+  spec.set_progress_timeout_seconds(5);
+  const std::string job = Submit(spec);
+  // Process 0 (w-1, devices 0 and 1) goes on; process 1 (w-2) stops after step 10.
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 10, {{0, 1.0}, {2, 1.0}})).ok());
+  for (int s = 1; s <= 5; ++s) {
+    RunFor(absl::Seconds(1), {"w-1", "w-2"});
+    ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 10 + s, {{0, 1.0}})).ok());
+  }
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  RunFor(absl::Seconds(1), {"w-1", "w-2"});
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(),
+              HasSubstr("stalled at step 10 on process 1 (worker w-2 (host b)): no new step for 5s"));
+}
+
+TEST_F(ClusterTest, ANonFiniteLossFailsTheAttemptNamingStepAndDevice) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("nan", 4));
+  absl::Status refused =
+      cluster_->ReportSteps(Steps(job, 1, 30, {{0, 0.5}, {3, std::nan("")}}));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(),
+              HasSubstr("the loss is nan at step 30 on device 3 (process 1, worker w-2 (host b))"));
+}
+
+TEST_F(ClusterTest, RestartsBackOffExponentiallyAndShowWhen) {
+  options_.restart_backoff = absl::Seconds(2);
+  options_.max_restart_backoff = absl::Seconds(5);
+  cluster_ = MakeCluster(state_);
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("flaky", 4, 1, 3));
+  for (int attempt = 1, wait = 2; attempt <= 3; ++attempt, wait = std::min(wait * 2, 5)) {
+    ASSERT_EQ(Get(job).attempt(), attempt);
+    ASSERT_TRUE(ReportStatus(job, attempt, "w-1", 0, v1::RUNNER_STATE_FAILED).ok());
+    v1::Job pending = Get(job);
+    EXPECT_EQ(pending.state(), v1::JOB_STATE_PENDING);
+    EXPECT_EQ(FromProtoTime(pending.next_attempt_time()), now_ + absl::Seconds(wait));
+    EXPECT_THAT(pending.transitions().rbegin()->reason(),
+                HasSubstr(absl::StrCat("after a backoff of ", wait, "s; waiting for the restart "
+                                       "backoff to end")));
+    RunFor(absl::Seconds(wait - 1), {"w-1", "w-2"});
+    EXPECT_EQ(Get(job).state(), v1::JOB_STATE_PENDING) << "restart " << attempt;
+    RunFor(absl::Seconds(1), {"w-1", "w-2"});
+    EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING) << "restart " << attempt;
+    EXPECT_FALSE(Get(job).has_next_attempt_time());
+  }
+}
+
+TEST_F(ClusterTest, ErrorsThatRetryingCannotFixFailTheJobAtOnce) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("missing-data", 4, 1, 5));
+  v1::ReportAttemptStatusRequest request;
+  request.set_job_id(job);
+  request.set_attempt(1);
+  request.set_worker_id("w-1");
+  request.set_process_index(0);
+  request.set_state(v1::RUNNER_STATE_FAILED);
+  request.set_exit_code(1);
+  request.set_error("/data/train.csv: No such file or directory");
+  request.set_error_code(static_cast<int>(absl::StatusCode::kNotFound));
+  ASSERT_TRUE(cluster_->ReportAttemptStatus(request).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Get(job).attempt(), 1);
+  EXPECT_THAT(Get(job).transitions().rbegin()->reason(),
+              HasSubstr("No such file or directory; not restarted: retrying cannot help"));
+}
+
+TEST_F(ClusterTest, MaxDurationEndsTheJobWhateverItsRestarts) {
+  RegisterTwoWorkers();
+  v1::JobSpec spec = Spec("deadline", 4, 1, 5);
+  spec.set_max_duration_seconds(10);
+  const std::string job = Submit(spec);
+  RunFor(absl::Seconds(10), {"w-1", "w-2"});
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 5, {{0, 1.0}, {2, 1.0}})).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  RunFor(absl::Seconds(1), {"w-1", "w-2"});
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(), HasSubstr("longer than its max_duration_seconds (10 s)"));
+  EXPECT_THAT(Poll("w-2").back().stop().reason(), HasSubstr("max_duration_seconds"));
 }
 
 }  // namespace

@@ -19,6 +19,14 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& a
         "spec.checkpoint: checkpoints are not implemented yet (restarts start from the "
         "beginning); remove the checkpoint section");
   }
+  for (const auto& [field, value] :
+       {std::pair<const char*, int64_t>{"spec.max_duration_seconds", spec.max_duration_seconds()},
+        {"spec.progress_timeout_seconds", spec.progress_timeout_seconds()}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be >= 0 (0: no limit / the default), got ", value));
+    }
+  }
   ApplyJobSpecDefaults(&spec);
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (!refuse_jobs_that_cannot_fit) return spec;
