@@ -44,6 +44,15 @@ std::string Tail(const std::string& path, size_t bytes) {
   return all.size() <= bytes ? all : "..." + all.substr(all.size() - bytes);
 }
 
+// Whether `pid` is stopped by a signal (state T in /proc/<pid>/stat).
+bool IsSuspended(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+}
+
 void Log(const std::string& message) {
   std::fprintf(stderr, "substrax-worker: %s\n", message.c_str());
   std::fflush(stderr);
@@ -181,6 +190,7 @@ void WorkerDaemon::HeartbeatLoop() {
         ref->set_attempt(runner.attempt);
         ref->set_process_index(runner.process_index);
         ref->set_ended(runner.ended);
+        ref->set_suspended(!runner.ended && IsSuspended(runner.pid));
       }
     }
     grpc::ClientContext context;

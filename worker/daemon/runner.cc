@@ -44,6 +44,7 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   auto fail = [&](const absl::Status& status) {
     result.set_state(v1::RUNNER_STATE_FAILED);
     result.set_error(std::string(status.message()));
+    result.set_error_code(static_cast<int32_t>(status.code()));
     WriteResult(options.result_path, result);
     return status;
   };
