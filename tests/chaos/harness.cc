@@ -258,14 +258,17 @@ ChaosCluster::~ChaosCluster() {
 
 void ChaosCluster::StartCoordinator() {
   std::remove((dir_ + "/address").c_str());
-  coordinator_ = std::make_unique<Process>(
-      std::vector<std::string>{Runfile("coordinator/substrax-coordinator"), "--listen",
-                               address_.empty() ? "127.0.0.1:0" : address_, "--metrics-listen",
-                               "", "--state-dir", dir_ + "/state", "--address-file",
-                               dir_ + "/address", "--heartbeat-interval",
-                               options_.heartbeat_interval, "--heartbeat-timeout",
-                               options_.heartbeat_timeout},
-      dir_ + "/coordinator.log", options_.coordinator_env);
+  std::vector<std::string> argv = {Runfile("coordinator/substrax-coordinator"), "--listen",
+                                   address_.empty() ? "127.0.0.1:0" : address_,
+                                   "--metrics-listen", "", "--state-dir", dir_ + "/state",
+                                   "--address-file", dir_ + "/address", "--heartbeat-interval",
+                                   options_.heartbeat_interval, "--heartbeat-timeout",
+                                   options_.heartbeat_timeout};
+  argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
+  // Each run has its own log, so that a restart keeps the first run's.
+  ++coordinator_runs_;
+  const std::string log = absl::StrCat(dir_, "/coordinator-", coordinator_runs_, ".log");
+  coordinator_ = std::make_unique<Process>(argv, log, options_.coordinator_env);
   std::string address;
   PollUntil(
       [&] {
@@ -295,7 +298,8 @@ void ChaosCluster::StartWorker(int w) {
                                absl::StrCat("w-", w + 1), "--host",
                                std::string("host-") + char('a' + w), "--work-dir",
                                absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
-                               options_.collective_timeout},
+                               options_.collective_timeout, "--stop-grace",
+                               options_.stop_grace},
       absl::StrCat(dir_, "/worker-", w + 1, ".log"));
 }
 
@@ -353,7 +357,11 @@ std::optional<v1::Job> ChaosCluster::WaitForEnd(const std::string& id, absl::Dur
 }
 
 std::string ChaosCluster::Logs() {
-  std::string all = absl::StrCat("--- coordinator ---\n", ReadAll(dir_ + "/coordinator.log"));
+  std::string all;
+  for (int run = 1; run <= coordinator_runs_; ++run) {
+    absl::StrAppend(&all, "--- coordinator run ", run, " ---\n",
+                    ReadAll(absl::StrCat(dir_, "/coordinator-", run, ".log")));
+  }
   for (int w = 0; w < options_.workers; ++w) {
     absl::StrAppend(&all, "\n--- worker ", w + 1, " ---\n",
                     ReadAll(absl::StrCat(dir_, "/worker-", w + 1, ".log")));

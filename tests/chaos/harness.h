@@ -90,6 +90,10 @@ struct ChaosClusterOptions {
   std::string heartbeat_interval = "500ms";
   std::string heartbeat_timeout = "3s";
   std::string collective_timeout = "20s";
+  // The daemons' --stop-grace: SIGTERM, then SIGKILL this much later.
+  std::string stop_grace = "2s";
+  // Extra coordinator flags ("--restart-backoff", "1s").
+  std::vector<std::string> coordinator_flags;
   // Extra environment of the coordinator ("NAME=value").
   std::vector<std::string> coordinator_env;
 };
@@ -131,6 +135,7 @@ class ChaosCluster {
   std::string address_;
   std::unique_ptr<TcpProxy> proxy_;
   std::unique_ptr<Process> coordinator_;
+  int coordinator_runs_ = 0;
   std::vector<std::unique_ptr<Process>> workers_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
 };
