@@ -65,11 +65,17 @@ std::string NewEpoch() {
 
 }  // namespace
 
-Cluster::Cluster(const ClusterOptions& options, Clock clock, StateStore* state)
-    : options_(options), clock_(std::move(clock)), epoch_(NewEpoch()), state_(state) {}
+Cluster::Cluster(const ClusterOptions& options, Clock clock, Clock lease_clock,
+                 StateStore* state)
+    : options_(options),
+      clock_(std::move(clock)),
+      lease_clock_(lease_clock ? std::move(lease_clock) : clock_),
+      epoch_(NewEpoch()),
+      state_(state) {}
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options,
-                                                         Clock clock, StateStore* state) {
+                                                         Clock clock, StateStore* state,
+                                                         Clock lease_clock) {
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -79,7 +85,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& o
   }
   SUBSTRAX_CHECK(state != nullptr, "Cluster::Create needs a StateStore");
   SUBSTRAX_ASSIGN_OR_RETURN(StateStore::Snapshot snapshot, state->Load());
-  std::unique_ptr<Cluster> cluster(new Cluster(options, std::move(clock), state));
+  std::unique_ptr<Cluster> cluster(
+      new Cluster(options, std::move(clock), std::move(lease_clock), state));
   EndedAttempts ended;
   {
     absl::MutexLock lock(&cluster->mu_);
@@ -92,7 +99,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& o
 }
 
 absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended) {
-  const absl::Time now = clock_();
+  const absl::Time now = lease_clock_();
   for (const v1::Worker& worker : snapshot.workers) {
     WorkerEntry& entry = workers_[worker.worker_id()];
     if (entry.proto.worker_id().empty()) worker_order_.push_back(worker.worker_id());
@@ -141,6 +148,14 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
       continue;
     }
     TakeDevicesLocked(entry, *std::move(mesh));
+    for (int p : job.succeeded_processes()) {
+      if (p < 0 || p >= static_cast<int>(entry.processes.size())) continue;
+      entry.processes[p].succeeded = true;
+      if (p == 0) {
+        entry.processes[p].final_metrics.insert(job.progress().final_metrics().begin(),
+                                                job.progress().final_metrics().end());
+      }
+    }
     for (const Process& process : entry.processes) {
       auto worker = workers_.find(process.worker_id);
       if (worker == workers_.end() || worker->second.proto.state() != v1::WORKER_STATE_ALIVE) {

@@ -45,9 +45,11 @@
 // points at load. Assignment queues and lease times live only in memory: loaded workers
 // start with a fresh lease at now(), and a loaded RUNNING job keeps its devices while its
 // workers keep their leases; its start events are queued again (in a new stream epoch), and
-// the daemons, whose launches are idempotent, start only what they do not run yet. Known gap:
-// which processes of a running attempt had already reported SUCCEEDED is not stored, so after
-// a coordinator restart they must report it again.
+// the daemons, whose launches are idempotent, start only what they do not run yet. Which
+// processes of a running attempt have succeeded is stored with the job (succeeded_processes)
+// before the report is acknowledged. Stop events are not stored: a restarted coordinator
+// derives them from the stored job states through heartbeat reconciliation. Leases and
+// progress timeouts are measured on `lease_clock` (monotonic in production).
 //
 // Exactly once. Each assignment event carries (epoch, cursor): a reopened stream resumes after
 // the last event the daemon received. Heartbeats reconcile: they list the daemon's runners; a
@@ -114,8 +116,12 @@ class Cluster {
   // schedules. Loaded alive workers start with a fresh lease at clock(); a RUNNING job whose
   // worker is dead or unknown has its attempt failed at once. Errors: the store's Load errors;
   // INVALID_ARGUMENT for a non-positive heartbeat interval or timeout.
+  // `lease_clock` (default: `clock`) measures leases and progress timeouts; in production a
+  // monotonic clock, so that a wall-clock step never expires or extends a lease. `clock` stamps
+  // what is recorded (transitions, times shown to users).
   static absl::StatusOr<std::unique_ptr<Cluster>> Create(const ClusterOptions& options,
-                                                         Clock clock, StateStore* state);
+                                                         Clock clock, StateStore* state,
+                                                         Clock lease_clock = nullptr);
 
   // --- membership (worker-facing) ---
 
@@ -254,7 +260,7 @@ class Cluster {
   // Attempts that ended inside a locked section, reported to the callback after unlocking.
   using EndedAttempts = std::vector<std::pair<std::string, int>>;
 
-  Cluster(const ClusterOptions& options, Clock clock, StateStore* state);
+  Cluster(const ClusterOptions& options, Clock clock, Clock lease_clock, StateStore* state);
 
   absl::Status LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -326,6 +332,7 @@ class Cluster {
 
   const ClusterOptions options_;
   const Clock clock_;
+  const Clock lease_clock_;
   const std::string epoch_;
   StateStore* const state_;
   MetricsStore metrics_;

@@ -120,6 +120,7 @@ std::string Cluster::SuspendedNoteLocked(const JobEntry& entry, int except) cons
 
 void Cluster::CheckProgressLocked(EndedAttempts* ended) {
   const absl::Time now = clock_();
+  const absl::Time lease_now = lease_clock_();
   for (const std::string& id : job_order_) {
     JobEntry& entry = jobs_.at(id);
     const v1::JobSpec& spec = entry.job.spec();
@@ -147,7 +148,7 @@ void Cluster::CheckProgressLocked(EndedAttempts* ended) {
     size_t index = 0;
     for (size_t p = 0; p < entry.processes.size(); ++p) {
       const Process& process = entry.processes[p];
-      if (process.succeeded || now - process.last_progress <= timeout) continue;
+      if (process.succeeded || lease_now - process.last_progress <= timeout) continue;
       // A suspended process is the one the others wait for; else the oldest step.
       if (stalled == nullptr || (process.suspended && !stalled->suspended) ||
           (process.suspended == stalled->suspended &&
@@ -246,7 +247,7 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
   }
   SUBSTRAX_RETURN_IF_ERROR(
       Annotate(state_->AppendReports(reports), absl::StrCat(scope, ": reports not stored")));
-  const absl::Time now = clock_();
+  const absl::Time now = lease_clock_();
   const v1::StepReport* non_finite = nullptr;
   for (const v1::StepReport& report : reports) {
     metrics_.Add(report);
@@ -308,10 +309,15 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
     Process& process = entry->processes[p];
     switch (request.state()) {
       case v1::RUNNER_STATE_SUCCEEDED: {
+        if (process.succeeded) break;  // a retried report, already stored
         process.succeeded = true;
         process.final_metrics.clear();
         process.final_metrics.insert(request.final_metrics().begin(),
                                      request.final_metrics().end());
+        // Stored before the answer: an acknowledged outcome survives a restart.
+        job.add_succeeded_processes(p);
+        if (p == 0) *job.mutable_progress()->mutable_final_metrics() = request.final_metrics();
+        MarkJobChangedLocked(*entry);
         const bool all = std::all_of(entry->processes.begin(), entry->processes.end(),
                                      [](const Process& q) { return q.succeeded; });
         if (!all) break;
@@ -455,7 +461,7 @@ absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id, const std:
 
 std::vector<v1::Worker> Cluster::ListWorkers() const {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
+  const absl::Time now = lease_clock_();
   std::vector<v1::Worker> workers;
   for (const std::string& worker_id : worker_order_) {
     const WorkerEntry& entry = workers_.at(worker_id);

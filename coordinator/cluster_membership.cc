@@ -52,7 +52,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
                        "log"),
           &ended);
     }
-    worker.last_heartbeat = clock_();
+    worker.last_heartbeat = lease_clock_();
     if (!retry || worker.proto.state() != v1::WORKER_STATE_ALIVE) {
       // A new process, or one declared dead: nothing of its old queue applies any more.
       worker.events.clear();
@@ -90,7 +90,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
 absl::Status Cluster::Heartbeat(const std::string& worker_id, const std::string& incarnation) {
   absl::MutexLock lock(&mu_);
   SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker, LiveWorkerLocked(worker_id, incarnation));
-  worker->last_heartbeat = clock_();
+  worker->last_heartbeat = lease_clock_();
   return absl::OkStatus();
 }
 
@@ -103,7 +103,7 @@ absl::StatusOr<v1::HeartbeatResponse> Cluster::Heartbeat(const v1::HeartbeatRequ
     absl::MutexLock lock(&mu_);
     SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker,
                               LiveWorkerLocked(worker_id, request.incarnation()));
-    worker->last_heartbeat = clock_();
+    worker->last_heartbeat = lease_clock_();
     // (job, attempt, process) the daemon lists.
     std::set<std::tuple<std::string, int, int>> listed;
     for (const v1::RunnerRef& runner : request.runners()) {
@@ -208,7 +208,7 @@ void Cluster::FailAttemptsOfWorkerLocked(const std::string& worker_id, const std
 }
 
 void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
-  const absl::Time now = clock_();
+  const absl::Time now = lease_clock_();
   for (const std::string& worker_id : worker_order_) {
     WorkerEntry& worker = workers_.at(worker_id);
     if (worker.proto.state() != v1::WORKER_STATE_ALIVE ||

@@ -29,7 +29,7 @@ void Cluster::TakeDevicesLocked(JobEntry& entry, Mesh mesh) {
     if (inserted) {
       Process process;
       process.worker_id = device.worker_id;
-      process.last_progress = clock_();
+      process.last_progress = lease_clock_();
       entry.processes.push_back(std::move(process));
     }
     entry.processes[it->second].device_ids.push_back(device.id);
@@ -73,6 +73,7 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
   job.set_attempt(job.attempt() + 1);
   job.clear_error();
   job.clear_next_attempt_time();
+  job.clear_succeeded_processes();
   if (entry.first_start == absl::InfinitePast()) entry.first_start = clock_();
   v1::JobProgress* progress = job.mutable_progress();
   const int64_t total = progress->total_steps();  // computed at submit

@@ -869,3 +869,48 @@ TEST_F(ClusterTest, MaxDurationEndsTheJobWhateverItsRestarts) {
 
 }  // namespace
 }  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST(ClusterRestartTest, AnAcknowledgedSuccessSurvivesARestart) {
+  InMemoryStateStore state;
+  absl::Time now = absl::FromUnixSeconds(1700000000);
+  auto clock = [&now] { return now; };
+  std::string job;
+  auto success = [&](Cluster& c, int p) {
+    v1::ReportAttemptStatusRequest s;
+    s.set_job_id(job);
+    s.set_attempt(1);
+    s.set_worker_id(p == 0 ? "w-1" : "w-2");
+    s.set_process_index(p);
+    s.set_state(v1::RUNNER_STATE_SUCCEEDED);
+    if (p == 0) (*s.mutable_final_metrics())["test_accuracy"] = 0.5;
+    return c.ReportAttemptStatus(s);
+  };
+  {
+    auto cluster = Cluster::Create({}, clock, &state);
+    ASSERT_TRUE(cluster.ok());
+    for (const char* w : {"w-1", "w-2"}) {
+      v1::RegisterWorkerRequest request;
+      request.set_worker_id(w);
+      request.set_host(w);
+      request.set_incarnation("inc-1");
+      request.add_devices()->set_local_index(0);
+      ASSERT_TRUE((*cluster)->RegisterWorker(request).ok());
+    }
+    job = (*cluster)->SubmitJob(Spec("two", 2)).value().id();
+    ASSERT_TRUE(success(**cluster, 0).ok());
+  }
+  auto cluster = Cluster::Create({}, clock, &state);
+  ASSERT_TRUE(cluster.ok());
+  EXPECT_EQ((*cluster)->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(success(**cluster, 1).ok());
+  const v1::Job done = (*cluster)->GetJob(job).value();
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(done.attempt(), 1);
+  EXPECT_EQ(done.progress().final_metrics().at("test_accuracy"), 0.5);
+}
+
+}  // namespace
+}  // namespace substrax

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -121,8 +122,13 @@ int main(int argc, char** argv) {
     std::cerr << "substrax-coordinator: " << state.status().message() << "\n";
     return 1;
   }
-  auto cluster = substrax::Cluster::Create(cluster_options, [] { return absl::Now(); },
-                                           state->get());
+  // Leases and progress timeouts on the monotonic clock: a wall-clock step (NTP) must neither
+  // expire a lease nor keep a dead worker's alive.
+  auto cluster = substrax::Cluster::Create(
+      cluster_options, [] { return absl::Now(); }, state->get(), [] {
+        return absl::UnixEpoch() +
+               absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+      });
   if (!cluster.ok()) {
     std::cerr << "substrax-coordinator: cannot load state from " << state_dir << ": "
               << cluster.status().message() << "\n";

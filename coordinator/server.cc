@@ -5,9 +5,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/failpoint.h"
 #include "core/status.h"
 #include "proto/health_server.h"
 #include "rpc/grpc_status.h"
+#include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -68,6 +70,7 @@ struct CoordinatorServer::Impl {
         epoch = impl_->cluster->epoch();
         if (!events.ok()) return ToGrpcStatus(events.status());
         for (const auto& event : *events) {
+          Failpoint(event.has_start() ? "before_send_start" : "before_send_stop");
           if (!writer->Write(event)) return grpc::Status::CANCELLED;
         }
         impl_->cluster->AwaitChange(seen, kStreamPoll);
@@ -87,6 +90,14 @@ struct CoordinatorServer::Impl {
     grpc::Status ReportAttemptStatus(grpc::ServerContext*,
                                      const v1::ReportAttemptStatusRequest* request,
                                      v1::ReportAttemptStatusResponse*) override {
+      if (request->state() == v1::RUNNER_STATE_SUCCEEDED &&
+          FailpointArmed("between_successes")) {
+        absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
+        if (job.ok() && job->attempt() == request->attempt() &&
+            job->succeeded_processes_size() > 0) {
+          Failpoint("between_successes");
+        }
+      }
       return ToGrpcStatus(impl_->cluster->ReportAttemptStatus(*request));
     }
 
@@ -331,6 +342,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::ServerBuilder builder;
   // A second server on a taken port must fail, not share it (gRPC sets SO_REUSEPORT).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  EnableKeepalive(builder);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&impl.coordinator_service);
   builder.RegisterService(&impl.job_service);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_status.h"
+#include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/devices.h"
@@ -58,6 +60,11 @@ void Log(const std::string& message) {
   std::fflush(stderr);
 }
 
+// Time on the monotonic clock (never steps with the wall clock).
+absl::Duration Monotonic() {
+  return absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
+
 std::chrono::system_clock::time_point Deadline(absl::Duration d) {
   return absl::ToChronoTime(absl::Now() + d);
 }
@@ -86,8 +93,8 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
 
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices)
     : options_(std::move(options)), devices_(std::move(devices)) {
-  stub_ = v1::CoordinatorService::NewStub(
-      grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()));
+  stub_ = v1::CoordinatorService::NewStub(grpc::CreateCustomChannel(
+      options_.coordinator, grpc::InsecureChannelCredentials(), KeepaliveChannelArguments()));
 }
 
 WorkerDaemon::~WorkerDaemon() {
@@ -121,10 +128,15 @@ absl::Status WorkerDaemon::Register() {
     grpc::ClientContext context;
     context.set_deadline(Deadline(absl::Seconds(10)));
     v1::RegisterWorkerResponse response;
+    const absl::Duration sent = Monotonic();
     grpc::Status status = stub_->RegisterWorker(&context, request, &response);
     if (status.ok()) {
       absl::MutexLock lock(&mu_);
       incarnation_ = incarnation;
+      last_renewal_ = sent;
+      fenced_ = false;
+      heartbeat_timeout_ = FromProtoDuration(response.heartbeat_timeout());
+      if (heartbeat_timeout_ <= absl::ZeroDuration()) heartbeat_timeout_ = absl::Seconds(10);
       watch_epoch_.clear();
       watch_cursor_ = 0;
       heartbeat_interval_ = FromProtoDuration(response.heartbeat_interval());
@@ -194,9 +206,19 @@ void WorkerDaemon::HeartbeatLoop() {
       }
     }
     grpc::ClientContext context;
-    context.set_deadline(Deadline(interval * 3));
+    // No longer than an interval: a dropped packet must not hold up the fencing check below.
+    context.set_deadline(Deadline(std::max(interval, absl::Milliseconds(200))));
     v1::HeartbeatResponse response;
+    const absl::Duration sent = Monotonic();
     grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    if (status.ok()) {
+      absl::MutexLock lock(&mu_);
+      last_renewal_ = sent;
+      if (fenced_) {
+        fenced_ = false;
+        Log("the coordinator is reachable again");
+      }
+    }
     for (const v1::StopAttempt& stop : response.stop()) {
       Terminate(absl::StrCat(stop.job_id(), "/", stop.attempt()),
                 absl::StrCat("the coordinator says: ", stop.reason()));
@@ -208,10 +230,32 @@ void WorkerDaemon::HeartbeatLoop() {
       Log(absl::StrCat("lease lost (", status.error_message(), "); registering again"));
       SetReady(false);
       TerminateAll("the worker lost its lease");
+      // Never offer the devices again while an old runner still uses them.
+      if (!AwaitRunnersExited(options_.stop_grace + absl::Seconds(5))) {
+        Log("runners still alive after SIGKILL; registering anyway");
+      }
       if (!Register().ok()) return;
       SetReady(true);
     } else if (!status.ok()) {
       Log(absl::StrCat("heartbeat failed: ", status.error_message()));
+      absl::Duration unrenewed, timeout;
+      bool fence = false;
+      {
+        absl::MutexLock lock(&mu_);
+        unrenewed = Monotonic() - last_renewal_;
+        timeout = heartbeat_timeout_;
+        fence = !fenced_ && unrenewed >= timeout;
+        if (fence) fenced_ = true;
+      }
+      if (fence) {
+        const std::string why = absl::StrCat(
+            "coordinator unreachable for ", absl::FormatDuration(absl::Trunc(unrenewed,
+                                                                             absl::Milliseconds(100))),
+            " (the heartbeat timeout is ", absl::FormatDuration(timeout),
+            "): fencing, since the coordinator may restart these attempts elsewhere");
+        Log(why);
+        TerminateAll(why);
+      }
     }
     stopped_.WaitForNotificationWithTimeout(interval);
   }
@@ -376,6 +420,17 @@ void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) 
     }
     kill(-pid, SIGKILL);
   });
+}
+
+bool WorkerDaemon::AwaitRunnersExited(absl::Duration timeout) {
+  auto none_running = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [key, runner] : runners_) {
+      if (!runner.ended) return false;
+    }
+    return true;
+  };
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&none_running), timeout);
 }
 
 void WorkerDaemon::TerminateAll(const std::string& reason) {

@@ -11,6 +11,13 @@
 // often its start event arrives; every heartbeat lists the runners the daemon has (running, or
 // ended with an outcome not yet acknowledged) and stops those the coordinator names.
 //
+// Fencing: a daemon that has not renewed its lease for heartbeat_timeout (counted on the
+// monotonic clock from the sending of its last successful heartbeat, so never later than the
+// coordinator's own count) stops its runners, because the coordinator is about to declare it
+// dead and restart their attempts elsewhere (a Ray raylet that lost the GCS does the same).
+// A daemon told its lease is gone waits for its runners to exit before it registers again, so
+// that its devices are never offered while an old runner still uses them.
+//
 // Thread-safe: Stop() may be called from any thread (a signal handler thread).
 #ifndef SUBSTRAX_WORKER_DAEMON_DAEMON_H_
 #define SUBSTRAX_WORKER_DAEMON_DAEMON_H_
@@ -103,6 +110,9 @@ class WorkerDaemon {
   void Launch(const v1::Assignment& assignment);
   void Terminate(const std::string& key, const std::string& reason);
   void TerminateAll(const std::string& reason);
+  // Waits until no runner is running (ended ones may wait for their acknowledgement), at most
+  // `timeout`. False at the deadline.
+  bool AwaitRunnersExited(absl::Duration timeout);
   void Reap(std::string key, pid_t pid);
   // Delivers a runner's final status, retrying while the coordinator is unreachable (until
   // acknowledged, refused, or the daemon stops).
@@ -119,6 +129,11 @@ class WorkerDaemon {
   mutable absl::Mutex mu_;
   std::string incarnation_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  absl::Duration heartbeat_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+  // When the last successful heartbeat (or registration) was sent, on the monotonic clock.
+  absl::Duration last_renewal_ ABSL_GUARDED_BY(mu_);
+  // The runners were stopped because the lease could not be renewed.
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
   // The assignment stream's position: the (epoch, cursor) of the last event received by the
   // current incarnation.
   std::string watch_epoch_ ABSL_GUARDED_BY(mu_);

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "core/status.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "worker/collectives/store.h"
@@ -52,7 +53,8 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   if (!mesh.ok()) return fail(Annotate(mesh.status(), "assignment mesh"));
   const std::vector<int> processes = ProcessTable(*mesh);
 
-  auto channel = grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(),
+                                           KeepaliveChannelArguments());
   std::shared_ptr<v1::CoordinatorService::StubInterface> stub =
       v1::CoordinatorService::NewStub(channel);
   CoordinatorStore store(stub, assignment.job_id(), assignment.attempt());
