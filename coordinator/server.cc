@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/failpoint.h"
 #include "core/status.h"
 #include "proto/health_server.h"
@@ -92,11 +93,15 @@ struct CoordinatorServer::Impl {
                                      v1::ReportAttemptStatusResponse*) override {
       if (request->state() == v1::RUNNER_STATE_SUCCEEDED &&
           FailpointArmed("between_successes")) {
+        // Reports one at a time, so that the first success is stored before the second looks.
+        static absl::Mutex serial;
+        absl::MutexLock lock(&serial);
         absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
         if (job.ok() && job->attempt() == request->attempt() &&
             job->succeeded_processes_size() > 0) {
           Failpoint("between_successes");
         }
+        return ToGrpcStatus(impl_->cluster->ReportAttemptStatus(*request));
       }
       return ToGrpcStatus(impl_->cluster->ReportAttemptStatus(*request));
     }

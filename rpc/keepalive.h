@@ -13,9 +13,14 @@ namespace substrax {
 inline constexpr int kKeepaliveTimeMs = 5000;
 // ...must be answered within this, or the connection is closed.
 inline constexpr int kKeepaliveTimeoutMs = 5000;
+// The longest wait between two attempts to reconnect.
+inline constexpr int kMaxReconnectBackoffMs = 500;
 
 // Channel arguments for a client channel that must notice a dead connection: pings every
-// kKeepaliveTimeMs, even without calls in flight.
+// kKeepaliveTimeMs, even without calls in flight; and reconnects at least every
+// kMaxReconnectBackoffMs while the server is away (gRPC's default backoff grows to 2 minutes,
+// longer than any lease: a restarted coordinator would declare its workers dead before they
+// even tried again).
 grpc::ChannelArguments KeepaliveChannelArguments();
 // Lets a server accept the clients' pings (by default it would answer them with GOAWAY
 // "too_many_pings") and ping its own clients the same way.

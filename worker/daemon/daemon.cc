@@ -126,6 +126,9 @@ absl::Status WorkerDaemon::Register() {
   absl::BitGen gen;
   while (!stopped_.HasBeenNotified()) {
     grpc::ClientContext context;
+    // Wait (up to the deadline) for a connection rather than fail at once with the last
+    // connection error: a restarted coordinator is found as soon as it listens.
+    context.set_wait_for_ready(true);
     context.set_deadline(Deadline(absl::Seconds(10)));
     v1::RegisterWorkerResponse response;
     const absl::Duration sent = Monotonic();
@@ -206,6 +209,7 @@ void WorkerDaemon::HeartbeatLoop() {
       }
     }
     grpc::ClientContext context;
+    context.set_wait_for_ready(true);
     // No longer than an interval: a dropped packet must not hold up the fencing check below.
     context.set_deadline(Deadline(std::max(interval, absl::Milliseconds(200))));
     v1::HeartbeatResponse response;
@@ -485,13 +489,15 @@ void WorkerDaemon::Reap(std::string key, pid_t pid) {
 
 void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {
   // Retried while the coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED): how a runner
-  // ended must not be lost to an outage. Backoff doubles with jitter up to 5 s; the retries end
-  // when the daemon stops. Other errors (the attempt already ended) are final.
+  // ended must not be lost to an outage. Backoff doubles with jitter up to 1 s (a restarted
+  // coordinator hears of it within about a second); the retries end when the daemon stops.
+  // Other errors (the attempt already ended) are final.
   absl::Duration backoff = absl::Milliseconds(100);
   absl::BitGen gen;
   while (true) {
     grpc::ClientContext context;
-    context.set_deadline(Deadline(absl::Seconds(10)));
+    context.set_wait_for_ready(true);
+    context.set_deadline(Deadline(absl::Seconds(2)));
     v1::ReportAttemptStatusResponse response;
     grpc::Status status = stub_->ReportAttemptStatus(&context, request, &response);
     if (status.ok()) return;
@@ -508,7 +514,7 @@ void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {
                        ": the daemon stopped while the coordinator was unreachable"));
       return;
     }
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
 }
 
