@@ -246,7 +246,7 @@ int RunnerWatch::Overlaps() {
 ChaosCluster::ChaosCluster(const std::string& name, ChaosClusterOptions options)
     : options_(std::move(options)), dir_(TempDir(name)) {
   workers_.resize(options_.workers);
-  StartCoordinator();
+  StartCoordinator(options_.coordinator_env);
   for (int w = 0; w < options_.workers; ++w) StartWorker(w);
 }
 
@@ -256,7 +256,7 @@ ChaosCluster::~ChaosCluster() {
   proxy_.reset();
 }
 
-void ChaosCluster::StartCoordinator() {
+void ChaosCluster::StartCoordinator(const std::vector<std::string>& env) {
   std::remove((dir_ + "/address").c_str());
   std::vector<std::string> argv = {Runfile("coordinator/substrax-coordinator"), "--listen",
                                    address_.empty() ? "127.0.0.1:0" : address_,
@@ -268,7 +268,7 @@ void ChaosCluster::StartCoordinator() {
   // Each run has its own log, so that a restart keeps the first run's.
   ++coordinator_runs_;
   const std::string log = absl::StrCat(dir_, "/coordinator-", coordinator_runs_, ".log");
-  coordinator_ = std::make_unique<Process>(argv, log, options_.coordinator_env);
+  coordinator_ = std::make_unique<Process>(argv, log, env);
   std::string address;
   PollUntil(
       [&] {

@@ -103,7 +103,9 @@ class ChaosCluster {
   ChaosCluster(const std::string& name, ChaosClusterOptions options);
   ~ChaosCluster();
 
-  void StartCoordinator();
+  // Starts (or restarts, on the same port and state) the coordinator; `env` is its extra
+  // environment (the first start uses the options' coordinator_env).
+  void StartCoordinator(const std::vector<std::string>& env = {});
   void StartWorker(int w);
   // The address daemons use (the proxy's when through_proxy).
   std::string worker_address() const;
