@@ -550,6 +550,7 @@ TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
   EXPECT_THAT(huge.status().message(), HasSubstr("the cluster has 2 alive workers"));
   v1::JobSpec checkpointed = Spec("checkpointed", 2);
   checkpointed.mutable_checkpoint()->set_directory("/tmp/ckpt");
+  checkpointed.mutable_checkpoint()->set_every_steps(5);
   EXPECT_EQ(cluster_->SubmitJob(checkpointed).status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
   // Fits, though busy: admitted, and waits.
