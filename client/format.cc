@@ -229,6 +229,11 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   fields.emplace_back("Name", job.spec().name());
   fields.emplace_back("State", state);
   fields.emplace_back("Attempt", absl::StrCat(job.attempt()));
+  if (job.has_next_attempt_time()) {
+    // A failed attempt's restart waits out its backoff.
+    fields.emplace_back("Next try", absl::StrCat("attempt ", job.attempt() + 1, " not before ",
+                                                 timestamp(job.next_attempt_time())));
+  }
   fields.emplace_back("Created", timestamp(job.create_time()));
   fields.emplace_back("Updated", timestamp(job.update_time()));
   fields.emplace_back("Spec", SpecSummary(job.spec()));

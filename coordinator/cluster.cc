@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/cluster_internal.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
@@ -54,11 +56,26 @@ using cluster_internal::kWaitingSeparator;
 // ---------------------------------------------------------------------------------------------
 // Creation and loading
 
-Cluster::Cluster(const ClusterOptions& options, Clock clock, StateStore* state)
-    : options_(options), clock_(std::move(clock)), state_(state) {}
+namespace {
+
+std::string NewEpoch() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(gen));
+}
+
+}  // namespace
+
+Cluster::Cluster(const ClusterOptions& options, Clock clock, Clock lease_clock,
+                 StateStore* state)
+    : options_(options),
+      clock_(std::move(clock)),
+      lease_clock_(lease_clock ? std::move(lease_clock) : clock_),
+      epoch_(NewEpoch()),
+      state_(state) {}
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options,
-                                                         Clock clock, StateStore* state) {
+                                                         Clock clock, StateStore* state,
+                                                         Clock lease_clock) {
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -68,7 +85,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& o
   }
   SUBSTRAX_CHECK(state != nullptr, "Cluster::Create needs a StateStore");
   SUBSTRAX_ASSIGN_OR_RETURN(StateStore::Snapshot snapshot, state->Load());
-  std::unique_ptr<Cluster> cluster(new Cluster(options, std::move(clock), state));
+  std::unique_ptr<Cluster> cluster(
+      new Cluster(options, std::move(clock), std::move(lease_clock), state));
   EndedAttempts ended;
   {
     absl::MutexLock lock(&cluster->mu_);
@@ -81,7 +99,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& o
 }
 
 absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended) {
-  const absl::Time now = clock_();
+  const absl::Time now = lease_clock_();
   for (const v1::Worker& worker : snapshot.workers) {
     WorkerEntry& entry = workers_[worker.worker_id()];
     if (entry.proto.worker_id().empty()) worker_order_.push_back(worker.worker_id());
@@ -109,6 +127,12 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
       next_device_id_ = std::max(next_device_id_, device.id() + 1);
     }
     RefreshProgressLocked(entry);
+    for (const v1::JobTransition& t : job.transitions()) {
+      if (t.to() == v1::JOB_STATE_RUNNING) {
+        entry.first_start = FromProtoTime(t.time());
+        break;
+      }
+    }
     if (job.state() == v1::JOB_STATE_PENDING && job.transitions_size() > 0) {
       const std::string& reason = job.transitions(job.transitions_size() - 1).reason();
       entry.pending_reason = reason.substr(0, reason.rfind(kWaitingSeparator));
@@ -124,6 +148,14 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
       continue;
     }
     TakeDevicesLocked(entry, *std::move(mesh));
+    for (int p : job.succeeded_processes()) {
+      if (p < 0 || p >= static_cast<int>(entry.processes.size())) continue;
+      entry.processes[p].succeeded = true;
+      if (p == 0) {
+        entry.processes[p].final_metrics.insert(job.progress().final_metrics().begin(),
+                                                job.progress().final_metrics().end());
+      }
+    }
     for (const Process& process : entry.processes) {
       auto worker = workers_.find(process.worker_id);
       if (worker == workers_.end() || worker->second.proto.state() != v1::WORKER_STATE_ALIVE) {
@@ -135,6 +167,9 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
         break;
       }
     }
+    // The start events may not have reached the daemons before the restart; those that did
+    // are ignored there (launches are idempotent).
+    if (entry.job.state() == v1::JOB_STATE_RUNNING) PushStartEventsLocked(entry);
   }
   return absl::OkStatus();
 }

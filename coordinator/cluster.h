@@ -27,7 +27,12 @@
 // registers with a new incarnation each fail the attempts they take part in: the other
 // workers of the attempt get a stop event, and the job goes back to PENDING while its restarts
 // (attempts - 1) are below spec.max_restarts, else ends FAILED with Job.error naming the
-// attempt, process, worker, host, devices and cause.
+// attempt, process, worker, host, devices and cause. So do a process that reports no new step
+// for the progress timeout ("stalled at step S on process P (worker w, host h)") and a
+// non-finite loss in a report (naming the step and device). A restart waits an exponential
+// backoff (Job.next_attempt_time, and the waiting reason). A runner error that cannot get
+// better by retrying (error_code INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
+// UNIMPLEMENTED) and a job past spec.max_duration_seconds end the job FAILED at once.
 //
 // Progress. Job.progress comes from the latest reports (MetricsStore::Latest); total_steps is
 // TotalSteps(spec) (0 for jobs given in epochs whose data headers the coordinator cannot read).
@@ -39,8 +44,18 @@
 // call or Tick. Progress is not written on every report: it is recomputed from the stored
 // points at load. Assignment queues and lease times live only in memory: loaded workers
 // start with a fresh lease at now(), and a loaded RUNNING job keeps its devices while its
-// workers keep their leases. Known gap: which processes of a running attempt had already
-// reported SUCCEEDED is not stored, so after a coordinator restart they must report it again.
+// workers keep their leases; its start events are queued again (in a new stream epoch), and
+// the daemons, whose launches are idempotent, start only what they do not run yet. Which
+// processes of a running attempt have succeeded is stored with the job (succeeded_processes)
+// before the report is acknowledged. Stop events are not stored: a restarted coordinator
+// derives them from the stored job states through heartbeat reconciliation. Leases and
+// progress timeouts are measured on `lease_clock` (monotonic in production).
+//
+// Exactly once. Each assignment event carries (epoch, cursor): a reopened stream resumes after
+// the last event the daemon received. Heartbeats reconcile: they list the daemon's runners; a
+// runner of no running attempt of this worker is told to stop; a process of a running attempt
+// that an earlier heartbeat listed, that a later one does not and that has no final status
+// fails its attempt.
 //
 // Thread-safe. The attempt-ended callback is called without the lock held.
 #ifndef SUBSTRAX_COORDINATOR_CLUSTER_H_
@@ -83,6 +98,13 @@ struct ClusterOptions {
   // when idle. Off, such a job is queued and waits for more workers, without blocking younger
   // jobs (for clusters whose workers join after jobs are submitted).
   bool refuse_jobs_that_cannot_fit = true;
+  // An attempt fails as stalled when a process reports no new step for this long, unless the
+  // spec sets progress_timeout_seconds.
+  absl::Duration default_progress_timeout = absl::Minutes(5);
+  // The wait before restart n (1, 2, ...) of a job is restart_backoff * 2^(n-1), at most
+  // max_restart_backoff. Zero: restart at once.
+  absl::Duration restart_backoff = absl::Seconds(1);
+  absl::Duration max_restart_backoff = absl::Minutes(2);
 };
 
 // SUCCEEDED, FAILED and CANCELLED: the job has ended and will not change again.
@@ -94,8 +116,12 @@ class Cluster {
   // schedules. Loaded alive workers start with a fresh lease at clock(); a RUNNING job whose
   // worker is dead or unknown has its attempt failed at once. Errors: the store's Load errors;
   // INVALID_ARGUMENT for a non-positive heartbeat interval or timeout.
+  // `lease_clock` (default: `clock`) measures leases and progress timeouts; in production a
+  // monotonic clock, so that a wall-clock step never expires or extends a lease. `clock` stamps
+  // what is recorded (transitions, times shown to users).
   static absl::StatusOr<std::unique_ptr<Cluster>> Create(const ClusterOptions& options,
-                                                         Clock clock, StateStore* state);
+                                                         Clock clock, StateStore* state,
+                                                         Clock lease_clock = nullptr);
 
   // --- membership (worker-facing) ---
 
@@ -110,22 +136,37 @@ class Cluster {
       const v1::RegisterWorkerRequest& request);
   // Renews the lease. Errors: NOT_FOUND (unknown worker: register), ABORTED (stale
   // incarnation, or the worker was declared dead: re-register).
+  // Renews the lease without reconciling runners (tests; the daemon sends the request form).
   absl::Status Heartbeat(const std::string& worker_id, const std::string& incarnation);
+  // Renews the lease and reconciles the runners the request lists (see the class comment):
+  // the answer names those to stop; a running process that an earlier heartbeat listed and
+  // this one does not, and that reported no outcome, fails its attempt ("runner ... is
+  // missing"). Errors: as the form above, and UNAVAILABLE (the state store failed).
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   // Expires leases without a heartbeat for longer than heartbeat_timeout (failing their
   // attempts), retries failed state-store writes, then schedules. The gRPC layer calls it every
   // heartbeat_interval / 2; tests call it after advancing the fake clock.
   void Tick();
   // The worker's assignment events after *cursor (exclusive; start at 0), advancing *cursor
-  // to the last one returned. Non-blocking (pair with AwaitChange). A new incarnation starts a
-  // new queue. Errors: NOT_FOUND, ABORTED (as Heartbeat).
+  // to the last one returned; each event carries its epoch and cursor. Non-blocking (pair
+  // with AwaitChange). A new incarnation starts a new queue. An `epoch` other than epoch()
+  // (the daemon's position is from before a coordinator restart) starts from the first event.
+  // Errors: NOT_FOUND, ABORTED (as Heartbeat).
+  absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> PollAssignments(
+      const std::string& worker_id, const std::string& incarnation, const std::string& epoch,
+      int64_t* cursor);
+  // The same within the current epoch.
   absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> PollAssignments(
       const std::string& worker_id, const std::string& incarnation, int64_t* cursor);
+  // Drawn at random when the Cluster is created: names this coordinator run's event queues.
+  const std::string& epoch() const { return epoch_; }
 
   // --- runner reports (worker-facing) ---
 
   // Stores the reports of a running attempt (persisted first, then served). Each report's
   // job_id and attempt must be empty/0 or match the request; host and process_index are set
-  // from the attempt's mesh, time from the clock when unset. Errors: NOT_FOUND (unknown job),
+  // from the attempt's mesh, time from the clock when unset. A non-finite "loss" fails the
+  // attempt (then FAILED_PRECONDITION: the runner should stop). Errors: NOT_FOUND (unknown job),
   // FAILED_PRECONDITION (the attempt is not running: the runner should stop), INVALID_ARGUMENT
   // (a device outside the attempt's mesh, a report of another job or attempt), UNAVAILABLE
   // (the state store failed: retry the same call).
@@ -196,6 +237,15 @@ class Cluster {
     std::vector<int> device_ids;
     bool succeeded = false;
     std::map<std::string, double> final_metrics;
+    // A heartbeat of the worker listed this runner: from now on it must stay listed until its
+    // outcome is reported.
+    bool seen = false;
+    // The highest step it reported, and when that step first arrived (the attempt's start
+    // until its first report).
+    int64_t last_step = 0;
+    absl::Time last_progress;
+    // The latest heartbeat said the runner is stopped by a signal.
+    bool suspended = false;
   };
   struct JobEntry {
     v1::Job job;
@@ -204,11 +254,13 @@ class Cluster {
     // The running attempt's mesh and processes (empty unless RUNNING).
     std::optional<Mesh> mesh;
     std::vector<Process> processes;
+    // When the first attempt started (for max_duration_seconds); InfinitePast before.
+    absl::Time first_start = absl::InfinitePast();
   };
   // Attempts that ended inside a locked section, reported to the callback after unlocking.
   using EndedAttempts = std::vector<std::pair<std::string, int>>;
 
-  Cluster(const ClusterOptions& options, Clock clock, StateStore* state);
+  Cluster(const ClusterOptions& options, Clock clock, Clock lease_clock, StateStore* state);
 
   absl::Status LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -225,6 +277,8 @@ class Cluster {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckAttemptRunningLocked(const std::string& job_id, int attempt) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReportStepsLocked(const v1::ReportStepsRequest& request, EndedAttempts* ended)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the process table of `mesh` (process p: the p-th distinct worker_id in row-major
   // device order) and marks its devices busy.
   void TakeDevicesLocked(JobEntry& entry, Mesh mesh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -236,6 +290,8 @@ class Cluster {
   // State changes. Each records the transition, marks the job dirty and bumps the version.
   void TransitionLocked(JobEntry& entry, v1::JobState to, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the start event of every process of the running attempt to its worker.
+  void PushStartEventsLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts an attempt on `mesh`: assignments to its workers, devices taken.
   void StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -245,8 +301,16 @@ class Cluster {
                         EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the running attempt because of `culprit` (a worker id, may be empty) and `cause`;
   // restarts the job or ends it FAILED.
+  // With `retryable` false the job ends FAILED whatever restarts are left.
   void FailAttemptLocked(JobEntry& entry, const std::string& culprit, const std::string& cause,
-                         EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         EndedAttempts* ended, bool retryable = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // " (process 1 on worker w-2 (host b) is suspended at step 40: its peers wait for it)" for
+  // each suspended process of the running attempt other than `except`, or "".
+  std::string SuspendedNoteLocked(const JobEntry& entry, int except) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails stalled attempts and ends jobs past their max_duration_seconds.
+  void CheckProgressLocked(EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails every running attempt with a process on `worker_id`.
   void FailAttemptsOfWorkerLocked(const std::string& worker_id, const std::string& cause,
                                   EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -268,6 +332,8 @@ class Cluster {
 
   const ClusterOptions options_;
   const Clock clock_;
+  const Clock lease_clock_;
+  const std::string epoch_;
   StateStore* const state_;
   MetricsStore metrics_;
 

@@ -1,6 +1,7 @@
 // Job lifecycle: submission, state transitions, how attempts end (success, failure and
 // restart, cancellation), runner reports, and the client-facing queries.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <utility>
 
@@ -68,7 +69,7 @@ void Cluster::EndAttemptLocked(JobEntry& entry, const std::string& why,
 }
 
 void Cluster::FailAttemptLocked(JobEntry& entry, const std::string& culprit,
-                                const std::string& cause, EndedAttempts* ended) {
+                                const std::string& cause, EndedAttempts* ended, bool retryable) {
   v1::Job& job = entry.job;
   std::string where = absl::StrCat("attempt ", job.attempt());
   for (size_t p = 0; p < entry.processes.size(); ++p) {
@@ -79,18 +80,94 @@ void Cluster::FailAttemptLocked(JobEntry& entry, const std::string& culprit,
   const std::string error = absl::StrCat(where, ": ", cause);
   EndAttemptLocked(entry, error, culprit, ended);
   const int restarts_used = job.attempt() - 1;
-  if (restarts_used < job.spec().max_restarts()) {
-    TransitionLocked(entry, v1::JOB_STATE_PENDING,
-                     absl::StrCat(error, "; restarting (restart ", restarts_used + 1, " of ",
-                                  job.spec().max_restarts(), ")"));
+  if (retryable && restarts_used < job.spec().max_restarts()) {
+    // Kubernetes Jobs' rule: the wait doubles with each restart, up to a cap.
+    absl::Duration backoff = options_.restart_backoff;
+    for (int i = 0; i < restarts_used && backoff < options_.max_restart_backoff; ++i) {
+      backoff *= 2;
+    }
+    backoff = std::min(backoff, options_.max_restart_backoff);
+    std::string reason = absl::StrCat(error, "; restarting (restart ", restarts_used + 1, " of ",
+                                      job.spec().max_restarts(), ")");
+    if (backoff > absl::ZeroDuration()) {
+      *job.mutable_next_attempt_time() = ToProtoTime(clock_() + backoff);
+      absl::StrAppend(&reason, " after a backoff of ", absl::FormatDuration(backoff));
+    }
+    TransitionLocked(entry, v1::JOB_STATE_PENDING, reason);
     return;
   }
   job.set_error(error);
-  TransitionLocked(entry, v1::JOB_STATE_FAILED,
-                   job.spec().max_restarts() == 0
-                       ? error
-                       : absl::StrCat(error, "; no restarts left (max_restarts ",
-                                      job.spec().max_restarts(), ")"));
+  std::string why = error;
+  if (!retryable) {
+    absl::StrAppend(&why, "; not restarted: retrying cannot help");
+  } else if (job.spec().max_restarts() > 0) {
+    absl::StrAppend(&why, "; no restarts left (max_restarts ", job.spec().max_restarts(), ")");
+  }
+  TransitionLocked(entry, v1::JOB_STATE_FAILED, why);
+}
+
+std::string Cluster::SuspendedNoteLocked(const JobEntry& entry, int except) const {
+  std::string note;
+  for (size_t p = 0; p < entry.processes.size(); ++p) {
+    const Process& process = entry.processes[p];
+    if (!process.suspended || static_cast<int>(p) == except) continue;
+    absl::StrAppend(&note, " (process ", p, " on ", DescribeWorkerLocked(process.worker_id),
+                    " is suspended (stopped by a signal) at step ", process.last_step,
+                    ": its peers wait for it)");
+  }
+  return note;
+}
+
+void Cluster::CheckProgressLocked(EndedAttempts* ended) {
+  const absl::Time now = clock_();
+  const absl::Time lease_now = lease_clock_();
+  for (const std::string& id : job_order_) {
+    JobEntry& entry = jobs_.at(id);
+    const v1::JobSpec& spec = entry.job.spec();
+    if (IsTerminalJobState(entry.job.state())) continue;
+    if (spec.max_duration_seconds() > 0 && entry.first_start != absl::InfinitePast() &&
+        now - entry.first_start > absl::Seconds(spec.max_duration_seconds())) {
+      const std::string why =
+          absl::StrCat("the job ran longer than its max_duration_seconds (",
+                       spec.max_duration_seconds(), " s) over ", entry.job.attempt(),
+                       entry.job.attempt() == 1 ? " attempt" : " attempts");
+      if (entry.job.state() == v1::JOB_STATE_RUNNING) {
+        EndAttemptLocked(entry, why, "", ended);
+      }
+      entry.job.set_error(why);
+      entry.job.clear_next_attempt_time();
+      TransitionLocked(entry, v1::JOB_STATE_FAILED, why);
+      continue;
+    }
+    if (entry.job.state() != v1::JOB_STATE_RUNNING) continue;
+    const absl::Duration timeout = spec.progress_timeout_seconds() > 0
+                                       ? absl::Seconds(spec.progress_timeout_seconds())
+                                       : options_.default_progress_timeout;
+    // The process whose latest step is the oldest is the one the others wait for.
+    const Process* stalled = nullptr;
+    size_t index = 0;
+    for (size_t p = 0; p < entry.processes.size(); ++p) {
+      const Process& process = entry.processes[p];
+      if (process.succeeded || lease_now - process.last_progress <= timeout) continue;
+      // A suspended process is the one the others wait for; else the oldest step.
+      if (stalled == nullptr || (process.suspended && !stalled->suspended) ||
+          (process.suspended == stalled->suspended &&
+           process.last_progress < stalled->last_progress)) {
+        stalled = &process;
+        index = p;
+      }
+    }
+    if (stalled == nullptr) continue;
+    const std::string worker = stalled->worker_id;
+    FailAttemptLocked(entry, worker,
+                      absl::StrCat("stalled at step ", stalled->last_step, " on process ", index,
+                                   " (", DescribeWorkerLocked(worker), "): no new step for ",
+                                   absl::FormatDuration(timeout), " (the progress timeout); ",
+                                   stalled->suspended
+                                       ? "its runner is suspended (stopped by a signal)"
+                                       : "the runner hangs; check its log"),
+                      ended);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -123,7 +200,18 @@ absl::Status Cluster::CheckAttemptRunningLocked(const std::string& job_id, int a
 }
 
 absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request) {
-  absl::MutexLock lock(&mu_);
+  EndedAttempts ended;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = ReportStepsLocked(request, &ended);
+  }
+  NotifyEnded(ended);
+  return status;
+}
+
+absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
+                                        EndedAttempts* ended) {
   SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(request.job_id(), request.attempt()));
   JobEntry* entry = &jobs_.at(request.job_id());
   std::map<int, std::pair<std::string, int>> where;  // device id -> (host, process index)
@@ -159,8 +247,37 @@ absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request) {
   }
   SUBSTRAX_RETURN_IF_ERROR(
       Annotate(state_->AppendReports(reports), absl::StrCat(scope, ": reports not stored")));
-  for (const v1::StepReport& report : reports) metrics_.Add(report);
+  const absl::Time now = lease_clock_();
+  const v1::StepReport* non_finite = nullptr;
+  for (const v1::StepReport& report : reports) {
+    metrics_.Add(report);
+    Process& process = entry->processes[report.process_index()];
+    if (report.step() > process.last_step) {
+      process.last_step = report.step();
+      process.last_progress = now;
+    }
+    auto loss = report.values().find("loss");
+    if (non_finite == nullptr && loss != report.values().end() && !std::isfinite(loss->second)) {
+      non_finite = &report;
+    }
+  }
   RefreshProgressLocked(*entry);
+  if (non_finite != nullptr) {
+    const int p = non_finite->process_index();
+    const std::string worker = entry->processes[p].worker_id;
+    FailAttemptLocked(*entry, worker,
+                      absl::StrCat("the loss is ", non_finite->values().at("loss"), " at step ",
+                                   non_finite->step(), " on device ", non_finite->device_id(),
+                                   " (process ", p, ", ", DescribeWorkerLocked(worker),
+                                   "): training diverged; lower the learning rate or check the "
+                                   "data"),
+                      ended);
+    ScheduleLocked();
+    FlushLocked().IgnoreError();  // retried at the next Tick
+    return absl::FailedPreconditionError(
+        absl::StrCat(scope, " failed: non-finite loss at step ", non_finite->step(),
+                     "; the runner should stop"));
+  }
   // Progress is derived from the stored points, so the job itself need not be written again.
   *entry->job.mutable_update_time() = ToProtoTime(clock_());
   ++version_;
@@ -192,10 +309,15 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
     Process& process = entry->processes[p];
     switch (request.state()) {
       case v1::RUNNER_STATE_SUCCEEDED: {
+        if (process.succeeded) break;  // a retried report, already stored
         process.succeeded = true;
         process.final_metrics.clear();
         process.final_metrics.insert(request.final_metrics().begin(),
                                      request.final_metrics().end());
+        // Stored before the answer: an acknowledged outcome survives a restart.
+        job.add_succeeded_processes(p);
+        if (p == 0) *job.mutable_progress()->mutable_final_metrics() = request.final_metrics();
+        MarkJobChangedLocked(*entry);
         const bool all = std::all_of(entry->processes.begin(), entry->processes.end(),
                                      [](const Process& q) { return q.succeeded; });
         if (!all) break;
@@ -218,10 +340,19 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
           absl::StrAppend(&cause, " (signal ", request.exit_code() - 128, ")");
         }
         if (!request.error().empty()) absl::StrAppend(&cause, ": ", request.error());
+        // A peer stopped by a signal is the likelier root cause of a collective timeout.
+        absl::StrAppend(&cause, SuspendedNoteLocked(*entry, p));
         if (!request.stderr_tail().empty()) {
           absl::StrAppend(&cause, "; stderr: ", request.stderr_tail());
         }
-        FailAttemptLocked(*entry, request.worker_id(), cause, &ended);
+        // Errors that cannot get better by retrying fail the job at once (Kubernetes'
+        // podFailurePolicy): bad data, a missing file, a spec the runner refuses.
+        const auto code = static_cast<absl::StatusCode>(request.error_code());
+        const bool retryable = code != absl::StatusCode::kInvalidArgument &&
+                               code != absl::StatusCode::kNotFound &&
+                               code != absl::StatusCode::kPermissionDenied &&
+                               code != absl::StatusCode::kUnimplemented;
+        FailAttemptLocked(*entry, request.worker_id(), cause, &ended, retryable);
         break;
       }
       default:  // RUNNING: nothing to change.
@@ -330,7 +461,7 @@ absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id, const std:
 
 std::vector<v1::Worker> Cluster::ListWorkers() const {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
+  const absl::Time now = lease_clock_();
   std::vector<v1::Worker> workers;
   for (const std::string& worker_id : worker_order_) {
     const WorkerEntry& entry = workers_.at(worker_id);

@@ -2,6 +2,7 @@
 // and what a lost or restarted worker does to the attempts it takes part in.
 #include <algorithm>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -51,7 +52,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
                        "log"),
           &ended);
     }
-    worker.last_heartbeat = clock_();
+    worker.last_heartbeat = lease_clock_();
     if (!retry || worker.proto.state() != v1::WORKER_STATE_ALIVE) {
       // A new process, or one declared dead: nothing of its old queue applies any more.
       worker.events.clear();
@@ -89,8 +90,75 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
 absl::Status Cluster::Heartbeat(const std::string& worker_id, const std::string& incarnation) {
   absl::MutexLock lock(&mu_);
   SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker, LiveWorkerLocked(worker_id, incarnation));
-  worker->last_heartbeat = clock_();
+  worker->last_heartbeat = lease_clock_();
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Cluster::Heartbeat(const v1::HeartbeatRequest& request) {
+  const std::string& worker_id = request.worker_id();
+  EndedAttempts ended;
+  v1::HeartbeatResponse response;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker,
+                              LiveWorkerLocked(worker_id, request.incarnation()));
+    worker->last_heartbeat = lease_clock_();
+    // (job, attempt, process) the daemon lists.
+    std::set<std::tuple<std::string, int, int>> listed;
+    for (const v1::RunnerRef& runner : request.runners()) {
+      listed.emplace(runner.job_id(), runner.attempt(), runner.process_index());
+      auto it = jobs_.find(runner.job_id());
+      const int p = runner.process_index();
+      const bool ours = it != jobs_.end() && it->second.job.state() == v1::JOB_STATE_RUNNING &&
+                        it->second.job.attempt() == runner.attempt() && p >= 0 &&
+                        p < static_cast<int>(it->second.processes.size()) &&
+                        it->second.processes[p].worker_id == worker_id;
+      if (ours) {
+        if (!runner.ended()) it->second.processes[p].seen = true;
+        it->second.processes[p].suspended = runner.suspended();
+        continue;
+      }
+      if (runner.ended()) continue;  // it has exited; its outcome will be refused as stale
+      // Slurm's rule: a runner the coordinator does not know as running must go.
+      v1::StopAttempt* stop = response.add_stop();
+      stop->set_job_id(runner.job_id());
+      stop->set_attempt(runner.attempt());
+      const absl::Status running = CheckAttemptRunningLocked(runner.job_id(), runner.attempt());
+      stop->set_reason(running.ok() ? absl::StrCat("process ", p, " of attempt ",
+                                                   runner.attempt(), " is not ",
+                                                   DescribeWorkerLocked(worker_id), "'s")
+                                    : std::string(running.message()));
+    }
+    // A runner listed before and gone now without an outcome fails its attempt.
+    std::vector<std::pair<std::string, size_t>> missing;
+    for (auto& [id, entry] : jobs_) {
+      if (entry.job.state() != v1::JOB_STATE_RUNNING) continue;
+      for (size_t p = 0; p < entry.processes.size(); ++p) {
+        const Process& process = entry.processes[p];
+        if (process.worker_id != worker_id || !process.seen || process.succeeded) continue;
+        if (listed.count({id, entry.job.attempt(), static_cast<int>(p)}) == 0) {
+          missing.emplace_back(id, p);
+        }
+      }
+    }
+    for (const auto& [id, p] : missing) {
+      JobEntry& entry = jobs_.at(id);
+      if (entry.job.state() != v1::JOB_STATE_RUNNING) continue;
+      FailAttemptLocked(entry, worker_id,
+                        absl::StrCat("the runner of process ", p, " is missing: ",
+                                     DescribeWorkerLocked(worker_id),
+                                     " no longer runs it and reported no outcome; check its log"),
+                        &ended);
+    }
+    if (!missing.empty()) {
+      ScheduleLocked();
+      status = FlushLocked();
+    }
+  }
+  NotifyEnded(ended);
+  SUBSTRAX_RETURN_IF_ERROR(status);
+  return response;
 }
 
 void Cluster::Tick() {
@@ -98,6 +166,7 @@ void Cluster::Tick() {
   {
     absl::MutexLock lock(&mu_);
     ExpireLeasesLocked(&ended);
+    CheckProgressLocked(&ended);
     ScheduleLocked();
     // A failed write stays dirty and is retried at the next Tick or call.
     FlushLocked().IgnoreError();
@@ -107,12 +176,21 @@ void Cluster::Tick() {
 
 absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> Cluster::PollAssignments(
     const std::string& worker_id, const std::string& incarnation, int64_t* cursor) {
+  return PollAssignments(worker_id, incarnation, epoch_, cursor);
+}
+
+absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> Cluster::PollAssignments(
+    const std::string& worker_id, const std::string& incarnation, const std::string& epoch,
+    int64_t* cursor) {
   absl::MutexLock lock(&mu_);
   SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker, LiveWorkerLocked(worker_id, incarnation));
+  if (epoch != epoch_) *cursor = 0;
   const int64_t size = static_cast<int64_t>(worker->events.size());
   std::vector<v1::WatchAssignmentsResponse> events;
   for (int64_t i = std::max<int64_t>(*cursor, 0); i < size; ++i) {
     events.push_back(worker->events[i]);
+    events.back().set_epoch(epoch_);
+    events.back().set_cursor(i + 1);
   }
   *cursor = std::max(*cursor, size);
   return events;
@@ -130,7 +208,7 @@ void Cluster::FailAttemptsOfWorkerLocked(const std::string& worker_id, const std
 }
 
 void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
-  const absl::Time now = clock_();
+  const absl::Time now = lease_clock_();
   for (const std::string& worker_id : worker_order_) {
     WorkerEntry& worker = workers_.at(worker_id);
     if (worker.proto.state() != v1::WORKER_STATE_ALIVE ||

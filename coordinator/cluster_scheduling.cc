@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
+#include "rpc/proto_time.h"
 
 namespace substrax {
 
@@ -25,7 +26,12 @@ void Cluster::TakeDevicesLocked(JobEntry& entry, Mesh mesh) {
   std::map<std::string, size_t> index;
   for (const Device& device : mesh.devices()) {
     auto [it, inserted] = index.emplace(device.worker_id, entry.processes.size());
-    if (inserted) entry.processes.push_back(Process{device.worker_id, {}, false, {}});
+    if (inserted) {
+      Process process;
+      process.worker_id = device.worker_id;
+      process.last_progress = lease_clock_();
+      entry.processes.push_back(std::move(process));
+    }
     entry.processes[it->second].device_ids.push_back(device.id);
     busy_devices_[device.id] = entry.job.id();
   }
@@ -41,10 +47,34 @@ void Cluster::SetWaitingLocked(JobEntry& entry, const std::string& why) {
   MarkJobChangedLocked(entry);
 }
 
+void Cluster::PushStartEventsLocked(JobEntry& entry) {
+  const v1::Job& job = entry.job;
+  // Checked by the scheduler before it chose this mesh (or loaded with the running job).
+  absl::StatusOr<google::protobuf::Map<std::string, v1::ShardLayout>> layouts =
+      LayoutsFor(job.spec(), *entry.mesh);
+  for (size_t p = 0; p < entry.processes.size(); ++p) {
+    v1::WatchAssignmentsResponse event;
+    v1::Assignment* a = event.mutable_start();
+    a->set_job_id(job.id());
+    a->set_attempt(job.attempt());
+    *a->mutable_spec() = job.spec();
+    *a->mutable_mesh() = job.mesh();
+    a->set_process_index(static_cast<int32_t>(p));
+    a->set_num_processes(static_cast<int32_t>(entry.processes.size()));
+    for (int id : entry.processes[p].device_ids) a->add_local_device_ids(id);
+    if (layouts.ok()) *a->mutable_layouts() = *layouts;
+    a->set_rendezvous_prefix(absl::StrCat(job.id(), "/attempt-", job.attempt()));
+    PushEventLocked(entry.processes[p].worker_id, std::move(event));
+  }
+}
+
 void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason) {
   v1::Job& job = entry.job;
   job.set_attempt(job.attempt() + 1);
   job.clear_error();
+  job.clear_next_attempt_time();
+  job.clear_succeeded_processes();
+  if (entry.first_start == absl::InfinitePast()) entry.first_start = clock_();
   v1::JobProgress* progress = job.mutable_progress();
   const int64_t total = progress->total_steps();  // computed at submit
   progress->Clear();
@@ -58,24 +88,9 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
     }
   }
   *job.mutable_mesh() = mesh_proto;
-  // Checked by the scheduler before it chose this mesh.
-  const auto layouts = LayoutsFor(job.spec(), mesh).value();
 
   TakeDevicesLocked(entry, std::move(mesh));
-  for (size_t p = 0; p < entry.processes.size(); ++p) {
-    v1::WatchAssignmentsResponse event;
-    v1::Assignment* a = event.mutable_start();
-    a->set_job_id(job.id());
-    a->set_attempt(job.attempt());
-    *a->mutable_spec() = job.spec();
-    *a->mutable_mesh() = mesh_proto;
-    a->set_process_index(static_cast<int32_t>(p));
-    a->set_num_processes(static_cast<int32_t>(entry.processes.size()));
-    for (int id : entry.processes[p].device_ids) a->add_local_device_ids(id);
-    *a->mutable_layouts() = layouts;
-    a->set_rendezvous_prefix(absl::StrCat(job.id(), "/attempt-", job.attempt()));
-    PushEventLocked(entry.processes[p].worker_id, std::move(event));
-  }
+  PushStartEventsLocked(entry);
   TransitionLocked(entry, v1::JOB_STATE_RUNNING, reason);
 }
 
@@ -110,6 +125,17 @@ void Cluster::ScheduleLocked() {
     // Only devices of the kind the job's backend runs on.
     const std::vector<Device> alive = DevicesForBackend(spec.backend(), all_alive);
     std::vector<Device> free = DevicesForBackend(spec.backend(), all_free);
+    if (entry.job.has_next_attempt_time() &&
+        FromProtoTime(entry.job.next_attempt_time()) > clock_()) {
+      // Backing off after a failed attempt; it does not block younger jobs meanwhile.
+      SetWaitingLocked(entry, absl::StrCat("the restart backoff to end (at ",
+                                           absl::FormatTime("%H:%M:%E3S",
+                                                            FromProtoTime(
+                                                                entry.job.next_attempt_time()),
+                                                            absl::UTCTimeZone()),
+                                           " UTC)"));
+      continue;
+    }
     if (!blocked_by.empty()) {
       SetWaitingLocked(entry, absl::StrCat(need, " free devices behind job ", blocked_by,
                                            " (jobs start in submission order)"));

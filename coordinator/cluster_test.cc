@@ -1,11 +1,13 @@
 #include "coordinator/cluster.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "core/job_spec.h"
+#include "rpc/proto_time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -389,6 +392,8 @@ TEST_F(ClusterTest, RunnerFailureEndsTheJobWithTheRootCause) {
 }
 
 TEST_F(ClusterTest, FailedAttemptRestartsUpToMaxRestartsWithEveryTransitionRecorded) {
+  options_.restart_backoff = absl::ZeroDuration();  // restart at once
+  cluster_ = MakeCluster(state_);
   RegisterTwoWorkers();
   const std::string job = Submit(Spec("train", 4, 1, /*max_restarts=*/1));
   ASSERT_TRUE(ReportStatus(job, 1, "w-1", 0, v1::RUNNER_STATE_FAILED).ok());
@@ -545,6 +550,7 @@ TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
   EXPECT_THAT(huge.status().message(), HasSubstr("the cluster has 2 alive workers"));
   v1::JobSpec checkpointed = Spec("checkpointed", 2);
   checkpointed.mutable_checkpoint()->set_directory("/tmp/ckpt");
+  checkpointed.mutable_checkpoint()->set_every_steps(5);
   EXPECT_EQ(cluster_->SubmitJob(checkpointed).status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
   // Fits, though busy: admitted, and waits.
@@ -671,6 +677,240 @@ TEST_F(ClusterTest, VersionAndAwaitChange) {
   EXPECT_GT(cluster_->version(), before);
   EXPECT_EQ(Get("train-1").state(), v1::JOB_STATE_RUNNING);
   EXPECT_GT(cluster_->AwaitChange(before, absl::ZeroDuration()), before);
+}
+
+}  // namespace
+}  // namespace substrax
+
+namespace substrax {
+namespace {
+
+v1::HeartbeatRequest Beat(const std::string& worker,
+                          std::vector<std::tuple<std::string, int, int, bool>> runners) {
+  v1::HeartbeatRequest request;
+  request.set_worker_id(worker);
+  request.set_incarnation("inc-1");
+  for (const auto& [job, attempt, process, ended] : runners) {
+    v1::RunnerRef* r = request.add_runners();
+    r->set_job_id(job);
+    r->set_attempt(attempt);
+    r->set_process_index(process);
+    r->set_ended(ended);
+  }
+  return request;
+}
+
+TEST_F(ClusterTest, AStreamResumesAfterItsLastEventAndAnotherEpochStartsOver) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("resume", 4));
+  std::string epoch;
+  int64_t cursor = 0;
+  auto first = cluster_->PollAssignments("w-1", "inc-1", "", &cursor);
+  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(*first, SizeIs(1));
+  EXPECT_EQ((*first)[0].cursor(), 1);
+  EXPECT_EQ((*first)[0].epoch(), cluster_->epoch());
+  // The same position again: nothing replayed.
+  int64_t resumed = (*first)[0].cursor();
+  EXPECT_THAT(*cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &resumed), IsEmpty());
+  // A position from another coordinator run: everything the queue holds.
+  int64_t stale = 7;
+  EXPECT_THAT(*cluster_->PollAssignments("w-1", "inc-1", "another-epoch", &stale), SizeIs(1));
+  ASSERT_TRUE(cluster_->CancelJob(job, "").ok());
+  auto stop = cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &resumed);
+  ASSERT_THAT(*stop, SizeIs(1));
+  EXPECT_TRUE((*stop)[0].has_stop());
+  EXPECT_EQ((*stop)[0].cursor(), 2);
+}
+
+TEST_F(ClusterTest, HeartbeatsStopStrayRunnersAndFailAttemptsWhoseRunnerIsMissing) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("reconcile", 4));
+  // A runner of an attempt that does not exist, and one of a process w-1 does not run.
+  auto answer = cluster_->Heartbeat(
+      Beat("w-1", {{job, 1, 0, false}, {job, 7, 0, false}, {job, 1, 1, false}}));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_THAT(answer->stop(), SizeIs(2));
+  EXPECT_EQ(answer->stop(0).attempt(), 7);
+  EXPECT_THAT(answer->stop(0).reason(), HasSubstr("has no attempt 7"));
+  EXPECT_THAT(answer->stop(1).reason(), HasSubstr("process 1 of attempt 1 is not worker w-1"));
+  // Not yet listed by w-2: not missing.
+  ASSERT_TRUE(cluster_->Heartbeat(Beat("w-2", {})).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  // Listed as ended (its outcome on the way): not missing either.
+  ASSERT_TRUE(cluster_->Heartbeat(Beat("w-1", {{job, 1, 0, true}})).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  // Gone without an outcome: the attempt fails and names it.
+  ASSERT_TRUE(cluster_->Heartbeat(Beat("w-1", {})).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(), HasSubstr("the runner of process 0 is missing: worker w-1"));
+  // Its runner, should it come back, is told to stop.
+  answer = cluster_->Heartbeat(Beat("w-1", {{job, 1, 0, false}}));
+  ASSERT_THAT(answer->stop(), SizeIs(1));
+  EXPECT_THAT(answer->stop(0).reason(), HasSubstr("has ended"));
+}
+
+TEST(ClusterRestartTest, ARestartQueuesTheStartEventsOfRunningAttemptsAgain) {
+  InMemoryStateStore state;
+  absl::Time now = absl::FromUnixSeconds(1700000000);
+  auto clock = [&now] { return now; };
+  std::string job;
+  {
+    auto cluster = Cluster::Create({}, clock, &state);
+    ASSERT_TRUE(cluster.ok());
+    v1::RegisterWorkerRequest request;
+    request.set_worker_id("w-1");
+    request.set_host("a");
+    request.set_incarnation("inc-1");
+    request.add_devices()->set_local_index(0);
+    ASSERT_TRUE((*cluster)->RegisterWorker(request).ok());
+    job = (*cluster)->SubmitJob(Spec("again", 1)).value().id();
+  }
+  auto cluster = Cluster::Create({}, clock, &state);
+  ASSERT_TRUE(cluster.ok());
+  int64_t cursor = 1;  // the daemon had received the start event from the first run
+  auto events = (*cluster)->PollAssignments("w-1", "inc-1", "the-first-run", &cursor);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_THAT(*events, SizeIs(1));
+  EXPECT_EQ((*events)[0].start().job_id(), job);
+  EXPECT_EQ((*events)[0].start().attempt(), 1);
+  EXPECT_EQ((*events)[0].start().mesh().devices_size(), 1);
+}
+
+}  // namespace
+}  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST_F(ClusterTest, AStalledProcessFailsTheAttemptNamingItsStepAndWorker) {
+  RegisterTwoWorkers();
+  v1::JobSpec spec = Spec("stall", 4);
+  spec.set_progress_timeout_seconds(5);
+  const std::string job = Submit(spec);
+  // Process 0 (w-1, devices 0 and 1) goes on; process 1 (w-2) stops after step 10.
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 10, {{0, 1.0}, {2, 1.0}})).ok());
+  for (int s = 1; s <= 5; ++s) {
+    RunFor(absl::Seconds(1), {"w-1", "w-2"});
+    ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 10 + s, {{0, 1.0}})).ok());
+  }
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  RunFor(absl::Seconds(1), {"w-1", "w-2"});
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(),
+              HasSubstr("stalled at step 10 on process 1 (worker w-2 (host b)): no new step for 5s"));
+}
+
+TEST_F(ClusterTest, ANonFiniteLossFailsTheAttemptNamingStepAndDevice) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("nan", 4));
+  absl::Status refused =
+      cluster_->ReportSteps(Steps(job, 1, 30, {{0, 0.5}, {3, std::nan("")}}));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(),
+              HasSubstr("the loss is nan at step 30 on device 3 (process 1, worker w-2 (host b))"));
+}
+
+TEST_F(ClusterTest, RestartsBackOffExponentiallyAndShowWhen) {
+  options_.restart_backoff = absl::Seconds(2);
+  options_.max_restart_backoff = absl::Seconds(5);
+  cluster_ = MakeCluster(state_);
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("flaky", 4, 1, 3));
+  for (int attempt = 1, wait = 2; attempt <= 3; ++attempt, wait = std::min(wait * 2, 5)) {
+    ASSERT_EQ(Get(job).attempt(), attempt);
+    ASSERT_TRUE(ReportStatus(job, attempt, "w-1", 0, v1::RUNNER_STATE_FAILED).ok());
+    v1::Job pending = Get(job);
+    EXPECT_EQ(pending.state(), v1::JOB_STATE_PENDING);
+    EXPECT_EQ(FromProtoTime(pending.next_attempt_time()), now_ + absl::Seconds(wait));
+    EXPECT_THAT(pending.transitions().rbegin()->reason(),
+                HasSubstr(absl::StrCat("after a backoff of ", wait, "s; waiting for the restart "
+                                       "backoff to end")));
+    RunFor(absl::Seconds(wait - 1), {"w-1", "w-2"});
+    EXPECT_EQ(Get(job).state(), v1::JOB_STATE_PENDING) << "restart " << attempt;
+    RunFor(absl::Seconds(1), {"w-1", "w-2"});
+    EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING) << "restart " << attempt;
+    EXPECT_FALSE(Get(job).has_next_attempt_time());
+  }
+}
+
+TEST_F(ClusterTest, ErrorsThatRetryingCannotFixFailTheJobAtOnce) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("missing-data", 4, 1, 5));
+  v1::ReportAttemptStatusRequest request;
+  request.set_job_id(job);
+  request.set_attempt(1);
+  request.set_worker_id("w-1");
+  request.set_process_index(0);
+  request.set_state(v1::RUNNER_STATE_FAILED);
+  request.set_exit_code(1);
+  request.set_error("/data/train.csv: No such file or directory");
+  request.set_error_code(static_cast<int>(absl::StatusCode::kNotFound));
+  ASSERT_TRUE(cluster_->ReportAttemptStatus(request).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Get(job).attempt(), 1);
+  EXPECT_THAT(Get(job).transitions().rbegin()->reason(),
+              HasSubstr("No such file or directory; not restarted: retrying cannot help"));
+}
+
+TEST_F(ClusterTest, MaxDurationEndsTheJobWhateverItsRestarts) {
+  RegisterTwoWorkers();
+  v1::JobSpec spec = Spec("deadline", 4, 1, 5);
+  spec.set_max_duration_seconds(10);
+  const std::string job = Submit(spec);
+  RunFor(absl::Seconds(10), {"w-1", "w-2"});
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 5, {{0, 1.0}, {2, 1.0}})).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  RunFor(absl::Seconds(1), {"w-1", "w-2"});
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(), HasSubstr("longer than its max_duration_seconds (10 s)"));
+  EXPECT_THAT(Poll("w-2").back().stop().reason(), HasSubstr("max_duration_seconds"));
+}
+
+}  // namespace
+}  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST(ClusterRestartTest, AnAcknowledgedSuccessSurvivesARestart) {
+  InMemoryStateStore state;
+  absl::Time now = absl::FromUnixSeconds(1700000000);
+  auto clock = [&now] { return now; };
+  std::string job;
+  auto success = [&](Cluster& c, int p) {
+    v1::ReportAttemptStatusRequest s;
+    s.set_job_id(job);
+    s.set_attempt(1);
+    s.set_worker_id(p == 0 ? "w-1" : "w-2");
+    s.set_process_index(p);
+    s.set_state(v1::RUNNER_STATE_SUCCEEDED);
+    if (p == 0) (*s.mutable_final_metrics())["test_accuracy"] = 0.5;
+    return c.ReportAttemptStatus(s);
+  };
+  {
+    auto cluster = Cluster::Create({}, clock, &state);
+    ASSERT_TRUE(cluster.ok());
+    for (const char* w : {"w-1", "w-2"}) {
+      v1::RegisterWorkerRequest request;
+      request.set_worker_id(w);
+      request.set_host(w);
+      request.set_incarnation("inc-1");
+      request.add_devices()->set_local_index(0);
+      ASSERT_TRUE((*cluster)->RegisterWorker(request).ok());
+    }
+    job = (*cluster)->SubmitJob(Spec("two", 2)).value().id();
+    ASSERT_TRUE(success(**cluster, 0).ok());
+  }
+  auto cluster = Cluster::Create({}, clock, &state);
+  ASSERT_TRUE(cluster.ok());
+  EXPECT_EQ((*cluster)->GetJob(job)->state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(success(**cluster, 1).ok());
+  const v1::Job done = (*cluster)->GetJob(job).value();
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(done.attempt(), 1);
+  EXPECT_EQ(done.progress().final_metrics().at("test_accuracy"), 0.5);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -54,6 +55,9 @@ int main(int argc, char** argv) {
   std::string address_file;
   std::string heartbeat_interval = "1s";
   std::string heartbeat_timeout = "10s";
+  std::string progress_timeout = "5m";
+  std::string restart_backoff = "1s";
+  std::string max_restart_backoff = "2m";
   app.add_option("--listen", server_options.listen, "gRPC address host:port (port 0: any free)")
       ->capture_default_str();
   app.add_option("--health-listen", server_options.health_listen,
@@ -71,6 +75,16 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", heartbeat_timeout,
                  "A worker missing heartbeats this long is declared dead")
       ->capture_default_str();
+  app.add_option("--progress-timeout", progress_timeout,
+                 "An attempt one of whose processes reports no new step this long fails as "
+                 "stalled (a job's spec.progress_timeout_seconds overrides it)")
+      ->capture_default_str();
+  app.add_option("--restart-backoff", restart_backoff,
+                 "Wait before a failed job's first restart; it doubles with each restart")
+      ->capture_default_str();
+  app.add_option("--max-restart-backoff", max_restart_backoff,
+                 "The longest wait between two attempts of a job")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -81,7 +95,13 @@ int main(int argc, char** argv) {
   if (!substrax::ParsePositive("--heartbeat-interval", heartbeat_interval,
                                &cluster_options.heartbeat_interval) ||
       !substrax::ParsePositive("--heartbeat-timeout", heartbeat_timeout,
-                               &cluster_options.heartbeat_timeout)) {
+                               &cluster_options.heartbeat_timeout) ||
+      !substrax::ParsePositive("--progress-timeout", progress_timeout,
+                               &cluster_options.default_progress_timeout) ||
+      !substrax::ParsePositive("--restart-backoff", restart_backoff,
+                               &cluster_options.restart_backoff) ||
+      !substrax::ParsePositive("--max-restart-backoff", max_restart_backoff,
+                               &cluster_options.max_restart_backoff)) {
     return 2;
   }
   if (cluster_options.heartbeat_timeout <= cluster_options.heartbeat_interval) {
@@ -102,8 +122,13 @@ int main(int argc, char** argv) {
     std::cerr << "substrax-coordinator: " << state.status().message() << "\n";
     return 1;
   }
-  auto cluster = substrax::Cluster::Create(cluster_options, [] { return absl::Now(); },
-                                           state->get());
+  // Leases and progress timeouts on the monotonic clock: a wall-clock step (NTP) must neither
+  // expire a lease nor keep a dead worker's alive.
+  auto cluster = substrax::Cluster::Create(
+      cluster_options, [] { return absl::Now(); }, state->get(), [] {
+        return absl::UnixEpoch() +
+               absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+      });
   if (!cluster.ok()) {
     std::cerr << "substrax-coordinator: cannot load state from " << state_dir << ": "
               << cluster.status().message() << "\n";

@@ -5,9 +5,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/failpoint.h"
 #include "core/status.h"
 #include "proto/health_server.h"
 #include "rpc/grpc_status.h"
+#include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -47,21 +50,28 @@ struct CoordinatorServer::Impl {
     }
 
     grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
-                           v1::HeartbeatResponse*) override {
-      return ToGrpcStatus(impl_->cluster->Heartbeat(request->worker_id(), request->incarnation()));
+                           v1::HeartbeatResponse* response) override {
+      absl::StatusOr<v1::HeartbeatResponse> r = impl_->cluster->Heartbeat(*request);
+      if (r.ok()) *response = *std::move(r);
+      return ToGrpcStatus(r.status());
     }
 
     grpc::Status WatchAssignments(grpc::ServerContext* context,
                                   const v1::WatchAssignmentsRequest* request,
                                   grpc::ServerWriter<v1::WatchAssignmentsResponse>* writer) override {
-      int64_t cursor = 0;
+      // Resumes after the daemon's last event (Cluster::PollAssignments).
+      int64_t cursor = request->cursor();
+      std::string epoch = request->epoch();
       uint64_t seen = 0;
       while (!context->IsCancelled() && !impl_->stopping->load()) {
         seen = impl_->cluster->version();
         absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> events =
-            impl_->cluster->PollAssignments(request->worker_id(), request->incarnation(), &cursor);
+            impl_->cluster->PollAssignments(request->worker_id(), request->incarnation(), epoch,
+                                            &cursor);
+        epoch = impl_->cluster->epoch();
         if (!events.ok()) return ToGrpcStatus(events.status());
         for (const auto& event : *events) {
+          Failpoint(event.has_start() ? "before_send_start" : "before_send_stop");
           if (!writer->Write(event)) return grpc::Status::CANCELLED;
         }
         impl_->cluster->AwaitChange(seen, kStreamPoll);
@@ -81,6 +91,18 @@ struct CoordinatorServer::Impl {
     grpc::Status ReportAttemptStatus(grpc::ServerContext*,
                                      const v1::ReportAttemptStatusRequest* request,
                                      v1::ReportAttemptStatusResponse*) override {
+      if (request->state() == v1::RUNNER_STATE_SUCCEEDED &&
+          FailpointArmed("between_successes")) {
+        // Reports one at a time, so that the first success is stored before the second looks.
+        static absl::Mutex serial;
+        absl::MutexLock lock(&serial);
+        absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
+        if (job.ok() && job->attempt() == request->attempt() &&
+            job->succeeded_processes_size() > 0) {
+          Failpoint("between_successes");
+        }
+        return ToGrpcStatus(impl_->cluster->ReportAttemptStatus(*request));
+      }
       return ToGrpcStatus(impl_->cluster->ReportAttemptStatus(*request));
     }
 
@@ -325,6 +347,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::ServerBuilder builder;
   // A second server on a taken port must fail, not share it (gRPC sets SO_REUSEPORT).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  EnableKeepalive(builder);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&impl.coordinator_service);
   builder.RegisterService(&impl.job_service);

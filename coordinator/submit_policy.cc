@@ -13,14 +13,23 @@ namespace substrax {
 
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          bool refuse_jobs_that_cannot_fit) {
-  // Restarts start from the beginning: refuse rather than run without the checkpoints asked for.
+  for (const auto& [field, value] :
+       {std::pair<const char*, int64_t>{"spec.max_duration_seconds", spec.max_duration_seconds()},
+        {"spec.progress_timeout_seconds", spec.progress_timeout_seconds()}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be >= 0 (0: no limit / the default), got ", value));
+    }
+  }
+  ApplyJobSpecDefaults(&spec);
+  SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  // Restarts start from the beginning: refuse rather than run without the checkpoints asked for
+  // (after validation, so that an invalid spec is INVALID_ARGUMENT whatever else it asks).
   if (spec.has_checkpoint()) {
     return absl::UnimplementedError(
         "spec.checkpoint: checkpoints are not implemented yet (restarts start from the "
         "beginning); remove the checkpoint section");
   }
-  ApplyJobSpecDefaults(&spec);
-  SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (!refuse_jobs_that_cannot_fit) return spec;
   // A mesh the alive cluster could never hold is refused now, saying what is available, rather
   // than left waiting for workers that may never come.

@@ -21,9 +21,10 @@ struct AliveDevices {
 };
 
 // Applies the spec's defaults and admits it, or says why not. Errors, checked in this order:
-// UNIMPLEMENTED (spec.checkpoint is set: checkpoints are not implemented, and a job must not run
-// without the checkpoints it asked for), INVALID_ARGUMENT (ValidateJobSpec's message: one
-// "path: problem" per line), and, when `refuse_jobs_that_cannot_fit`, RESOURCE_EXHAUSTED (even
+// INVALID_ARGUMENT (a negative max_duration_seconds or progress_timeout_seconds; then
+// ValidateJobSpec's message: one "path: problem" per line), UNIMPLEMENTED (spec.checkpoint is
+// set: checkpoints are not implemented, and a job must not run without the checkpoints it
+// asked for), and, when `refuse_jobs_that_cannot_fit`, RESOURCE_EXHAUSTED (even
 // idle, `alive` could not hold the job's mesh on its backend's devices; the message is
 // CreateMeshForJob's and says how many alive workers there are). A job that fits but finds the
 // devices busy is admitted: it waits, PENDING.

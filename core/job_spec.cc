@@ -49,7 +49,11 @@ absl::Status ToStatus(const Errors& errors, const Positions* positions, absl::st
 using job_spec_internal::Errors;
 using job_spec_internal::Positions;
 
-absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, absl::string_view source) {
+namespace {
+
+// Reads the document into *spec; its errors, with positions, in *errors.
+absl::Status ReadDocument(absl::string_view yaml, absl::string_view source, Errors* errors,
+                          Positions* positions, v1::JobSpec* spec) {
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml));
@@ -61,13 +65,32 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, absl::strin
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": the document is empty; expected a TrainJob"));
   }
+  job_spec_internal::ReadJobSpecDocument(root, errors, positions, spec);
+  if (!errors->empty()) return job_spec_internal::ToStatus(*errors, positions, source);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ReadJobSpecYaml(absl::string_view yaml, absl::string_view source) {
   Errors errors;
   Positions positions;
   v1::JobSpec spec;
-  job_spec_internal::ReadJobSpecDocument(root, &errors, &positions, &spec);
+  if (absl::Status read = ReadDocument(yaml, source, &errors, &positions, &spec); !read.ok()) {
+    return read;
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, absl::string_view source) {
+  Errors errors;
+  Positions positions;
+  v1::JobSpec spec;
   // Type errors leave fields unset; validating on top of them would only repeat them as
   // "required". Report what the document got wrong first.
-  if (!errors.empty()) return job_spec_internal::ToStatus(errors, &positions, source);
+  if (absl::Status read = ReadDocument(yaml, source, &errors, &positions, &spec); !read.ok()) {
+    return read;
+  }
   job_spec_internal::ApplyDefaults(&positions, &spec);
   job_spec_internal::Validate(spec, &positions, &errors);
   if (!errors.empty()) return job_spec_internal::ToStatus(errors, &positions, source);

@@ -47,6 +47,13 @@ inline constexpr int kMaxRestarts = 100;
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml,
                                              absl::string_view source = "<job spec>");
 
+// Reads a TrainJob YAML document into a JobSpec field by field, without defaults or
+// validation: what a client that skipped the checks could send. Errors: INVALID_ARGUMENT for
+// what the message cannot represent (not YAML, an empty document, unknown fields, wrong types,
+// repeated keys), as ParseJobSpecYaml.
+absl::StatusOr<v1::JobSpec> ReadJobSpecYaml(absl::string_view yaml,
+                                            absl::string_view source = "<job spec>");
+
 // ParseJobSpecYaml on a file's contents. Errors: NOT_FOUND / PERMISSION_DENIED when the file
 // cannot be read, else as ParseJobSpecYaml.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);

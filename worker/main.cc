@@ -258,6 +258,10 @@ int main(int argc, char** argv) {
   daemon->add_option("--collective-timeout", daemon_timeout,
                      "Time every collective of a runner must finish in")
       ->capture_default_str();
+  std::string stop_grace = "10s";
+  daemon->add_option("--stop-grace", stop_grace,
+                     "Time a runner gets to exit after SIGTERM before SIGKILL")
+      ->capture_default_str();
 
   std::string assignment;
   substrax::RunnerOptions runner_options;
@@ -279,7 +283,10 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
-  if (*daemon) return substrax::RunDaemon(daemon_options, daemon_timeout);
+  if (*daemon) {
+    if (!substrax::ParseTimeout(stop_grace, &daemon_options.stop_grace)) return 2;
+    return substrax::RunDaemon(daemon_options, daemon_timeout);
+  }
   if (*run) return substrax::RunRunner(assignment, runner_options, runner_timeout);
   return substrax::RunTrain(job, local_devices, train_devices, timeout, explicit_collectives);
 }

@@ -28,7 +28,8 @@
 #
 # Cleans up on every exit (trap): the daemons and their runners, the namespaces, /etc/netns/<ns>,
 # the temp dir. Bounded: an overall deadline, every blocking command under `timeout`.
-# Skips (exit 0, saying so) unless root with working `ip netns`. Daemon logs are copied to
+# Skips (exit 0, saying so) unless root with working `ip netns`; under CI=true that is a
+# failure instead. Daemon logs are copied to
 # $TEST_UNDECLARED_OUTPUTS_DIR when Bazel gives one.
 #
 # MULTIHOST_TEST_FORCE_FAILURE=1 fails on purpose once the daemons are ready (to check the cleanup).
@@ -46,6 +47,12 @@ START=$SECONDS
 log() { echo "multihost_test: $*"; }
 SKIPPED=""
 skip() {
+  # CI has root and ip netns: there, not being able to make namespaces is a failure, never a
+  # silent pass (tools/test.sh passes CI through with --test_env=CI).
+  if [ "${CI:-}" = true ]; then
+    log "FAIL: CI=true, but the multi-host test cannot run: $*" >&2
+    exit 1
+  fi
   SKIPPED=1
   log "$*"
   [ -n "${TMP:-}" ] || log "SKIPPED: the multi-host test did not run (it needs root and ip netns; CI has both)"

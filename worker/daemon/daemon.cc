@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_status.h"
+#include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/devices.h"
@@ -44,9 +46,23 @@ std::string Tail(const std::string& path, size_t bytes) {
   return all.size() <= bytes ? all : "..." + all.substr(all.size() - bytes);
 }
 
+// Whether `pid` is stopped by a signal (state T in /proc/<pid>/stat).
+bool IsSuspended(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+}
+
 void Log(const std::string& message) {
   std::fprintf(stderr, "substrax-worker: %s\n", message.c_str());
   std::fflush(stderr);
+}
+
+// Time on the monotonic clock (never steps with the wall clock).
+absl::Duration Monotonic() {
+  return absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
 }
 
 std::chrono::system_clock::time_point Deadline(absl::Duration d) {
@@ -77,8 +93,8 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
 
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices)
     : options_(std::move(options)), devices_(std::move(devices)) {
-  stub_ = v1::CoordinatorService::NewStub(
-      grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()));
+  stub_ = v1::CoordinatorService::NewStub(grpc::CreateCustomChannel(
+      options_.coordinator, grpc::InsecureChannelCredentials(), KeepaliveChannelArguments()));
 }
 
 WorkerDaemon::~WorkerDaemon() {
@@ -110,12 +126,22 @@ absl::Status WorkerDaemon::Register() {
   absl::BitGen gen;
   while (!stopped_.HasBeenNotified()) {
     grpc::ClientContext context;
+    // Wait (up to the deadline) for a connection rather than fail at once with the last
+    // connection error: a restarted coordinator is found as soon as it listens.
+    context.set_wait_for_ready(true);
     context.set_deadline(Deadline(absl::Seconds(10)));
     v1::RegisterWorkerResponse response;
+    const absl::Duration sent = Monotonic();
     grpc::Status status = stub_->RegisterWorker(&context, request, &response);
     if (status.ok()) {
       absl::MutexLock lock(&mu_);
       incarnation_ = incarnation;
+      last_renewal_ = sent;
+      fenced_ = false;
+      heartbeat_timeout_ = FromProtoDuration(response.heartbeat_timeout());
+      if (heartbeat_timeout_ <= absl::ZeroDuration()) heartbeat_timeout_ = absl::Seconds(10);
+      watch_epoch_.clear();
+      watch_cursor_ = 0;
       heartbeat_interval_ = FromProtoDuration(response.heartbeat_interval());
       if (heartbeat_interval_ <= absl::ZeroDuration()) heartbeat_interval_ = absl::Seconds(1);
       Log(absl::StrCat("registered as ", options_.worker_id, " (host ", options_.host, ", ",
@@ -170,11 +196,37 @@ void WorkerDaemon::HeartbeatLoop() {
     }
     v1::HeartbeatRequest request;
     request.set_worker_id(options_.worker_id);
-    request.set_incarnation(Incarnation());
+    {
+      absl::MutexLock lock(&mu_);
+      request.set_incarnation(incarnation_);
+      for (const auto& [key, runner] : runners_) {
+        v1::RunnerRef* ref = request.add_runners();
+        ref->set_job_id(runner.job_id);
+        ref->set_attempt(runner.attempt);
+        ref->set_process_index(runner.process_index);
+        ref->set_ended(runner.ended);
+        ref->set_suspended(!runner.ended && IsSuspended(runner.pid));
+      }
+    }
     grpc::ClientContext context;
-    context.set_deadline(Deadline(interval * 3));
+    context.set_wait_for_ready(true);
+    // No longer than an interval: a dropped packet must not hold up the fencing check below.
+    context.set_deadline(Deadline(std::max(interval, absl::Milliseconds(200))));
     v1::HeartbeatResponse response;
+    const absl::Duration sent = Monotonic();
     grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    if (status.ok()) {
+      absl::MutexLock lock(&mu_);
+      last_renewal_ = sent;
+      if (fenced_) {
+        fenced_ = false;
+        Log("the coordinator is reachable again");
+      }
+    }
+    for (const v1::StopAttempt& stop : response.stop()) {
+      Terminate(absl::StrCat(stop.job_id(), "/", stop.attempt()),
+                absl::StrCat("the coordinator says: ", stop.reason()));
+    }
     if (status.error_code() == grpc::StatusCode::ABORTED ||
         status.error_code() == grpc::StatusCode::NOT_FOUND) {
       // The coordinator declared this incarnation dead (or forgot it): its attempts have been
@@ -182,10 +234,32 @@ void WorkerDaemon::HeartbeatLoop() {
       Log(absl::StrCat("lease lost (", status.error_message(), "); registering again"));
       SetReady(false);
       TerminateAll("the worker lost its lease");
+      // Never offer the devices again while an old runner still uses them.
+      if (!AwaitRunnersExited(options_.stop_grace + absl::Seconds(5))) {
+        Log("runners still alive after SIGKILL; registering anyway");
+      }
       if (!Register().ok()) return;
       SetReady(true);
     } else if (!status.ok()) {
       Log(absl::StrCat("heartbeat failed: ", status.error_message()));
+      absl::Duration unrenewed, timeout;
+      bool fence = false;
+      {
+        absl::MutexLock lock(&mu_);
+        unrenewed = Monotonic() - last_renewal_;
+        timeout = heartbeat_timeout_;
+        fence = !fenced_ && unrenewed >= timeout;
+        if (fence) fenced_ = true;
+      }
+      if (fence) {
+        const std::string why = absl::StrCat(
+            "coordinator unreachable for ", absl::FormatDuration(absl::Trunc(unrenewed,
+                                                                             absl::Milliseconds(100))),
+            " (the heartbeat timeout is ", absl::FormatDuration(timeout),
+            "): fencing, since the coordinator may restart these attempts elsewhere");
+        Log(why);
+        TerminateAll(why);
+      }
     }
     stopped_.WaitForNotificationWithTimeout(interval);
   }
@@ -197,7 +271,14 @@ void WorkerDaemon::WatchLoop() {
     grpc::ClientContext context;
     v1::WatchAssignmentsRequest request;
     request.set_worker_id(options_.worker_id);
-    request.set_incarnation(Incarnation());
+    {
+      // Resume after the last event received, so that nothing is replayed (Kubernetes' watch
+      // from a resourceVersion).
+      absl::MutexLock lock(&mu_);
+      request.set_incarnation(incarnation_);
+      request.set_epoch(watch_epoch_);
+      request.set_cursor(watch_cursor_);
+    }
     std::unique_ptr<grpc::ClientReader<v1::WatchAssignmentsResponse>> reader =
         stub_->WatchAssignments(&context, request);
     // Cancels the stream when the daemon stops; ends with the stream otherwise.
@@ -212,12 +293,19 @@ void WorkerDaemon::WatchLoop() {
     });
     v1::WatchAssignmentsResponse event;
     while (reader->Read(&event)) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (incarnation_ != request.incarnation()) break;  // re-registered: a new queue
+        watch_epoch_ = event.epoch();
+        watch_cursor_ = event.cursor();
+      }
       if (event.has_start()) Launch(event.start());
       if (event.has_stop()) {
         Terminate(absl::StrCat(event.stop().job_id(), "/", event.stop().attempt()),
                   event.stop().reason());
       }
     }
+    context.TryCancel();  // no-op unless the loop left early
     grpc::Status status = reader->Finish();
     stream_done = true;
     canceller.join();
@@ -229,6 +317,16 @@ void WorkerDaemon::WatchLoop() {
 
 void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   const std::string key = absl::StrCat(assignment.job_id(), "/", assignment.attempt());
+  {
+    // slurmd's rule: a replayed launch is refused. Held across the fork so that two deliveries
+    // of one event cannot both pass.
+    absl::MutexLock lock(&mu_);
+    if (!launched_.insert(absl::StrCat(key, "/", assignment.process_index())).second) {
+      Log(absl::StrCat("job ", key, " process ", assignment.process_index(),
+                       " was launched before; ignoring the repeated assignment"));
+      return;
+    }
+  }
   const std::string base = absl::StrCat(options_.work_dir, "/", assignment.job_id(), "-attempt-",
                                         assignment.attempt(), "-process-",
                                         assignment.process_index());
@@ -263,9 +361,15 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
 
   const pid_t pid = fork();
   if (pid == 0) {
-    // A runner never outlives its daemon.
+    // A runner never outlives its daemon, and its own children go with it: it leads a process
+    // group that Terminate signals as a whole.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    setpgid(0, 0);
+    // The daemon blocks SIGTERM and SIGINT for its signal thread; a runner must die of them.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
@@ -285,15 +389,10 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
     ReportStatus(failed);
     return;
   }
+  // Also set in the child: whichever runs first, the group exists before anyone signals it.
+  setpgid(pid, pid);
   runner.pid = pid;
   Log(absl::StrCat("started runner ", pid, " for job ", key, " process ", runner.process_index));
-  v1::ReportAttemptStatusRequest running;
-  running.set_job_id(runner.job_id);
-  running.set_attempt(runner.attempt);
-  running.set_worker_id(options_.worker_id);
-  running.set_process_index(runner.process_index);
-  running.set_state(v1::RUNNER_STATE_RUNNING);
-  ReportStatus(running);
   absl::MutexLock lock(&mu_);
   runners_[key] = runner;
   reapers_.emplace_back([this, key, pid] { Reap(key, pid); });
@@ -304,13 +403,13 @@ void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) 
   {
     absl::MutexLock lock(&mu_);
     auto it = runners_.find(key);
-    if (it == runners_.end() || it->second.stop_requested) return;
+    if (it == runners_.end() || it->second.stop_requested || it->second.ended) return;
     it->second.stop_requested = true;
     it->second.stop_reason = reason;
     pid = it->second.pid;
   }
   Log(absl::StrCat("stopping runner ", pid, " of job ", key, ": ", reason));
-  kill(pid, SIGTERM);
+  kill(-pid, SIGTERM);
   // SIGKILL after the grace period if it is still there (the reaper clears it from runners_).
   absl::MutexLock lock(&mu_);
   reapers_.emplace_back([this, key, pid] {
@@ -319,12 +418,23 @@ void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) 
       {
         absl::MutexLock lock(&mu_);
         auto it = runners_.find(key);
-        if (it == runners_.end() || it->second.pid != pid) return;
+        if (it == runners_.end() || it->second.pid != pid || it->second.ended) return;
       }
       absl::SleepFor(absl::Milliseconds(50));  // polling the reaper's bookkeeping until the grace ends
     }
-    kill(pid, SIGKILL);
+    kill(-pid, SIGKILL);
   });
+}
+
+bool WorkerDaemon::AwaitRunnersExited(absl::Duration timeout) {
+  auto none_running = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [key, runner] : runners_) {
+      if (!runner.ended) return false;
+    }
+    return true;
+  };
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&none_running), timeout);
 }
 
 void WorkerDaemon::TerminateAll(const std::string& reason) {
@@ -340,11 +450,14 @@ void WorkerDaemon::Reap(std::string key, pid_t pid) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  // Whatever the runner left behind in its group goes with it.
+  kill(-pid, SIGKILL);
   Runner runner;
   {
+    // Listed in heartbeats as ended until the coordinator has its outcome.
     absl::MutexLock lock(&mu_);
+    runners_[key].ended = true;
     runner = runners_[key];
-    runners_.erase(key);
   }
   v1::ReportAttemptStatusRequest report;
   std::ifstream result(runner.result_path, std::ios::binary);
@@ -370,29 +483,39 @@ void WorkerDaemon::Reap(std::string key, pid_t pid) {
     Log(absl::StrCat("runner ", pid, " of job ", key, " failed: ", report.error()));
   }
   ReportStatus(report);
+  absl::MutexLock lock(&mu_);
+  runners_.erase(key);
 }
 
 void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {
-  // Retried while the coordinator is unreachable (a few seconds at most): how a runner ended
-  // must not be lost to a blip. Other errors (the attempt already ended) are final.
+  // Retried while the coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED): how a runner
+  // ended must not be lost to an outage. Backoff doubles with jitter up to 1 s (a restarted
+  // coordinator hears of it within about a second); the retries end when the daemon stops.
+  // Other errors (the attempt already ended) are final.
   absl::Duration backoff = absl::Milliseconds(100);
-  for (int attempt = 0; attempt < 6; ++attempt) {
+  absl::BitGen gen;
+  while (true) {
     grpc::ClientContext context;
-    context.set_deadline(Deadline(absl::Seconds(10)));
+    context.set_wait_for_ready(true);
+    context.set_deadline(Deadline(absl::Seconds(2)));
     v1::ReportAttemptStatusResponse response;
     grpc::Status status = stub_->ReportAttemptStatus(&context, request, &response);
     if (status.ok()) return;
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
       if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
         Log(absl::StrCat("status report of job ", request.job_id(), " rejected: ",
                          status.error_message()));
       }
       return;
     }
-    absl::SleepFor(backoff);  // backoff between retries of an unreachable coordinator
-    backoff *= 2;
+    if (stopped_.WaitForNotificationWithTimeout(backoff * absl::Uniform(gen, 0.5, 1.5))) {
+      Log(absl::StrCat("could not report the status of job ", request.job_id(),
+                       ": the daemon stopped while the coordinator was unreachable"));
+      return;
+    }
+    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
-  Log(absl::StrCat("could not report the status of job ", request.job_id(), ": coordinator unreachable"));
 }
 
 }  // namespace substrax

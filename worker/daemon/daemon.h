@@ -2,8 +2,21 @@
 // TorchElastic agent. It registers the host's devices with the coordinator under a random
 // incarnation, keeps its lease with heartbeats, watches for assignments and runs one runner
 // process (`substrax-worker run`) per job attempt. Cancelling or failing an attempt stops its
-// runner: SIGTERM, then SIGKILL after a grace period. A runner that crashes never takes the
-// daemon down; its exit status and the tail of its stderr go back to the coordinator.
+// runner: SIGTERM, then SIGKILL after a grace period, to the runner's process group (its own
+// children go too). A runner that crashes never takes the daemon down; its exit status and the
+// tail of its stderr go back to the coordinator.
+//
+// Exactly once: a reopened assignment stream resumes after the last event received (epoch,
+// cursor); a (job, attempt, process) is launched at most once in the daemon's life, however
+// often its start event arrives; every heartbeat lists the runners the daemon has (running, or
+// ended with an outcome not yet acknowledged) and stops those the coordinator names.
+//
+// Fencing: a daemon that has not renewed its lease for heartbeat_timeout (counted on the
+// monotonic clock from the sending of its last successful heartbeat, so never later than the
+// coordinator's own count) stops its runners, because the coordinator is about to declare it
+// dead and restart their attempts elsewhere (a Ray raylet that lost the GCS does the same).
+// A daemon told its lease is gone waits for its runners to exit before it registers again, so
+// that its devices are never offered while an old runner still uses them.
 //
 // Thread-safe: Stop() may be called from any thread (a signal handler thread).
 #ifndef SUBSTRAX_WORKER_DAEMON_DAEMON_H_
@@ -12,6 +25,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -84,6 +98,8 @@ class WorkerDaemon {
     std::string stderr_path;
     bool stop_requested = false;
     std::string stop_reason;
+    // The runner has exited; its outcome waits for the coordinator's acknowledgement.
+    bool ended = false;
   };
 
   WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices);
@@ -94,7 +110,12 @@ class WorkerDaemon {
   void Launch(const v1::Assignment& assignment);
   void Terminate(const std::string& key, const std::string& reason);
   void TerminateAll(const std::string& reason);
+  // Waits until no runner is running (ended ones may wait for their acknowledgement), at most
+  // `timeout`. False at the deadline.
+  bool AwaitRunnersExited(absl::Duration timeout);
   void Reap(std::string key, pid_t pid);
+  // Delivers a runner's final status, retrying while the coordinator is unreachable (until
+  // acknowledged, refused, or the daemon stops).
   void ReportStatus(const v1::ReportAttemptStatusRequest& request);
   std::string Incarnation() const;
 
@@ -108,7 +129,19 @@ class WorkerDaemon {
   mutable absl::Mutex mu_;
   std::string incarnation_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  absl::Duration heartbeat_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+  // When the last successful heartbeat (or registration) was sent, on the monotonic clock.
+  absl::Duration last_renewal_ ABSL_GUARDED_BY(mu_);
+  // The runners were stopped because the lease could not be renewed.
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
+  // The assignment stream's position: the (epoch, cursor) of the last event received by the
+  // current incarnation.
+  std::string watch_epoch_ ABSL_GUARDED_BY(mu_);
+  int64_t watch_cursor_ ABSL_GUARDED_BY(mu_) = 0;
+  // Runners by "job/attempt", until their outcome is acknowledged.
   std::map<std::string, Runner> runners_ ABSL_GUARDED_BY(mu_);
+  // Every "job/attempt/process" ever launched by this daemon: never a second runner for one.
+  std::set<std::string> launched_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> reapers_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,5 +1,7 @@
 #include "worker/daemon/runner.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -8,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "core/status.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "worker/collectives/store.h"
@@ -42,6 +45,7 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   auto fail = [&](const absl::Status& status) {
     result.set_state(v1::RUNNER_STATE_FAILED);
     result.set_error(std::string(status.message()));
+    result.set_error_code(static_cast<int32_t>(status.code()));
     WriteResult(options.result_path, result);
     return status;
   };
@@ -49,7 +53,8 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   if (!mesh.ok()) return fail(Annotate(mesh.status(), "assignment mesh"));
   const std::vector<int> processes = ProcessTable(*mesh);
 
-  auto channel = grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(),
+                                           KeepaliveChannelArguments());
   std::shared_ptr<v1::CoordinatorService::StubInterface> stub =
       v1::CoordinatorService::NewStub(channel);
   CoordinatorStore store(stub, assignment.job_id(), assignment.attempt());
@@ -84,6 +89,17 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ReportStepsResponse response;
     grpc::Status status = stub->ReportSteps(&context, request, &response);
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      // The coordinator says this attempt has ended: stop now, wherever the other threads
+      // are (they may be blocked in a collective that will never finish).
+      std::fprintf(stderr, "substrax runner: stopping: %s\n", status.error_message().c_str());
+      v1::ReportAttemptStatusRequest stopped = result;
+      stopped.set_state(v1::RUNNER_STATE_FAILED);
+      stopped.set_error(absl::StrCat("stopped by the coordinator: ", status.error_message()));
+      WriteResult(options.result_path, stopped);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
     if (!status.ok()) {
       std::fprintf(stderr, "substrax runner: step report of device %d at step %lld not stored: %s\n",
                    r.device_id, static_cast<long long>(r.step), status.error_message().c_str());

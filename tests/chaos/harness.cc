@@ -1,0 +1,418 @@
+#include "tests/chaos/harness.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "core/job_spec.h"
+#include "grpcpp/grpcpp.h"
+
+namespace substrax::testing {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The command line of `pid` with NULs as spaces ("" when it is gone).
+std::string CommandLine(pid_t pid) {
+  std::string cmdline = ReadAll(absl::StrCat("/proc/", pid, "/cmdline"));
+  for (char& c : cmdline) {
+    if (c == '\0') c = ' ';
+  }
+  return cmdline;
+}
+
+char ProcessState(pid_t pid) {
+  const std::string stat = ReadAll(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+}
+
+std::vector<pid_t> AllPids() {
+  std::vector<pid_t> pids;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* entry = readdir(proc)) {
+    int pid = 0;
+    if (absl::SimpleAtoi(entry->d_name, &pid) && pid != getpid()) pids.push_back(pid);
+  }
+  closedir(proc);
+  return pids;
+}
+
+void Close(int fd) {
+  if (fd >= 0) close(fd);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TcpProxy
+
+TcpProxy::TcpProxy(std::string upstream) : upstream_(std::move(upstream)) {
+  listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  listen(listen_fd_, 64);
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+}
+
+TcpProxy::~TcpProxy() {
+  stopping_ = true;
+  acceptor_.join();
+  Close(listen_fd_);
+  ResetAll();
+  std::vector<std::thread> pumps;
+  {
+    absl::MutexLock lock(&mu_);
+    pumps.swap(pumps_);
+  }
+  for (std::thread& t : pumps) t.join();
+}
+
+std::string TcpProxy::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+int TcpProxy::ResetAll() {
+  absl::MutexLock lock(&mu_);
+  const linger reset{1, 0};
+  for (int fd : open_) {
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    shutdown(fd, SHUT_RDWR);  // wakes the pump, which closes (and so resets) both sides
+  }
+  return static_cast<int>(open_.size()) / 2;
+}
+
+void TcpProxy::AcceptLoop() {
+  const std::vector<std::string> parts = absl::StrSplit(upstream_, ':');
+  int upstream_port = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &upstream_port)) return;
+  while (!stopping_.load()) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    const int client = accept(listen_fd_, nullptr, nullptr);
+    if (client < 0) continue;
+    const int server = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(upstream_port));
+    inet_pton(AF_INET, parts[0].c_str(), &addr.sin_addr);
+    if (connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      Close(server);
+      Close(client);
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    open_.insert(client);
+    open_.insert(server);
+    pumps_.emplace_back([this, client, server] { Pump(client, server); });
+  }
+}
+
+void TcpProxy::Pump(int client, int server) {
+  char buffer[16384];
+  pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+  while (!stopping_.load()) {
+    if (poll(fds, 2, 100) <= 0) continue;
+    bool done = false;
+    for (int i = 0; i < 2 && !done; ++i) {
+      if (fds[i].revents == 0) continue;
+      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+      if (n <= 0) {
+        done = true;
+        break;
+      }
+      for (ssize_t sent = 0; sent < n;) {
+        const ssize_t w = write(fds[1 - i].fd, buffer + sent, n - sent);
+        if (w <= 0) {
+          done = true;
+          break;
+        }
+        sent += w;
+      }
+    }
+    if (done) break;
+  }
+  absl::MutexLock lock(&mu_);
+  const linger reset{1, 0};
+  for (int fd : {client, server}) {
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    open_.erase(fd);
+    close(fd);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc
+
+std::vector<pid_t> ProcessesMentioning(const std::string& dir) {
+  std::vector<pid_t> found;
+  for (pid_t pid : AllPids()) {
+    // Zombies (already ended, not yet reaped) do not count: they hold nothing.
+    if (absl::StrContains(CommandLine(pid), dir) && ProcessState(pid) != 'Z') found.push_back(pid);
+  }
+  return found;
+}
+
+std::vector<RunnerProcess> RunnersUnder(const std::string& dir) {
+  std::vector<RunnerProcess> runners;
+  for (pid_t pid : AllPids()) {
+    const std::string cmdline = CommandLine(pid);
+    const std::string flag = absl::StrCat(" --assignment ", dir);
+    const size_t at = cmdline.find(flag);
+    if (at == std::string::npos || !absl::StrContains(cmdline, " run ")) continue;
+    const char state = ProcessState(pid);
+    if (state == 'Z' || state == '?') continue;
+    const size_t start = at + 14;
+    RunnerProcess r;
+    r.pid = pid;
+    r.assignment = cmdline.substr(start, cmdline.find(' ', start) - start);
+    r.stopped = state == 'T';
+    runners.push_back(r);
+  }
+  return runners;
+}
+
+RunnerWatch::RunnerWatch(std::string dir) : dir_(std::move(dir)) {
+  thread_ = std::thread([this] {
+    while (!stopping_.load()) {
+      // job -> attempts alive; (job, attempt, process) -> runners alive.
+      std::map<std::string, std::set<std::string>> attempts;
+      std::map<std::string, int> per_process;
+      std::vector<RunnerProcess> runners = RunnersUnder(dir_);
+      for (const RunnerProcess& r : runners) {
+        const std::string base = r.assignment.substr(r.assignment.rfind('/') + 1);
+        const size_t a = base.rfind("-attempt-");
+        const size_t p = base.rfind("-process-");
+        if (a == std::string::npos || p == std::string::npos) continue;
+        attempts[base.substr(0, a)].insert(base.substr(a, p - a));
+        ++per_process[base];
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        for (const RunnerProcess& r : runners) seen_[r.assignment].insert(r.pid);
+        for (const auto& [job, set] : attempts) {
+          if (set.size() > 1) ++overlaps_;
+        }
+        for (const auto& [process, n] : per_process) {
+          if (n > 1) ++overlaps_;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(20));  // a sampling period, not a wait for a condition
+    }
+  });
+}
+
+RunnerWatch::~RunnerWatch() {
+  stopping_ = true;
+  thread_.join();
+}
+
+std::map<std::string, std::set<pid_t>> RunnerWatch::Seen() {
+  absl::MutexLock lock(&mu_);
+  return seen_;
+}
+
+int RunnerWatch::Overlaps() {
+  absl::MutexLock lock(&mu_);
+  return overlaps_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ChaosCluster
+
+ChaosCluster::ChaosCluster(const std::string& name, ChaosClusterOptions options)
+    : options_(std::move(options)), dir_(TempDir(name)) {
+  workers_.resize(options_.workers);
+  StartCoordinator(options_.coordinator_env);
+  for (int w = 0; w < options_.workers; ++w) StartWorker(w);
+}
+
+ChaosCluster::~ChaosCluster() {
+  workers_.clear();
+  coordinator_.reset();
+  proxy_.reset();
+}
+
+void ChaosCluster::StartCoordinator(const std::vector<std::string>& env) {
+  std::remove((dir_ + "/address").c_str());
+  std::vector<std::string> argv = {Runfile("coordinator/substrax-coordinator"), "--listen",
+                                   address_.empty() ? "127.0.0.1:0" : address_,
+                                   "--metrics-listen", "", "--state-dir", dir_ + "/state",
+                                   "--address-file", dir_ + "/address", "--heartbeat-interval",
+                                   options_.heartbeat_interval, "--heartbeat-timeout",
+                                   options_.heartbeat_timeout};
+  argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
+  // Each run has its own log, so that a restart keeps the first run's.
+  ++coordinator_runs_;
+  const std::string log = absl::StrCat(dir_, "/coordinator-", coordinator_runs_, ".log");
+  coordinator_ = std::make_unique<Process>(argv, log, env);
+  std::string address;
+  PollUntil(
+      [&] {
+        std::ifstream in(dir_ + "/address");
+        return static_cast<bool>(std::getline(in, address)) && !address.empty();
+      },
+      absl::Seconds(30));
+  // A restart reuses the first run's port, so that daemons and the proxy find it again.
+  if (address_.empty()) address_ = address;
+  if (options_.through_proxy && proxy_ == nullptr) proxy_ = std::make_unique<TcpProxy>(address_);
+  Connect();
+}
+
+void ChaosCluster::Connect() {
+  jobs_ = v1::JobService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+}
+
+std::string ChaosCluster::worker_address() const {
+  return proxy_ != nullptr ? proxy_->address() : address_;
+}
+
+void ChaosCluster::StartWorker(int w) {
+  workers_[w] = std::make_unique<Process>(
+      std::vector<std::string>{Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+                               worker_address(), "--cpu-devices",
+                               absl::StrCat(options_.cpu_devices_per_worker), "--worker-id",
+                               absl::StrCat("w-", w + 1), "--host",
+                               std::string("host-") + char('a' + w), "--work-dir",
+                               absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
+                               options_.collective_timeout, "--stop-grace",
+                               options_.stop_grace},
+      absl::StrCat(dir_, "/worker-", w + 1, ".log"));
+}
+
+bool ChaosCluster::WaitForWorkers(int n, absl::Duration timeout) {
+  return PollUntil(
+      [&] {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+        v1::ListWorkersRequest request;
+        v1::ListWorkersResponse response;
+        if (!jobs_->ListWorkers(&context, request, &response).ok()) return false;
+        int alive = 0;
+        for (const v1::Worker& worker : response.workers()) {
+          if (worker.state() == v1::WORKER_STATE_ALIVE) ++alive;
+        }
+        return alive >= n;
+      },
+      timeout);
+}
+
+std::string ChaosCluster::Submit(const std::string& yaml) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  if (!spec.ok()) return absl::StrCat("error: ", spec.status().message());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *spec;
+  v1::SubmitJobResponse response;
+  grpc::Status status = jobs_->SubmitJob(&context, request, &response);
+  if (!status.ok()) return absl::StrCat("error: ", status.error_message());
+  return response.job().id();
+}
+
+std::optional<v1::Job> ChaosCluster::Get(const std::string& id) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::GetJobRequest request;
+  request.set_job_id(id);
+  v1::GetJobResponse response;
+  if (!jobs_->GetJob(&context, request, &response).ok()) return std::nullopt;
+  return response.job();
+}
+
+std::optional<v1::Job> ChaosCluster::WaitForEnd(const std::string& id, absl::Duration timeout) {
+  std::optional<v1::Job> job;
+  PollUntil(
+      [&] {
+        job = Get(id);
+        return job.has_value() && (job->state() == v1::JOB_STATE_SUCCEEDED ||
+                                   job->state() == v1::JOB_STATE_FAILED ||
+                                   job->state() == v1::JOB_STATE_CANCELLED);
+      },
+      timeout);
+  return job;
+}
+
+std::string ChaosCluster::Logs() {
+  std::string all;
+  for (int run = 1; run <= coordinator_runs_; ++run) {
+    absl::StrAppend(&all, "--- coordinator run ", run, " ---\n",
+                    ReadAll(absl::StrCat(dir_, "/coordinator-", run, ".log")));
+  }
+  for (int w = 0; w < options_.workers; ++w) {
+    absl::StrAppend(&all, "\n--- worker ", w + 1, " ---\n",
+                    ReadAll(absl::StrCat(dir_, "/worker-", w + 1, ".log")));
+  }
+  return all;
+}
+
+std::string ChaosCluster::StopAndListLeftovers() {
+  for (auto& worker : workers_) {
+    if (worker != nullptr) worker->Signal(SIGTERM);
+  }
+  for (auto& worker : workers_) {
+    if (worker != nullptr) worker->Wait(absl::Seconds(30));
+  }
+  if (coordinator_ != nullptr) {
+    coordinator_->Signal(SIGTERM);
+    coordinator_->Wait(absl::Seconds(30));
+  }
+  std::vector<pid_t> left;
+  PollUntil(
+      [&] {
+        left = ProcessesMentioning(dir_);
+        return left.empty();
+      },
+      absl::Seconds(10));
+  std::string listing;
+  for (pid_t pid : left) absl::StrAppend(&listing, pid, ": ", CommandLine(pid), "\n");
+  return listing;
+}
+
+std::string SyntheticJob(const std::string& name, int devices, int steps, int max_restarts) {
+  return absl::StrReplaceAll(R"(apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: NAME}
+spec:
+  model: {type: mlp, hidden_sizes: [32, 32], num_classes: 4}
+  data:
+    format: synthetic
+    synthetic: {task: classification, num_train_examples: 4096, num_test_examples: 512,
+                num_features: 16, noise: 0.3}
+  optimizer: {type: adam, learning_rate: 0.01}
+  mesh: {data_parallel_size: DEVICES}
+  batch: {global_batch_size: 64}
+  steps: STEPS
+  report_every_steps: 10
+  max_restarts: RESTARTS
+)",
+                             {{"NAME", name},
+                              {"DEVICES", absl::StrCat(devices)},
+                              {"STEPS", absl::StrCat(steps)},
+                              {"RESTARTS", absl::StrCat(max_restarts)}});
+}
+
+}  // namespace substrax::testing

@@ -1,0 +1,150 @@
+// What the chaos tests share: a cluster of real processes (a coordinator and worker daemons,
+// optionally behind a TCP proxy that can reset every connection), a JobService client, and the
+// /proc checks every fault test ends with.
+#ifndef SUBSTRAX_TESTS_CHAOS_HARNESS_H_
+#define SUBSTRAX_TESTS_CHAOS_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "substrax/v1/job.pb.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+#include "tests/process.h"
+
+namespace substrax::testing {
+
+// A TCP proxy on 127.0.0.1 (port chosen at start) in front of `upstream` ("host:port"). Every
+// accepted connection gets its own connection upstream and a thread that copies both ways.
+// ResetAll() ends every open connection with a TCP reset (SO_LINGER 0), both sides.
+class TcpProxy {
+ public:
+  explicit TcpProxy(std::string upstream);
+  ~TcpProxy();
+  std::string address() const;
+  // Resets every open connection; returns how many were open.
+  int ResetAll();
+
+ private:
+  void AcceptLoop();
+  void Pump(int client, int server);
+
+  std::string upstream_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  absl::Mutex mu_;
+  std::set<int> open_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
+};
+
+// A runner process seen in /proc: its pid and the assignment file it runs
+// ("<work-dir>/<job>-attempt-<a>-process-<p>.assignment").
+struct RunnerProcess {
+  pid_t pid = 0;
+  std::string assignment;
+  bool stopped = false;  // state T (SIGSTOP)
+};
+
+// Every live process whose command line mentions `dir`.
+std::vector<pid_t> ProcessesMentioning(const std::string& dir);
+// The runners (`substrax-worker run --assignment <dir>/...`) alive now.
+std::vector<RunnerProcess> RunnersUnder(const std::string& dir);
+
+// Polls /proc in the background: every runner pid ever seen, by assignment file, and the
+// highest number of runners of one job alive at the same instant.
+class RunnerWatch {
+ public:
+  explicit RunnerWatch(std::string dir);
+  ~RunnerWatch();
+  // Assignment file -> the distinct pids that ran it.
+  std::map<std::string, std::set<pid_t>> Seen();
+  // The most runners of attempts of `job` alive at once beyond one per process, i.e. > 0 when
+  // two runners of one job and process, or of two attempts, were ever alive together.
+  int Overlaps();
+
+ private:
+  std::string dir_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::map<std::string, std::set<pid_t>> seen_ ABSL_GUARDED_BY(mu_);
+  int overlaps_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+struct ChaosClusterOptions {
+  int workers = 2;
+  int cpu_devices_per_worker = 2;
+  // Daemons (and so their runners) reach the coordinator through a TcpProxy.
+  bool through_proxy = false;
+  std::string heartbeat_interval = "500ms";
+  std::string heartbeat_timeout = "3s";
+  std::string collective_timeout = "20s";
+  // The daemons' --stop-grace: SIGTERM, then SIGKILL this much later.
+  std::string stop_grace = "2s";
+  // Extra coordinator flags ("--restart-backoff", "1s").
+  std::vector<std::string> coordinator_flags;
+  // Extra environment of the coordinator ("NAME=value").
+  std::vector<std::string> coordinator_env;
+};
+
+class ChaosCluster {
+ public:
+  ChaosCluster(const std::string& name, ChaosClusterOptions options);
+  ~ChaosCluster();
+
+  // Starts (or restarts, on the same port and state) the coordinator; `env` is its extra
+  // environment (the first start uses the options' coordinator_env).
+  void StartCoordinator(const std::vector<std::string>& env = {});
+  void StartWorker(int w);
+  // The address daemons use (the proxy's when through_proxy).
+  std::string worker_address() const;
+  TcpProxy* proxy() { return proxy_.get(); }
+  Process& coordinator() { return *coordinator_; }
+  Process& worker(int w) { return *workers_[w]; }
+  const std::string& dir() const { return dir_; }
+
+  // Waits until `n` workers are alive. False at the deadline.
+  bool WaitForWorkers(int n, absl::Duration timeout);
+  // Submits a YAML job spec over gRPC; the job id, or the status message prefixed by "error: ".
+  std::string Submit(const std::string& yaml);
+  std::optional<v1::Job> Get(const std::string& id);
+  // Polls until the job is in a terminal state; the last view.
+  std::optional<v1::Job> WaitForEnd(const std::string& id, absl::Duration timeout);
+  std::unique_ptr<v1::JobService::Stub>& jobs() { return jobs_; }
+
+  // Every log, for failure messages.
+  std::string Logs();
+  // Stops the daemons and the coordinator with SIGTERM, then checks through /proc that no
+  // process of this cluster (daemon, runner, coordinator) is left. Empty: none is.
+  std::string StopAndListLeftovers();
+
+ private:
+  void Connect();
+
+  const ChaosClusterOptions options_;
+  const std::string dir_;
+  std::string address_;
+  std::unique_ptr<TcpProxy> proxy_;
+  std::unique_ptr<Process> coordinator_;
+  int coordinator_runs_ = 0;
+  std::vector<std::unique_ptr<Process>> workers_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+};
+
+// A synthetic classification job of `steps` steps on `devices` data-parallel devices.
+std::string SyntheticJob(const std::string& name, int devices, int steps, int max_restarts = 0);
+
+}  // namespace substrax::testing
+
+#endif  // SUBSTRAX_TESTS_CHAOS_HARNESS_H_
