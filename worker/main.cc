@@ -205,6 +205,10 @@ int RunRunner(const std::string& assignment_path, RunnerOptions options,
 }  // namespace substrax
 
 int main(int argc, char** argv) {
+  // A write to a socket whose peer is gone (a Gloo pair when another runner dies, a gRPC
+  // channel) must fail with EPIPE, which the collectives turn into an error naming the dead
+  // peer, instead of killing this process with SIGPIPE and hiding the root cause.
+  signal(SIGPIPE, SIG_IGN);
   CLI::App app{"substrax worker: runs the device-local part of substrax training jobs"};
   app.require_subcommand(1);
   CLI::App* train = app.add_subcommand(

@@ -144,7 +144,8 @@ absl::Status WorkerDaemon::Register() {
       watch_cursor_ = 0;
       heartbeat_interval_ = FromProtoDuration(response.heartbeat_interval());
       if (heartbeat_interval_ <= absl::ZeroDuration()) heartbeat_interval_ = absl::Seconds(1);
-      Log(absl::StrCat("registered as ", options_.worker_id, " (host ", options_.host, ", ",
+      Log(absl::StrCat("registered as ", options_.worker_id, " incarnation ", incarnation,
+                       " (host ", options_.host, ", ",
                        devices_.size(), " devices from '", options_.devices, "') with ",
                        options_.coordinator));
       return absl::OkStatus();
@@ -370,6 +371,8 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // An ignored SIGPIPE survives exec: give the runner the default and let it choose.
+    signal(SIGPIPE, SIG_DFL);
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
@@ -503,10 +506,11 @@ void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {
     if (status.ok()) return;
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
         status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
-        Log(absl::StrCat("status report of job ", request.job_id(), " rejected: ",
-                         status.error_message()));
-      }
+      // Final: the attempt ended meanwhile (cancelled, failed elsewhere, or this worker was
+      // declared dead and the report is stale), or the report itself is wrong.
+      Log(absl::StrCat("status report of job ", request.job_id(), " attempt ", request.attempt(),
+                       " process ", request.process_index(), " refused: ",
+                       status.error_message()));
       return;
     }
     if (stopped_.WaitForNotificationWithTimeout(backoff * absl::Uniform(gen, 0.5, 1.5))) {
