@@ -11,8 +11,8 @@
 #   <run>-w2 (worker,      10.213.0.4) ─┘
 #
 # <run> is "sxmh<pid>" (parallel runs do not collide). Every link and address lives in those
-# namespaces; nothing is added to the root namespace (the veth pairs are created inside <run>-br
-# and their peers moved straight into the hosts). Names resolve per namespace through
+# namespaces (tests/netns_hosts.sh makes them); nothing is added to the root namespace. Names
+# resolve per namespace through
 # /etc/netns/<ns>/hosts (and resolv.conf with the pod's search path and no reachable DNS):
 # the coordinator Service (substrax-coordinator, .<namespace>, .svc, .svc.cluster.local) and
 # the headless worker Service's pod names. Ports are the manifests' own (7070, 7071, 9090): each
@@ -45,25 +45,17 @@ readonly JOB_S=150       # submit --watch of the 60-step job
 START=$SECONDS
 
 log() { echo "multihost_test: $*"; }
-SKIPPED=""
-skip() {
-  # CI has root and ip netns: there, not being able to make namespaces is a failure, never a
-  # silent pass (tools/test.sh passes CI through with --test_env=CI).
-  if [ "${CI:-}" = true ]; then
-    log "FAIL: CI=true, but the multi-host test cannot run: $*" >&2
-    exit 1
-  fi
-  SKIPPED=1
-  log "$*"
-  [ -n "${TMP:-}" ] || log "SKIPPED: the multi-host test did not run (it needs root and ip netns; CI has both)"
-  exit 0
-}
 die() { log "FAIL: $*" >&2; exit 1; }
 left() { echo $((OVERALL_S - (SECONDS - START))); }
 
-[ "$(id -u)" = 0 ] || skip "not root (uid $(id -u)): network namespaces need root"
-command -v ip >/dev/null 2>&1 || skip "no ip (iproute2) on PATH"
-ip netns list >/dev/null 2>&1 || skip "ip netns is unavailable: $(ip netns list 2>&1 | head -1)"
+NETNS_TEST="the multi-host test"
+NETNS_LIB="$(dirname "$0")/../netns_hosts.sh"   # Bazel's runfiles, or the source tree
+[ -f "$NETNS_LIB" ] || NETNS_LIB="$(dirname "$(realpath "$0")")/../netns_hosts.sh"
+# shellcheck source=tests/netns_hosts.sh
+. "$NETNS_LIB"
+# CI has root and ip netns: there, not being able to make namespaces is a failure, never a
+# silent pass (tools/test.sh passes CI through with --test_env=CI).
+netns_require
 
 for arg in "$@"; do
   case "$arg" in
@@ -92,15 +84,12 @@ EXTRACT="$(dirname "$0")/multihost_extract.py"   # beside this script (Bazel's r
 [ -f "$EXTRACT" ] || EXTRACT="$(dirname "$(realpath "$0")")/multihost_extract.py"
 
 RUN="sxmh$$"
-BR_NS="$RUN-br"
 C_NS="$RUN-c"
 W_NS=("$RUN-w1" "$RUN-w2")
 readonly SUBNET_PREFIX=10.213.0   # private; exists only inside this run's namespaces
 C_IP="$SUBNET_PREFIX.2"
 W_IP=("$SUBNET_PREFIX.3" "$SUBNET_PREFIX.4")
-CREATED_NS=()
 PIDS=()
-ETC_NETNS_EXISTED=""; [ -d /etc/netns ] && ETC_NETNS_EXISTED=1
 TMP="$(mktemp -d "${TEST_TMPDIR:-/tmp}/multihost.XXXXXX")"
 
 cleanup() {
@@ -115,17 +104,10 @@ cleanup() {
     [ "$alive" = 0 ] && break
     sleep 0.1
   done
-  # Whatever is still in our namespaces (a stuck daemon, an orphaned runner) is ours: SIGKILL it.
-  for ns in "${CREATED_NS[@]}"; do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
-  done
+  # Whatever is still in our namespaces (a stuck daemon, an orphaned runner) is ours: SIGKILL it,
+  # then the namespaces go.
+  netns_cleanup || rc=1
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-  for ns in "${CREATED_NS[@]}"; do
-    ip netns del "$ns" 2>/dev/null
-    rm -rf "/etc/netns/$ns"
-  done
-  # /etc/netns itself only if this run made it and no other run uses it now.
-  [ -n "$ETC_NETNS_EXISTED" ] || rmdir /etc/netns 2>/dev/null
   if [ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ] && [ -d "$TMP" ]; then
     find "$TMP" -maxdepth 4 -name '*.log' -exec cp --parents {} "$TEST_UNDECLARED_OUTPUTS_DIR" \; 2>/dev/null
   fi
@@ -136,11 +118,7 @@ cleanup() {
     done
   fi
   rm -rf "$TMP"
-  local leftover
-  leftover="$(ip netns list 2>/dev/null | grep -o "^$RUN-[a-z0-9]*" | tr '\n' ' ')"
-  [ -z "$leftover" ] || { log "cleanup left namespaces: $leftover"; rc=1; }
-  if [ -n "$SKIPPED" ] && [ "$rc" = 0 ]; then
-    log "SKIPPED: the multi-host test did not run (it needs root and ip netns; CI has both)"
+  if [ -n "$NETNS_SKIPPED" ] && [ "$rc" = 0 ]; then :  # netns_skip said so
   elif [ "$rc" = 0 ]; then log "PASSED"; else log "FAILED (exit $rc); cleaned up"; fi
   exit "$rc"
 }
@@ -204,14 +182,7 @@ for i in 0 1; do
 done
 
 # --- 2. The hosts: namespaces on a bridge that lives in a namespace of its own. --------------
-mkns() {
-  ip netns add "$1" || skip "ip netns add $1 failed (no permission to create network namespaces?)"
-  CREATED_NS+=("$1")
-  ip -n "$1" link set lo up
-}
-mkns "$BR_NS"
-ip -n "$BR_NS" link add br0 type bridge
-ip -n "$BR_NS" link set br0 up
+netns_bridge "$RUN"
 # /etc/hosts of every host: the coordinator Service and StatefulSet pod, the worker pods of the
 # headless Service, as cluster DNS would answer them.
 svc="$COORDINATOR_SERVICE.$K8S_NAMESPACE"
@@ -224,24 +195,10 @@ ${W_IP[$i]} substrax-worker-${W_NS[$i]}.$WORKER_SUBDOMAIN.$K8S_NAMESPACE.svc.$CL
 done
 [ "$WORKER_SUBDOMAIN" = "$WORKER_HEADLESS_SERVICE" ] \
   || die "the worker pods' subdomain ($WORKER_SUBDOMAIN) is not the headless Service ($WORKER_HEADLESS_SERVICE)"
-n=0
 for entry in "$C_NS=$C_IP" "${W_NS[0]}=${W_IP[0]}" "${W_NS[1]}=${W_IP[1]}"; do
-  ns="${entry%=*}" addr="${entry#*=}"
-  n=$((n + 1))
-  mkns "$ns"
-  # Created inside the bridge's namespace, the peer moved straight into the host's: no link
-  # ever exists in the root namespace.
-  ip -n "$BR_NS" link add "veth$n" type veth peer name eth0 netns "$ns"
-  ip -n "$BR_NS" link set "veth$n" master br0 up
-  ip -n "$ns" addr add "$addr/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  # (retried: a parallel run may remove an empty /etc/netns between mkdir -p's two steps)
-  for _ in 1 2 3; do mkdir -p "/etc/netns/$ns" 2>/dev/null && break; done
-  printf '%s\n' "$HOSTS" >"/etc/netns/$ns/hosts"
-  # The pod's search path; the only nameserver is this host's loopback, where nothing listens,
-  # so no query leaves the namespace and every name comes from hosts above.
-  printf 'search %s.svc.%s svc.%s %s\nnameserver 127.0.0.1\noptions ndots:5\n' \
-    "$K8S_NAMESPACE" "$CLUSTER_DOMAIN" "$CLUSTER_DOMAIN" "$CLUSTER_DOMAIN" >"/etc/netns/$ns/resolv.conf"
+  # With the pod's DNS search path.
+  netns_host "${entry%=*}" "${entry#*=}" "$HOSTS" \
+    "$K8S_NAMESPACE.svc.$CLUSTER_DOMAIN svc.$CLUSTER_DOMAIN $CLUSTER_DOMAIN"
 done
 
 # --- 3. Start the daemons: exactly the extracted argv and env. ---------------------------------
