@@ -221,7 +221,7 @@ void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
         worker_id,
         absl::StrCat(DescribeWorkerLocked(worker_id), " missed heartbeats for ",
                      absl::FormatDuration(options_.heartbeat_timeout),
-                     ": the process died or was preempted; check its log"),
+                     ": it died, was preempted or lost the network; check its log"),
         ended);
   }
 }

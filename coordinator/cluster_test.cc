@@ -239,8 +239,8 @@ TEST_F(ClusterTest, ExpiredLeaseFailsTheRunningAttempt) {
   const v1::Job failed = Get(job);
   EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(failed.error(),
-              HasSubstr("worker w-2 (host b) missed heartbeats for 10s: the process died or was "
-                        "preempted; check its log"));
+              HasSubstr("worker w-2 (host b) missed heartbeats for 10s: it died, was preempted "
+                        "or lost the network; check its log"));
   EXPECT_THAT(failed.error(), HasSubstr("attempt 1, process 1 (devices 2, 3)"));
   EXPECT_EQ(failed.transitions().rbegin()->reason(), failed.error());
   EXPECT_EQ(cluster_->ListWorkers()[1].state(), v1::WORKER_STATE_DEAD);

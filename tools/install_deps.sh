@@ -13,7 +13,8 @@ set -euo pipefail
 # Benchmarks: Open MPI (libraries and mpirun), the comparison peer of //bench:allreduce.
 # Data: Fashion-MNIST in IDX format (examples and the quality run).
 # Kubernetes manifests (tests/k8s): kubectl for its kustomize, python3-venv for the validator's
-# virtual environment (the section at the end); iproute2 for the multi-host test's namespaces.
+# virtual environment (the section at the end); iproute2 for the multi-host test's namespaces,
+# nftables for the partition test (tests/chaos) to drop packets in them.
 PACKAGES=(
   bazel-bootstrap
   g++
@@ -38,6 +39,7 @@ PACKAGES=(
   kubernetes-client
   python3-venv
   iproute2
+  nftables
 )
 
 # SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 (the image builds in deploy/docker) leaves out what only the
