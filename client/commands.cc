@@ -354,6 +354,11 @@ int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
   absl::StatusOr<v1::GroupBy> group_by = ParseGroupBy(flags.group_by);
   if (!group_by.ok()) return UsageError(ctx, group_by.status());
   request.set_group_by(*group_by);
+  if (flags.attempt < 0) {
+    return UsageError(ctx, absl::InvalidArgumentError(absl::StrCat(
+        "--attempt: ", flags.attempt, " is not an attempt: give N >= 1, or 0 for the latest")));
+  }
+  request.set_attempt(flags.attempt);
 
   std::shared_ptr<grpc::Channel> channel = Connect(ctx.coordinator);
   std::unique_ptr<v1::MetricsService::Stub> stub = v1::MetricsService::NewStub(channel);

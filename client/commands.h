@@ -77,6 +77,7 @@ struct MetricsFlags {
   std::string reduce;              // --reduce; empty: the job's declared reductions
   std::string steps;               // --steps; empty: all
   std::string group_by;            // --group-by; empty: none
+  int attempt = 0;                 // --attempt; 0: the latest attempt with points
 };
 // metrics JOB: malformed flags exit 2 before any RPC.
 int MetricsCommand(const CommandContext& ctx, const std::string& job_id,

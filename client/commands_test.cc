@@ -448,12 +448,14 @@ TEST_F(CommandsTest, MetricsSendsTheQueryAndTabulatesSeries) {
   EXPECT_EQ(q.steps().last(), 0);
   EXPECT_EQ(q.reduction(), v1::REDUCTION_MAX);
   EXPECT_EQ(q.group_by(), v1::GROUP_BY_HOST);
+  EXPECT_EQ(q.attempt(), 0);
 }
 
 TEST_F(CommandsTest, MalformedMetricsFlagsAreUsageErrorsWithoutAnRpc) {
   for (MetricsFlags flags : {MetricsFlags{{}, "", "200:100", ""}, MetricsFlags{{}, "", "x:", ""},
                              MetricsFlags{{}, "median", "", ""},
-                             MetricsFlags{{}, "", "", "rack"}}) {
+                             MetricsFlags{{}, "", "", "rack"},
+                             MetricsFlags{{}, "", "", "", -1}}) {
     EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitUsage);
   }
   EXPECT_EQ(metrics_.queries(), 0);

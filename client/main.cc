@@ -154,6 +154,8 @@ int main(int argc, char** argv) {
   metrics->add_option("--steps", metrics_flags.steps,
                       "Step range A:B (inclusive), A: (to the latest), :B or A; default: all");
   metrics->add_option("--group-by", metrics_flags.group_by, "device or host; default: none");
+  metrics->add_option("--attempt", metrics_flags.attempt,
+                      "Attempt N (1 is the first); default: the latest attempt with metrics");
   add_output(metrics);
   metrics->callback(
       [&] { run = [&](auto& ctx) { return ctl::MetricsCommand(ctx, job, metrics_flags); }; });

@@ -67,6 +67,10 @@ void MetricsStore::Add(const v1::StepReport& report) {
 absl::StatusOr<v1::QueryMetricsResponse> MetricsStore::Query(
     const v1::QueryMetricsRequest& request, const DeclaredReductions& declared) const {
   const v1::StepRange& range = request.steps();
+  if (request.attempt() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attempt: ", request.attempt(), " is not an attempt: give 0 (the latest) or N >= 1"));
+  }
   if (range.first() < 0 || range.last() < 0 || (range.last() != 0 && range.last() < range.first())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "steps: [", range.first(), ", ", range.last(),
@@ -78,8 +82,18 @@ absl::StatusOr<v1::QueryMetricsResponse> MetricsStore::Query(
     return absl::NotFoundError(
         absl::StrCat("job ", request.job_id(), " has reported no metrics yet"));
   }
-  const int attempt_number = job->second.rbegin()->first;
-  const Attempt& attempt = job->second.rbegin()->second;
+  auto chosen = job->second.rbegin()->first;
+  if (request.attempt() != 0) chosen = request.attempt();
+  auto found = job->second.find(chosen);
+  if (found == job->second.end()) {
+    std::vector<int> with_points;
+    for (const auto& [number, points] : job->second) with_points.push_back(number);
+    return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " attempt ", chosen,
+                                            " reported no metrics; attempts with metrics: ",
+                                            absl::StrJoin(with_points, ", ")));
+  }
+  const int attempt_number = found->first;
+  const Attempt& attempt = found->second;
 
   std::vector<std::string> names(request.names().begin(), request.names().end());
   if (names.empty()) names.assign(attempt.names.begin(), attempt.names.end());
@@ -95,6 +109,7 @@ absl::StatusOr<v1::QueryMetricsResponse> MetricsStore::Query(
   const auto end = attempt.steps.upper_bound(last);
 
   v1::QueryMetricsResponse response;
+  response.set_attempt(attempt_number);
   for (const std::string& name : names) {
     const v1::Reduction reduction = EffectiveReduction(name, request.reduction(), declared);
     const bool per_device =

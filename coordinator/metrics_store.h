@@ -53,8 +53,9 @@ class MetricsStore {
   void Add(const v1::StepReport& report);
 
   // Serves MetricsService.QueryMetrics:
-  //  - the points of the job's latest attempt that has points (earlier attempts restarted from
-  //    a checkpoint and their steps would overlap);
+  //  - the points of the attempt asked for; attempt 0: the job's latest attempt that has
+  //    points (earlier attempts restarted from a checkpoint and their steps would overlap);
+  //    the response names the attempt;
   //  - steps in [first, last] (last 0: to the latest);
   //  - one series per (name, group), names in the order asked (all the attempt has, sorted by
   //    name, when none are asked), groups sorted (device ids numerically, hosts by name);
@@ -66,8 +67,9 @@ class MetricsStore {
   //  - REDUCTION_NONE keeps every value: one series per device (group = device id) whatever
   //    group_by says (a host's devices each get their own series; grouping without combining
   //    is exactly that), each point with num_values 1.
-  // Errors: NOT_FOUND (the job has no points yet; a requested name the job's latest attempt
-  // never reported: the message lists the names it has), INVALID_ARGUMENT (steps.first < 0,
+  // Errors: NOT_FOUND (the job has no points yet; the attempt asked for has none: the message
+  // lists those that have; a requested name the attempt never reported: the message lists the
+  // names it has), INVALID_ARGUMENT (attempt < 0, steps.first < 0,
   // steps.last < 0, or steps.last != 0 and last < first).
   absl::StatusOr<v1::QueryMetricsResponse> Query(const v1::QueryMetricsRequest& request,
                                                  const DeclaredReductions& declared) const;

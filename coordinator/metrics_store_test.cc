@@ -192,6 +192,26 @@ TEST_F(MetricsStoreTest, LatestAttemptWithPointsAndResentReportsReplace) {
   EXPECT_THAT(Query(store, Request(v1::REDUCTION_SUM)), ElementsAre(Flat{"", 5, 8.0, 1}));
 }
 
+TEST_F(MetricsStoreTest, AnEarlierAttemptOnRequest) {
+  store.Add(Report(3, 5, 0, "a", 9.0));
+  auto request = Request(v1::REDUCTION_MAX);
+  auto latest = store.Query(request, {});
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->attempt(), 3);
+  request.set_attempt(1);
+  auto first = store.Query(request, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->attempt(), 1);
+  EXPECT_THAT(Flatten(*first), ElementsAre(Flat{"", 10, 4.0, 4}, Flat{"", 20, 7.0, 3}));
+  // Attempt 2 never reported: NOT_FOUND naming the attempts that did.
+  request.set_attempt(2);
+  auto none = store.Query(request, {});
+  ASSERT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("attempts with metrics: 1, 3"));
+  request.set_attempt(-1);
+  EXPECT_EQ(store.Query(request, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(MetricsStoreTest, LatestForProgress) {
   DeclaredReductions declared;
   declared["loss"] = v1::REDUCTION_MIN;
