@@ -8,7 +8,9 @@
 // Restarted at once, jobs go on in their attempt; restarted after 2 x heartbeat_timeout, the
 // daemons have fenced their runners, so a running attempt ends FAILED ("coordinator
 // unreachable") and the job succeeds in a later one. Always: the job reaches the right state,
-// never two runners of one job at once, no acknowledged record lost, nothing left in /proc.
+// never two runners of one job at once, nothing left in /proc, and no acknowledged record lost:
+// the job's transitions and every device's metric points that a client polling every 20 ms
+// was served before the kill are all still served at the end.
 #include <signal.h>
 
 #include <string>
@@ -40,15 +42,19 @@ TEST_P(CoordinatorKillTest, JobsReachTheRightStateAfterARestart) {
   ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
   RunnerWatch watch(cluster.dir());
 
-  // A short job (long enough to be killed mid-job) that may restart once.
+  // A short job that may restart once. Killed mid-job, it must still run well past the fence
+  // (heartbeat_timeout after the kill): ~130 steps/s here, so 2000 steps take ~15 s, and an
+  // attempt that ends before its daemons fence it rightly succeeds in attempt 1.
   const bool cancel = failpoint == "before_send_stop";
   std::string id = cluster.Submit(
-      SyntheticJob("victim", 4, cancel ? 1000000 : (failpoint == "mid_job" ? 600 : 150), 1));
+      SyntheticJob("victim", 4, cancel ? 1000000 : (failpoint == "mid_job" ? 2000 : 150), 1));
   if (failpoint == "before_send_start" && id.rfind("error", 0) == 0) {
     // It died as it scheduled the job, before answering; the job was stored first.
     id = "victim-1";
   }
   ASSERT_EQ(id.rfind("error", 0), std::string::npos) << id;
+  // What a client is told until the coordinator dies: none of it may be lost.
+  AcknowledgedRecords acknowledged(cluster.address(), id);
   std::optional<v1::Job> before;
   if (failpoint == "mid_job" || cancel) {
     ASSERT_TRUE(PollUntil(
@@ -71,6 +77,14 @@ TEST_P(CoordinatorKillTest, JobsReachTheRightStateAfterARestart) {
   std::optional<int> died = cluster.coordinator().Wait(absl::Seconds(60));
   ASSERT_EQ(died, 128 + SIGKILL) << "the coordinator did not die at " << failpoint << "\n"
                                  << cluster.Logs();
+  acknowledged.Stop();
+  const std::optional<v1::Job> acked_job = acknowledged.job();
+  const std::optional<v1::QueryMetricsResponse> acked_points = acknowledged.metrics();
+  if (failpoint == "mid_job") {
+    // It was killed after it had served steps: the comparison below is not vacuous.
+    ASSERT_TRUE(acked_job.has_value() && acked_points.has_value() &&
+                acked_points->series_size() > 0);
+  }
   if (late) {
     // The outage under test: longer than the lease, so the daemons fence their runners.
     absl::SleepFor(2 * kHeartbeatTimeout);
@@ -78,8 +92,19 @@ TEST_P(CoordinatorKillTest, JobsReachTheRightStateAfterARestart) {
   cluster.StartCoordinator();
   const absl::Time restarted = absl::Now();
 
-  std::optional<v1::Job> job = cluster.WaitForEnd(id, absl::Seconds(30));
+  std::optional<v1::Job> job = cluster.WaitForEnd(id, absl::Seconds(90));
   ASSERT_TRUE(job.has_value()) << cluster.Logs();
+  // No acknowledged record lost: the transitions a client saw are a prefix of the final ones,
+  // and every metric point it saw is still served (of its attempt, even after a restart).
+  if (acked_job.has_value()) {
+    EXPECT_EQ(LostJobRecords(*acked_job, *job), "") << job->DebugString();
+  }
+  if (acked_points.has_value()) {
+    std::optional<v1::QueryMetricsResponse> points =
+        cluster.DeviceMetrics(id, acked_points->attempt());
+    ASSERT_TRUE(points.has_value()) << "attempt " << acked_points->attempt() << " has no metrics";
+    EXPECT_EQ(LostMetricPoints(*acked_points, *points), "");
+  }
   if (cancel) {
     EXPECT_EQ(job->state(), v1::JOB_STATE_CANCELLED) << job->DebugString();
     // The stop that never left is derived again from the stored state (or the runner was

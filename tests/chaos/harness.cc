@@ -60,7 +60,115 @@ void Close(int fd) {
   if (fd >= 0) close(fd);
 }
 
+std::optional<v1::QueryMetricsResponse> QueryDeviceMetrics(v1::MetricsService::Stub& stub,
+                                                           const std::string& id, int attempt) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::QueryMetricsRequest request;
+  request.set_job_id(id);
+  request.set_reduction(v1::REDUCTION_NONE);
+  request.set_attempt(attempt);
+  v1::QueryMetricsResponse response;
+  if (!stub.QueryMetrics(&context, request, &response).ok()) return std::nullopt;
+  return response;
+}
+
 }  // namespace
+
+AcknowledgedRecords::AcknowledgedRecords(const std::string& address, std::string job_id)
+    : job_id_(std::move(job_id)) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  jobs_ = v1::JobService::NewStub(channel);
+  metrics_ = v1::MetricsService::NewStub(channel);
+  thread_ = std::thread([this] {
+    while (!stopping_.load()) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      v1::GetJobRequest request;
+      request.set_job_id(job_id_);
+      v1::GetJobResponse response;
+      const bool got_job = jobs_->GetJob(&context, request, &response).ok();
+      std::optional<v1::QueryMetricsResponse> points =
+          QueryDeviceMetrics(*metrics_, job_id_, /*attempt=*/0);
+      {
+        absl::MutexLock lock(&mu_);
+        if (got_job) job_ = response.job();
+        if (points.has_value()) metrics_seen_ = std::move(points);
+      }
+      absl::SleepFor(absl::Milliseconds(20));  // a sampling period, not a wait for a condition
+    }
+  });
+}
+
+AcknowledgedRecords::~AcknowledgedRecords() { Stop(); }
+
+void AcknowledgedRecords::Stop() {
+  stopping_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<v1::Job> AcknowledgedRecords::job() {
+  absl::MutexLock lock(&mu_);
+  return job_;
+}
+
+std::optional<v1::QueryMetricsResponse> AcknowledgedRecords::metrics() {
+  absl::MutexLock lock(&mu_);
+  return metrics_seen_;
+}
+
+std::string LostJobRecords(const v1::Job& acked, const v1::Job& now) {
+  std::string lost;
+  for (int i = 0; i < acked.transitions_size(); ++i) {
+    if (i >= now.transitions_size() ||
+        acked.transitions(i).SerializeAsString() != now.transitions(i).SerializeAsString()) {
+      absl::StrAppend(&lost, "transition ", i, " {", acked.transitions(i).ShortDebugString(),
+                      "} is now ",
+                      i < now.transitions_size() ? now.transitions(i).ShortDebugString()
+                                                 : std::string("missing"),
+                      "\n");
+    }
+  }
+  const bool terminal = acked.state() == v1::JOB_STATE_SUCCEEDED ||
+                        acked.state() == v1::JOB_STATE_FAILED ||
+                        acked.state() == v1::JOB_STATE_CANCELLED;
+  if (terminal && now.state() != acked.state()) {
+    absl::StrAppend(&lost, "the job had ended ", v1::JobState_Name(acked.state()), ", now it is ",
+                    v1::JobState_Name(now.state()), "\n");
+  }
+  if (acked.progress().step() > now.progress().step() && acked.attempt() == now.attempt()) {
+    absl::StrAppend(&lost, "progress went back from step ", acked.progress().step(), " to ",
+                    now.progress().step(), " in attempt ", now.attempt(), "\n");
+  }
+  return lost;
+}
+
+std::string LostMetricPoints(const v1::QueryMetricsResponse& acked,
+                             const v1::QueryMetricsResponse& now) {
+  // (name, group) -> step -> value, as now.
+  std::map<std::pair<std::string, std::string>, std::map<int64_t, double>> have;
+  for (const v1::MetricSeries& s : now.series()) {
+    auto& points = have[{s.name(), s.group()}];
+    for (const v1::MetricPoint& p : s.points()) points[p.step()] = p.value();
+  }
+  std::string lost;
+  int missing = 0;
+  for (const v1::MetricSeries& s : acked.series()) {
+    const auto& points = have[{s.name(), s.group()}];
+    for (const v1::MetricPoint& p : s.points()) {
+      auto it = points.find(p.step());
+      if (it != points.end() && it->second == p.value()) continue;
+      if (++missing <= 10) {
+        absl::StrAppend(&lost, "attempt ", acked.attempt(), " ", s.name(), " of device ",
+                        s.group(), " at step ", p.step(), " was ", p.value(), ", now ",
+                        it == points.end() ? std::string("missing") : absl::StrCat(it->second),
+                        "\n");
+      }
+    }
+  }
+  if (missing > 10) absl::StrAppend(&lost, "... ", missing - 10, " more points lost\n");
+  return lost;
+}
 
 // ---------------------------------------------------------------------------------------------
 // TcpProxy
@@ -331,6 +439,13 @@ std::string ChaosCluster::Submit(const std::string& yaml) {
   grpc::Status status = jobs_->SubmitJob(&context, request, &response);
   if (!status.ok()) return absl::StrCat("error: ", status.error_message());
   return response.job().id();
+}
+
+std::optional<v1::QueryMetricsResponse> ChaosCluster::DeviceMetrics(const std::string& id,
+                                                                    int attempt) {
+  return QueryDeviceMetrics(
+      *v1::MetricsService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
+      id, attempt);
 }
 
 std::optional<v1::Job> ChaosCluster::Get(const std::string& id) {

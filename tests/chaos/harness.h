@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "substrax/v1/job.pb.h"
 #include "substrax/v1/job_service.grpc.pb.h"
+#include "substrax/v1/metrics_service.grpc.pb.h"
 #include "tests/process.h"
 
 namespace substrax::testing {
@@ -119,6 +120,10 @@ class ChaosCluster {
   // Submits a YAML job spec over gRPC; the job id, or the status message prefixed by "error: ".
   std::string Submit(const std::string& yaml);
   std::optional<v1::Job> Get(const std::string& id);
+  // Every device's own metric points (REDUCTION_NONE) of attempt `attempt` (0: the latest).
+  std::optional<v1::QueryMetricsResponse> DeviceMetrics(const std::string& id, int attempt = 0);
+  // The coordinator's address ("127.0.0.1:port"; the same across restarts).
+  const std::string& address() const { return address_; }
   // Polls until the job is in a terminal state; the last view.
   std::optional<v1::Job> WaitForEnd(const std::string& id, absl::Duration timeout);
   std::unique_ptr<v1::JobService::Stub>& jobs() { return jobs_; }
@@ -141,6 +146,36 @@ class ChaosCluster {
   std::vector<std::unique_ptr<Process>> workers_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
 };
+
+// What the coordinator acknowledged to a client about one job: a thread reads the job (GetJob)
+// and every device's metric points (QueryMetrics) over its own channel every 20 ms, keeping the
+// last answers that came back OK, until Stop(). Once answered, a record must survive anything,
+// a coordinator SIGKILL included.
+class AcknowledgedRecords {
+ public:
+  AcknowledgedRecords(const std::string& address, std::string job_id);
+  ~AcknowledgedRecords();
+  void Stop();
+  std::optional<v1::Job> job();
+  std::optional<v1::QueryMetricsResponse> metrics();
+
+ private:
+  const std::string job_id_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::MetricsService::Stub> metrics_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::optional<v1::Job> job_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::QueryMetricsResponse> metrics_seen_ ABSL_GUARDED_BY(mu_);
+};
+
+// What of `acked` (an earlier answer) a later answer lost, one line each; empty when nothing:
+// the job's transitions are a prefix of `now`'s, a terminal state stays; every metric point
+// (series, step, value) is still there in `now_metrics` (of the same attempt).
+std::string LostJobRecords(const v1::Job& acked, const v1::Job& now);
+std::string LostMetricPoints(const v1::QueryMetricsResponse& acked,
+                             const v1::QueryMetricsResponse& now);
 
 // A synthetic classification job of `steps` steps on `devices` data-parallel devices.
 std::string SyntheticJob(const std::string& name, int devices, int steps, int max_restarts = 0);
