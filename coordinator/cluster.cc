@@ -87,16 +87,35 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& o
   SUBSTRAX_ASSIGN_OR_RETURN(StateStore::Snapshot snapshot, state->Load());
   std::unique_ptr<Cluster> cluster(
       new Cluster(options, std::move(clock), std::move(lease_clock), state));
+  if (options.max_active_jobs <= 0 || options.max_finished_jobs < 0 ||
+      options.metrics_raw_steps < 0 || options.metrics_history_every <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_active_jobs (", options.max_active_jobs, ") and metrics_history_every (",
+        options.metrics_history_every, ") must be positive, max_finished_jobs (",
+        options.max_finished_jobs, ") and metrics_raw_steps (", options.metrics_raw_steps,
+        ") not negative"));
+  }
+  cluster->writer_ = std::make_unique<StateWriter>(state);
+  // A commit may release assignment events: wake the streams.
+  cluster->writer_->SetCommitCallback([c = cluster.get()] {
+    absl::MutexLock lock(&c->mu_);
+    ++c->version_;
+  });
   EndedAttempts ended;
+  uint64_t ticket = 0;
   {
     absl::MutexLock lock(&cluster->mu_);
     SUBSTRAX_RETURN_IF_ERROR(cluster->LoadLocked(snapshot, &ended));
+    cluster->ExpireFinishedJobsLocked();
     cluster->ScheduleLocked();
-    SUBSTRAX_RETURN_IF_ERROR(cluster->FlushLocked());
+    ticket = cluster->EnqueueLocked();
   }
+  SUBSTRAX_RETURN_IF_ERROR(cluster->writer_->Wait(ticket));
   // No callback can be set yet; `ended` only documents what loading did.
   return cluster;
 }
+
+Cluster::~Cluster() { writer_.reset(); }
 
 absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended) {
   const absl::Time now = lease_clock_();
@@ -112,7 +131,6 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
       next_device_id_ = std::max(next_device_id_, device.id() + 1);
     }
   }
-  for (const v1::StepReport& report : snapshot.reports) metrics_.Add(report);
 
   for (const v1::Job& job : snapshot.jobs) {
     JobEntry& entry = jobs_[job.id()];
@@ -126,7 +144,14 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
     for (const v1::Device& device : job.mesh().devices()) {
       next_device_id_ = std::max(next_device_id_, device.id() + 1);
     }
-    RefreshProgressLocked(entry);
+    // A job that has not ended gets its progress from its latest stored points (an ended one
+    // was stored with its final progress); history stays on disk.
+    if (!IsTerminalJobState(job.state()) && job.attempt() > 0) {
+      SUBSTRAX_ASSIGN_OR_RETURN(std::vector<v1::StepReport> latest,
+                                state_->LatestReports(job.id(), job.attempt(), 2));
+      for (const v1::StepReport& report : latest) metrics_.Add(report);
+      RefreshProgressLocked(entry);
+    }
     for (const v1::JobTransition& t : job.transitions()) {
       if (t.to() == v1::JOB_STATE_RUNNING) {
         entry.first_start = FromProtoTime(t.time());
@@ -228,19 +253,28 @@ void Cluster::PushEventLocked(const std::string& worker_id, v1::WatchAssignments
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
   it->second.events.push_back(std::move(event));
+  it->second.event_tickets.push_back(kUnstamped);
+  unstamped_workers_.insert(worker_id);
   ++version_;
 }
 
-absl::Status Cluster::FlushLocked() {
-  for (auto it = dirty_workers_.begin(); it != dirty_workers_.end();) {
-    SUBSTRAX_RETURN_IF_ERROR(state_->PutWorker(workers_.at(*it).proto));
-    it = dirty_workers_.erase(it);
+uint64_t Cluster::EnqueueLocked() {
+  for (const std::string& id : dirty_workers_) writer_->PutWorker(workers_.at(id).proto);
+  for (const std::string& id : dirty_jobs_) writer_->PutJob(jobs_.at(id).job);
+  dirty_workers_.clear();
+  dirty_jobs_.clear();
+  // Everything this call changed is at or before the last ticket (earlier calls' too, which
+  // only makes the wait as long as theirs). Its events go out once that is committed.
+  const uint64_t ticket = writer_->last_ticket();
+  for (const std::string& id : unstamped_workers_) {
+    auto worker = workers_.find(id);
+    if (worker == workers_.end()) continue;
+    for (uint64_t& t : worker->second.event_tickets) {
+      if (t == kUnstamped) t = ticket;
+    }
   }
-  for (auto it = dirty_jobs_.begin(); it != dirty_jobs_.end();) {
-    SUBSTRAX_RETURN_IF_ERROR(state_->PutJob(jobs_.at(*it).job));
-    it = dirty_jobs_.erase(it);
-  }
-  return absl::OkStatus();
+  unstamped_workers_.clear();
+  return ticket;
 }
 
 void Cluster::NotifyEnded(const EndedAttempts& ended) {

@@ -39,10 +39,17 @@
 // final_metrics are process 0's at success.
 //
 // Persistence. Every change of a job or worker, and every report batch, is written to the
-// StateStore before the call that made it returns OK. When a write fails the call returns the
-// store's error (UNAVAILABLE); the change stays in memory and is written again at the next
-// call or Tick. Progress is not written on every report: it is recomputed from the stored
-// points at load. Assignment queues and lease times live only in memory: loaded workers
+// StateStore before the call that made it returns OK, by a StateWriter thread (state_writer.h):
+// the lock is never held across a disk write, and one commit serves every call waiting. When a
+// write fails the call returns the store's error (UNAVAILABLE); the change stays in memory and
+// the writer commits it again (a submitted job is the exception: it is written before it exists
+// in memory, so a failed submit leaves nothing). Progress is not written on every report: a
+// running job's is recomputed from its latest stored points at load; an ended job's is stored
+// with it. Metric history stays on disk (retention per ClusterOptions) and QueryMetrics reads it
+// there, without the lock; memory holds each running attempt's two newest steps.
+//
+// Retention. Ended jobs expire after finished_job_ttl and beyond max_finished_jobs (Tick), or
+// when deleted (DeleteJob); their metric points go with them. Assignment queues and lease times live only in memory: loaded workers
 // start with a fresh lease at now(), and a loaded RUNNING job keeps its devices while its
 // workers keep their leases; its start events are queued again (in a new stream epoch), and
 // the daemons, whose launches are idempotent, start only what they do not run yet. Which
@@ -62,6 +69,7 @@
 #define SUBSTRAX_COORDINATOR_CLUSTER_H_
 
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
@@ -78,6 +86,7 @@
 #include "absl/time/time.h"
 #include "coordinator/metrics_store.h"
 #include "coordinator/state_store.h"
+#include "coordinator/state_writer.h"
 #include "coordinator/submit_policy.h"
 #include "core/mesh.h"
 #include "substrax/v1/coordinator_service.pb.h"
@@ -105,6 +114,18 @@ struct ClusterOptions {
   // max_restart_backoff. Zero: restart at once.
   absl::Duration restart_backoff = absl::Seconds(1);
   absl::Duration max_restart_backoff = absl::Minutes(2);
+  // Retention and limits (docs/operations.md). SubmitJob answers RESOURCE_EXHAUSTED while this
+  // many jobs are PENDING or RUNNING.
+  int max_active_jobs = 1000;
+  // Ended jobs are deleted (with their metric points) this long after they ended, and beyond
+  // this many, oldest first. Zero TTL: no expiry by age.
+  absl::Duration finished_job_ttl = absl::Hours(7 * 24);
+  int max_finished_jobs = 10000;
+  // Metric points of an attempt: every point of its last metrics_raw_steps steps; before those,
+  // only steps that are multiples of metrics_history_every (rounded up to a multiple of the
+  // job's report_every_steps). metrics_raw_steps 0: keep everything.
+  int64_t metrics_raw_steps = 10000;
+  int64_t metrics_history_every = 1000;
 };
 
 // SUCCEEDED, FAILED and CANCELLED: the job has ended and will not change again.
@@ -122,6 +143,8 @@ class Cluster {
   static absl::StatusOr<std::unique_ptr<Cluster>> Create(const ClusterOptions& options,
                                                          Clock clock, StateStore* state,
                                                          Clock lease_clock = nullptr);
+  // Commits what is still queued, then stops the writer (before the state it calls back into).
+  ~Cluster();
 
   // --- membership (worker-facing) ---
 
@@ -193,8 +216,15 @@ class Cluster {
   absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec);
   // Errors: NOT_FOUND.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
-  // Newest first; an empty filter means every state.
-  std::vector<v1::Job> ListJobs(const std::vector<v1::JobState>& states) const;
+  // Newest first; an empty filter means every state. Skips `offset` matching jobs and returns
+  // at most `limit`; *more (when given) says whether more match after them.
+  std::vector<v1::Job> ListJobs(const std::vector<v1::JobState>& states, size_t offset = 0,
+                                size_t limit = SIZE_MAX, bool* more = nullptr) const;
+  // How many jobs are in each state (for gauges: copies nothing).
+  std::map<v1::JobState, int> JobCounts() const;
+  // Deletes an ended job and its metric points. Errors: NOT_FOUND, FAILED_PRECONDITION (not
+  // ended: cancel it first), UNAVAILABLE.
+  absl::Status DeleteJob(const std::string& job_id);
   // Cancels a PENDING or RUNNING job (its workers get stop events). `reason` defaults to
   // "cancelled by user". Errors: NOT_FOUND, FAILED_PRECONDITION (the job has ended: the message
   // says how), UNAVAILABLE.
@@ -230,6 +260,10 @@ class Cluster {
     absl::Time last_heartbeat;
     // Assignment events of the current incarnation; event i has cursor i + 1.
     std::vector<v1::WatchAssignmentsResponse> events;
+    // event_tickets[i]: the writer's ticket that must be committed before event i is sent
+    // (what the event announces is stored first); kUnstamped until the call that pushed it
+    // hands its changes to the writer.
+    std::vector<uint64_t> event_tickets;
   };
   // One runner process of a running attempt.
   struct Process {
@@ -256,6 +290,8 @@ class Cluster {
     std::vector<Process> processes;
     // When the first attempt started (for max_duration_seconds); InfinitePast before.
     absl::Time first_start = absl::InfinitePast();
+    // (attempt, highest step) at the last metric prune.
+    std::pair<int, int64_t> pruned{0, 0};
   };
   // Attempts that ended inside a locked section, reported to the callback after unlocking.
   using EndedAttempts = std::vector<std::pair<std::string, int>>;
@@ -277,8 +313,20 @@ class Cluster {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckAttemptRunningLocked(const std::string& job_id, int attempt) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReportStepsLocked(const v1::ReportStepsRequest& request, EndedAttempts* ended)
+  absl::Status ReportStepsLocked(const v1::ReportStepsRequest& request, EndedAttempts* ended,
+                                 uint64_t* ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a report says about the data (total steps, input features), kept with the job.
+  void NoteDataFactsLocked(JobEntry& entry, const v1::StepReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a prune of the running attempt's metric history (see ClusterOptions) once its
+  // steps have grown by a quarter window since the last one.
+  void PruneMetricsLocked(JobEntry& entry, int64_t highest_step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int ActiveJobsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the job from memory and queues its deletion; the writer's ticket.
+  uint64_t DeleteJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes ended jobs past finished_job_ttl or beyond max_finished_jobs.
+  void ExpireFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the process table of `mesh` (process p: the p-th distinct worker_id in row-major
   // device order) and marks its devices busy.
   void TakeDevicesLocked(JobEntry& entry, Mesh mesh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -322,8 +370,8 @@ class Cluster {
   void PushEventLocked(const std::string& worker_id, v1::WatchAssignmentsResponse event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkJobChangedLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes every dirty job and worker; they stay dirty when a write fails.
-  absl::Status FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands every dirty job and worker to the writer; its ticket (wait for it without the lock).
+  uint64_t EnqueueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // "worker w-2 (host b)".
   std::string DescribeWorkerLocked(const std::string& worker_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -335,7 +383,10 @@ class Cluster {
   const Clock lease_clock_;
   const std::string epoch_;
   StateStore* const state_;
-  MetricsStore metrics_;
+  // Created after loading; the only writer of state_ (SubmitJob's first write aside).
+  std::unique_ptr<StateWriter> writer_;
+  // Each running attempt's newest steps, for progress.
+  MetricsStore metrics_{/*keep_steps=*/2};
 
   mutable absl::Mutex mu_;
   std::function<void(const std::string&, int)> attempt_ended_ ABSL_GUARDED_BY(mu_);
@@ -352,6 +403,11 @@ class Cluster {
   // Device id -> the job whose running attempt holds it.
   std::map<int, std::string> busy_devices_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
+  static constexpr uint64_t kUnstamped = ~uint64_t{0};
+  // Workers with events pushed since the last EnqueueLocked.
+  std::set<std::string> unstamped_workers_ ABSL_GUARDED_BY(mu_);
+  // Submits admitted against max_active_jobs whose job is being written.
+  int submits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Not yet written to the state store.
   std::set<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dirty_workers_ ABSL_GUARDED_BY(mu_);

@@ -9,9 +9,9 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_internal.h"
+#include "coordinator/limits.h"
 #include "coordinator/submit_policy.h"
 #include "core/device_mesh_manager.h"
-#include "core/input_shape.h"
 #include "core/job_spec.h"
 #include "core/model_catalog.h"
 #include "core/sharding.h"
@@ -45,8 +45,15 @@ void Cluster::TransitionLocked(JobEntry& entry, v1::JobState to, const std::stri
   *t->mutable_time() = ToProtoTime(clock_());
   t->set_reason(reason);
   t->set_attempt(entry.job.attempt());
+  auto* transitions = entry.job.mutable_transitions();
+  if (transitions->size() > limits::kMaxTransitionsKept) {
+    // Keep the submission and the newest ones.
+    transitions->DeleteSubrange(1, transitions->size() - limits::kMaxTransitionsKept);
+  }
   entry.job.set_state(to);
   if (to == v1::JOB_STATE_PENDING) entry.pending_reason = reason;
+  // An ended job's progress is final and stored with it; its recent points are not needed.
+  if (IsTerminalJobState(to)) metrics_.Forget(entry.job.id());
   MarkJobChangedLocked(entry);
 }
 
@@ -200,18 +207,24 @@ absl::Status Cluster::CheckAttemptRunningLocked(const std::string& job_id, int a
 }
 
 absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request) {
+  SUBSTRAX_RETURN_IF_ERROR(CheckReportLimits(request));
   EndedAttempts ended;
   absl::Status status;
+  uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
-    status = ReportStepsLocked(request, &ended);
+    status = ReportStepsLocked(request, &ended, &ticket);
   }
   NotifyEnded(ended);
-  return status;
+  // Acknowledged means stored: wait for the commit that holds the points (never under the lock).
+  absl::Status stored = writer_->Wait(ticket);
+  if (!status.ok()) return status;
+  return Annotate(stored, absl::StrCat("job ", request.job_id(), " attempt ", request.attempt(),
+                                       ": reports not stored"));
 }
 
 absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
-                                        EndedAttempts* ended) {
+                                        EndedAttempts* ended, uint64_t* ticket) {
   SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(request.job_id(), request.attempt()));
   JobEntry* entry = &jobs_.at(request.job_id());
   std::map<int, std::pair<std::string, int>> where;  // device id -> (host, process index)
@@ -245,12 +258,14 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
     if (!report.has_time()) *report.mutable_time() = ToProtoTime(clock_());
     reports.push_back(std::move(report));
   }
-  SUBSTRAX_RETURN_IF_ERROR(
-      Annotate(state_->AppendReports(reports), absl::StrCat(scope, ": reports not stored")));
+  *ticket = writer_->AppendReports(reports);
   const absl::Time now = lease_clock_();
   const v1::StepReport* non_finite = nullptr;
+  int64_t highest = 0;
   for (const v1::StepReport& report : reports) {
     metrics_.Add(report);
+    highest = std::max(highest, report.step());
+    NoteDataFactsLocked(*entry, report);
     Process& process = entry->processes[report.process_index()];
     if (report.step() > process.last_step) {
       process.last_step = report.step();
@@ -262,6 +277,7 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
     }
   }
   RefreshProgressLocked(*entry);
+  PruneMetricsLocked(*entry, highest);
   if (non_finite != nullptr) {
     const int p = non_finite->process_index();
     const std::string worker = entry->processes[p].worker_id;
@@ -273,15 +289,47 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
                                    "data"),
                       ended);
     ScheduleLocked();
-    FlushLocked().IgnoreError();  // retried at the next Tick
+    *ticket = EnqueueLocked();
     return absl::FailedPreconditionError(
         absl::StrCat(scope, " failed: non-finite loss at step ", non_finite->step(),
                      "; the runner should stop"));
   }
-  // Progress is derived from the stored points, so the job itself need not be written again.
+  // Progress is derived from the stored points, so the job itself need not be written again
+  // (unless NoteDataFactsLocked learnt something: then it is dirty).
   *entry->job.mutable_update_time() = ToProtoTime(clock_());
   ++version_;
+  *ticket = EnqueueLocked();
   return absl::OkStatus();
+}
+
+void Cluster::NoteDataFactsLocked(JobEntry& entry, const v1::StepReport& report) {
+  v1::Job& job = entry.job;
+  bool changed = false;
+  if (report.total_steps() > 0 && job.progress().total_steps() != report.total_steps()) {
+    job.mutable_progress()->set_total_steps(report.total_steps());
+    changed = true;
+  }
+  if (report.input_features() > 0 && job.input_features() != report.input_features()) {
+    job.set_input_features(report.input_features());
+    changed = true;
+  }
+  if (changed) MarkJobChangedLocked(entry);
+}
+
+void Cluster::PruneMetricsLocked(JobEntry& entry, int64_t highest_step) {
+  const int64_t window = options_.metrics_raw_steps;
+  if (window <= 0 || highest_step <= window) return;
+  const int attempt = entry.job.attempt();
+  if (entry.pruned.first == attempt && highest_step - entry.pruned.second < window / 4 + 1) {
+    return;  // pruned recently: a prune per quarter window keeps the table within 1.25 windows
+  }
+  entry.pruned = {attempt, highest_step};
+  // The history keeps every `every`-th step, rounded up to a step the runner reports.
+  const int64_t report_every = std::max<int64_t>(entry.job.spec().report_every_steps(), 1);
+  const int64_t every =
+      (std::max<int64_t>(options_.metrics_history_every, 1) + report_every - 1) / report_every *
+      report_every;
+  writer_->Prune({entry.job.id(), attempt, highest_step - window, every});
 }
 
 absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& request) {
@@ -289,7 +337,7 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
     return absl::InvalidArgumentError("state: unspecified; give RUNNING, SUCCEEDED or FAILED");
   }
   EndedAttempts ended;
-  absl::Status status;
+  uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
     SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(request.job_id(), request.attempt()));
@@ -339,11 +387,14 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
         if (request.exit_code() > 128) {
           absl::StrAppend(&cause, " (signal ", request.exit_code() - 128, ")");
         }
-        if (!request.error().empty()) absl::StrAppend(&cause, ": ", request.error());
+        if (!request.error().empty()) {
+          absl::StrAppend(&cause, ": ", BoundedText(request.error(), limits::kMaxErrorBytes));
+        }
         // A peer stopped by a signal is the likelier root cause of a collective timeout.
         absl::StrAppend(&cause, SuspendedNoteLocked(*entry, p));
         if (!request.stderr_tail().empty()) {
-          absl::StrAppend(&cause, "; stderr: ", request.stderr_tail());
+          absl::StrAppend(&cause, "; stderr: ",
+                          BoundedText(request.stderr_tail(), limits::kMaxStderrBytes));
         }
         // Errors that cannot get better by retrying fail the job at once (Kubernetes'
         // podFailurePolicy): bad data, a missing file, a spec the runner refuses.
@@ -359,10 +410,10 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
         break;
     }
     ScheduleLocked();
-    status = FlushLocked();
+    ticket = EnqueueLocked();
   }
   NotifyEnded(ended);
-  return status;
+  return writer_->Wait(ticket);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -379,35 +430,62 @@ absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
 }
 
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted) {
+  if (submitted.ByteSizeLong() > limits::kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: ", submitted.ByteSizeLong(),
+                                                   " bytes, more than the limit of ",
+                                                   limits::kMaxSpecBytes));
+  }
   SUBSTRAX_ASSIGN_OR_RETURN(v1::JobSpec spec, AdmitJobSpec(std::move(submitted)));
   const int64_t total_steps = TotalSteps(spec);
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
   v1::Job job;
-  job.set_id(absl::StrCat(spec.name(), "-", next_job_number_));
-  *job.mutable_spec() = std::move(spec);
-  job.set_state(v1::JOB_STATE_PENDING);
-  *job.mutable_create_time() = ToProtoTime(now);
-  *job.mutable_update_time() = ToProtoTime(now);
-  job.mutable_progress()->set_total_steps(total_steps);
-  v1::JobTransition* t = job.add_transitions();
-  t->set_from(v1::JOB_STATE_UNSPECIFIED);
-  t->set_to(v1::JOB_STATE_PENDING);
-  *t->mutable_time() = ToProtoTime(now);
-  t->set_reason("submitted");
-  SUBSTRAX_RETURN_IF_ERROR(Annotate(state_->PutJob(job), "the job was not queued"));
-  ++next_job_number_;
-  const std::string id = job.id();
-  JobEntry& entry = jobs_[id];
-  entry.job = std::move(job);
-  entry.pending_reason = "submitted";
-  job_order_.push_back(id);
-  ++version_;
-  ScheduleLocked();
-  // The job is stored (acknowledged); a failed write of what scheduling changed stays dirty and
-  // is retried at the next Tick.
-  FlushLocked().IgnoreError();
-  return JobViewLocked(jobs_.at(id));
+  {
+    absl::MutexLock lock(&mu_);
+    const int active = ActiveJobsLocked() + submits_in_flight_;
+    if (active >= options_.max_active_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator holds ", active, " pending or running jobs, its limit (",
+          "--max-active-jobs ", options_.max_active_jobs,
+          "); wait for some to end, or cancel some"));
+    }
+    ++submits_in_flight_;
+    const absl::Time now = clock_();
+    // A number burnt by a failed write is never handed out again.
+    job.set_id(absl::StrCat(spec.name(), "-", next_job_number_++));
+    *job.mutable_spec() = std::move(spec);
+    job.set_state(v1::JOB_STATE_PENDING);
+    *job.mutable_create_time() = ToProtoTime(now);
+    *job.mutable_update_time() = ToProtoTime(now);
+    job.mutable_progress()->set_total_steps(total_steps);
+    v1::JobTransition* t = job.add_transitions();
+    t->set_from(v1::JOB_STATE_UNSPECIFIED);
+    t->set_to(v1::JOB_STATE_PENDING);
+    *t->mutable_time() = ToProtoTime(now);
+    t->set_reason("submitted");
+  }
+  // Stored before it exists in memory, so a failed write leaves no job behind (the client's
+  // retry makes the only one). Written here, without the lock; the store serializes it with the
+  // writer's commits.
+  absl::Status stored = Annotate(state_->PutJob(job), "the job was not queued");
+  uint64_t ticket = 0;
+  v1::Job view;
+  {
+    absl::MutexLock lock(&mu_);
+    --submits_in_flight_;
+    if (!stored.ok()) return stored;
+    const std::string id = job.id();
+    JobEntry& entry = jobs_[id];
+    entry.job = std::move(job);
+    entry.pending_reason = "submitted";
+    job_order_.push_back(id);
+    ++version_;
+    ScheduleLocked();
+    ticket = EnqueueLocked();
+    view = JobViewLocked(jobs_.at(id));
+  }
+  // The job is stored (acknowledged); what scheduling changed is retried by the writer if this
+  // commit fails.
+  writer_->Wait(ticket).IgnoreError();
+  return view;
 }
 
 absl::StatusOr<v1::Job> Cluster::GetJob(const std::string& job_id) const {
@@ -417,23 +495,91 @@ absl::StatusOr<v1::Job> Cluster::GetJob(const std::string& job_id) const {
   return JobViewLocked(*entry);
 }
 
-std::vector<v1::Job> Cluster::ListJobs(const std::vector<v1::JobState>& states) const {
+std::vector<v1::Job> Cluster::ListJobs(const std::vector<v1::JobState>& states, size_t offset,
+                                       size_t limit, bool* more) const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::Job> jobs;
+  size_t matched = 0;
+  if (more != nullptr) *more = false;
   for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
     const JobEntry& entry = jobs_.at(*it);
     if (!states.empty() &&
         std::find(states.begin(), states.end(), entry.job.state()) == states.end()) {
       continue;
     }
+    if (matched++ < offset) continue;
+    if (jobs.size() == limit) {
+      if (more != nullptr) *more = true;
+      break;
+    }
     jobs.push_back(JobViewLocked(entry));
   }
   return jobs;
 }
 
+std::map<v1::JobState, int> Cluster::JobCounts() const {
+  absl::MutexLock lock(&mu_);
+  std::map<v1::JobState, int> counts;
+  for (const auto& [id, entry] : jobs_) ++counts[entry.job.state()];
+  return counts;
+}
+
+int Cluster::ActiveJobsLocked() const {
+  int active = 0;
+  for (const auto& [id, entry] : jobs_) active += IsTerminalJobState(entry.job.state()) ? 0 : 1;
+  return active;
+}
+
+absl::Status Cluster::DeleteJob(const std::string& job_id) {
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    SUBSTRAX_ASSIGN_OR_RETURN(JobEntry * entry, FindJobLocked(job_id));
+    if (!IsTerminalJobState(entry->job.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is ", StateName(entry->job.state()),
+                       ": only an ended job can be deleted; cancel it first"));
+    }
+    ticket = DeleteJobLocked(job_id);
+  }
+  return writer_->Wait(ticket);
+}
+
+uint64_t Cluster::DeleteJobLocked(const std::string& job_id) {
+  jobs_.erase(job_id);
+  job_order_.erase(std::remove(job_order_.begin(), job_order_.end(), job_id), job_order_.end());
+  dirty_jobs_.erase(job_id);
+  metrics_.Forget(job_id);
+  ++version_;
+  return writer_->DeleteJob(job_id);
+}
+
+void Cluster::ExpireFinishedJobsLocked() {
+  const absl::Time now = clock_();
+  std::vector<std::string> finished;  // oldest first
+  for (const std::string& id : job_order_) {
+    if (IsTerminalJobState(jobs_.at(id).job.state())) finished.push_back(id);
+  }
+  size_t excess = finished.size() > static_cast<size_t>(std::max(options_.max_finished_jobs, 0))
+                      ? finished.size() - options_.max_finished_jobs
+                      : 0;
+  std::vector<std::string> expired;
+  for (const std::string& id : finished) {
+    const v1::Job& job = jobs_.at(id).job;
+    const absl::Time ended = FromProtoTime(job.transitions(job.transitions_size() - 1).time());
+    const bool too_old =
+        options_.finished_job_ttl > absl::ZeroDuration() && now - ended > options_.finished_job_ttl;
+    if (excess > 0 || too_old) {
+      expired.push_back(id);
+      if (excess > 0) --excess;
+    }
+  }
+  for (const std::string& id : expired) DeleteJobLocked(id);
+}
+
 absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id, const std::string& reason) {
   EndedAttempts ended;
-  absl::Status status;
+  uint64_t ticket = 0;
   v1::Job view;
   {
     absl::MutexLock lock(&mu_);
@@ -451,28 +597,30 @@ absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id, const std:
     if (job.state() == v1::JOB_STATE_RUNNING) EndAttemptLocked(*entry, why, "", &ended);
     TransitionLocked(*entry, v1::JOB_STATE_CANCELLED, why);
     ScheduleLocked();
-    status = FlushLocked();
+    ticket = EnqueueLocked();
     view = JobViewLocked(*entry);
   }
   NotifyEnded(ended);
-  SUBSTRAX_RETURN_IF_ERROR(status);
+  SUBSTRAX_RETURN_IF_ERROR(writer_->Wait(ticket));
   return view;
 }
 
 std::vector<v1::Worker> Cluster::ListWorkers() const {
   absl::MutexLock lock(&mu_);
   const absl::Time now = lease_clock_();
+  // worker -> the jobs running on it, in submission order (one pass over the jobs).
+  std::map<std::string, std::vector<const std::string*>> running;
+  for (const std::string& job_id : job_order_) {
+    for (const Process& process : jobs_.at(job_id).processes) {
+      running[process.worker_id].push_back(&job_id);
+    }
+  }
   std::vector<v1::Worker> workers;
   for (const std::string& worker_id : worker_order_) {
     const WorkerEntry& entry = workers_.at(worker_id);
     v1::Worker worker = entry.proto;
     worker.set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - entry.last_heartbeat));
-    for (const std::string& job_id : job_order_) {
-      const JobEntry& job = jobs_.at(job_id);
-      for (const Process& process : job.processes) {
-        if (process.worker_id == worker_id) worker.add_job_ids(job_id);
-      }
-    }
+    for (const std::string* job_id : running[worker_id]) worker.add_job_ids(*job_id);
     workers.push_back(std::move(worker));
   }
   return workers;
@@ -481,6 +629,7 @@ std::vector<v1::Worker> Cluster::ListWorkers() const {
 absl::StatusOr<v1::GetMeshResponse> Cluster::GetMesh(const std::string& job_id) const {
   v1::JobSpec spec;
   v1::GetMeshResponse response;
+  int64_t features = 0;
   {
     absl::MutexLock lock(&mu_);
     const JobEntry* entry = FindJobOrNullLocked(job_id);
@@ -492,15 +641,17 @@ absl::StatusOr<v1::GetMeshResponse> Cluster::GetMesh(const std::string& job_id) 
     }
     spec = entry->job.spec();
     *response.mutable_mesh() = entry->job.mesh();
+    features = spec.data().format() == v1::DATA_FORMAT_SYNTHETIC
+                   ? spec.data().synthetic().num_features()
+                   : entry->job.input_features();
   }
   SUBSTRAX_ASSIGN_OR_RETURN(Mesh mesh, Mesh::FromProto(response.mesh()));
   SUBSTRAX_ASSIGN_OR_RETURN(*response.mutable_layouts(), LayoutsFor(spec, mesh));
-  // Parameter layouts need the input width, which the data's header gives: shown when this host
-  // can read it (outside the lock: it reads a file).
-  absl::StatusOr<int64_t> features = InputFeatures(spec.data());
-  if (!features.ok()) return response;
+  // Parameter layouts need the input width: the spec's for synthetic data, else what the runners
+  // reported (the coordinator reads no data files); shown once known.
+  if (features <= 0) return response;
   absl::StatusOr<std::vector<ParamSpec>> params =
-      ModelParams(spec.model(), *features, ModelAxisSize(spec));
+      ModelParams(spec.model(), features, ModelAxisSize(spec));
   if (!params.ok()) return response;
   for (const ParamSpec& p : *params) {
     absl::StatusOr<NamedSharding> sharding = NamedSharding::Create(mesh, p.partition);
@@ -513,11 +664,38 @@ absl::StatusOr<v1::GetMeshResponse> Cluster::GetMesh(const std::string& job_id) 
 
 absl::StatusOr<v1::QueryMetricsResponse> Cluster::QueryMetrics(
     const v1::QueryMetricsRequest& request) const {
-  absl::MutexLock lock(&mu_);
-  const JobEntry* entry = FindJobOrNullLocked(request.job_id());
-  if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
+  DeclaredReductions declared;
+  {
+    absl::MutexLock lock(&mu_);
+    const JobEntry* entry = FindJobOrNullLocked(request.job_id());
+    if (entry == nullptr) {
+      return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
+    }
+    declared = entry->job.spec().metrics();
   }
-  return metrics_.Query(request, entry->job.spec().metrics());
+  if (request.attempt() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attempt: ", request.attempt(), " is not an attempt: give 0 (the latest) or N >= 1"));
+  }
+  // From the store, without the lock: a big query never delays heartbeats or reports. The
+  // points of one attempt are bounded by retention (metrics_raw_steps, metrics_history_every).
+  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<int> attempts, state_->ReportedAttempts(request.job_id()));
+  if (attempts.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", request.job_id(), " has reported no metrics yet"));
+  }
+  const int attempt = request.attempt() != 0 ? request.attempt() : attempts.back();
+  if (std::find(attempts.begin(), attempts.end(), attempt) == attempts.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " attempt ", attempt,
+                                            " reported no metrics; attempts with metrics: ",
+                                            absl::StrJoin(attempts, ", ")));
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<v1::StepReport> reports,
+                            state_->ReadReports(request.job_id(), attempt));
+  MetricsStore points;
+  for (const v1::StepReport& r : reports) points.Add(r);
+  v1::QueryMetricsRequest query = request;
+  query.set_attempt(attempt);
+  return points.Query(query, declared);
 }
 }  // namespace substrax

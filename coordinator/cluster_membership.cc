@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/cluster.h"
+#include "coordinator/limits.h"
 #include "core/status.h"
 #include "rpc/proto_time.h"
 
@@ -15,7 +16,19 @@ namespace substrax {
 absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
   const std::string worker_id = request.worker_id().empty() ? request.host() : request.worker_id();
+  for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"worker_id",
+                                                                              &worker_id},
+                                     {"host", &request.host()},
+                                     {"address", &request.address()},
+                                     {"incarnation", &request.incarnation()}}) {
+    SUBSTRAX_RETURN_IF_ERROR(CheckName(field, *value));
+  }
   if (request.host().empty()) return absl::InvalidArgumentError("host: must not be empty");
+  if (request.devices_size() > limits::kMaxDevicesPerWorker) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", worker_id, ": devices: ", request.devices_size(),
+        " given, more than the limit of ", limits::kMaxDevicesPerWorker));
+  }
   if (request.incarnation().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", worker_id, ": incarnation: must not be empty"));
@@ -37,9 +50,15 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
 
   EndedAttempts ended;
   v1::RegisterWorkerResponse response;
-  absl::Status status;
+  uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (workers_.count(worker_id) == 0 &&
+        static_cast<int>(workers_.size()) >= limits::kMaxWorkers) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator knows ", workers_.size(), " workers, its limit; worker ", worker_id,
+          " cannot join"));
+    }
     auto [it, is_new] = workers_.try_emplace(worker_id);
     WorkerEntry& worker = it->second;
     const bool retry = !is_new && worker.proto.incarnation() == request.incarnation();
@@ -56,6 +75,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
     if (!retry || worker.proto.state() != v1::WORKER_STATE_ALIVE) {
       // A new process, or one declared dead: nothing of its old queue applies any more.
       worker.events.clear();
+      worker.event_tickets.clear();
       ++version_;
       v1::Worker& proto = worker.proto;
       proto.Clear();
@@ -78,10 +98,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
       ScheduleLocked();
     }
     *response.mutable_devices() = worker.proto.devices();
-    status = FlushLocked();
+    ticket = EnqueueLocked();
   }
   NotifyEnded(ended);
-  SUBSTRAX_RETURN_IF_ERROR(status);
+  SUBSTRAX_RETURN_IF_ERROR(writer_->Wait(ticket));
   *response.mutable_heartbeat_interval() = ToProtoDuration(options_.heartbeat_interval);
   *response.mutable_heartbeat_timeout() = ToProtoDuration(options_.heartbeat_timeout);
   return response;
@@ -98,7 +118,12 @@ absl::StatusOr<v1::HeartbeatResponse> Cluster::Heartbeat(const v1::HeartbeatRequ
   const std::string& worker_id = request.worker_id();
   EndedAttempts ended;
   v1::HeartbeatResponse response;
-  absl::Status status;
+  uint64_t ticket = 0;
+  if (request.runners_size() > limits::kMaxRunnersPerHeartbeat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "runners: ", request.runners_size(), " listed, more than the limit of ",
+        limits::kMaxRunnersPerHeartbeat));
+  }
   {
     absl::MutexLock lock(&mu_);
     SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker,
@@ -153,25 +178,30 @@ absl::StatusOr<v1::HeartbeatResponse> Cluster::Heartbeat(const v1::HeartbeatRequ
     }
     if (!missing.empty()) {
       ScheduleLocked();
-      status = FlushLocked();
+      ticket = EnqueueLocked();
     }
   }
   NotifyEnded(ended);
-  SUBSTRAX_RETURN_IF_ERROR(status);
+  // Only a heartbeat that changed something waits for the disk; a plain renewal never does.
+  SUBSTRAX_RETURN_IF_ERROR(writer_->Wait(ticket));
   return response;
 }
 
 void Cluster::Tick() {
   EndedAttempts ended;
+  uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
     ExpireLeasesLocked(&ended);
     CheckProgressLocked(&ended);
+    ExpireFinishedJobsLocked();
     ScheduleLocked();
-    // A failed write stays dirty and is retried at the next Tick or call.
-    FlushLocked().IgnoreError();
+    ticket = EnqueueLocked();
   }
   NotifyEnded(ended);
+  // The writer retries a failed commit by itself; waiting here keeps Tick's changes on disk
+  // when it returns (tests rely on that), and costs no lock.
+  writer_->Wait(ticket).IgnoreError();
 }
 
 absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> Cluster::PollAssignments(
@@ -185,7 +215,16 @@ absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> Cluster::PollAssignmen
   absl::MutexLock lock(&mu_);
   SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker, LiveWorkerLocked(worker_id, incarnation));
   if (epoch != epoch_) *cursor = 0;
-  const int64_t size = static_cast<int64_t>(worker->events.size());
+  // Only events whose changes are on disk: a daemon never acts on what a coordinator restart
+  // could forget (a start of an attempt, a stop of a cancelled job).
+  const uint64_t committed = writer_->committed();
+  int64_t size = static_cast<int64_t>(worker->events.size());
+  for (int64_t i = std::max<int64_t>(*cursor, 0); i < size; ++i) {
+    if (worker->event_tickets[i] > committed) {
+      size = i;
+      break;
+    }
+  }
   std::vector<v1::WatchAssignmentsResponse> events;
   for (int64_t i = std::max<int64_t>(*cursor, 0); i < size; ++i) {
     events.push_back(worker->events[i]);

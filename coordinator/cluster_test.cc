@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
+#include "coordinator/limits.h"
 #include "core/job_spec.h"
 #include "rpc/proto_time.h"
 #include "gmock/gmock.h"
@@ -911,6 +913,171 @@ TEST(ClusterRestartTest, AnAcknowledgedSuccessSurvivesARestart) {
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(done.attempt(), 1);
   EXPECT_EQ(done.progress().final_metrics().at("test_accuracy"), 0.5);
+}
+
+// --- retention, limits, what runners report about the data -----------------------------------
+
+TEST_F(ClusterTest, ActiveJobsAreBoundedAndEndedOnesMakeRoom) {
+  options_.max_active_jobs = 2;
+  cluster_ = MakeCluster(state_);
+  const std::string a = Submit(Spec("a", 1));
+  Submit(Spec("b", 1));
+  absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(Spec("c", 1));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--max-active-jobs 2"));
+  // Nothing of the refused job was kept, and its number is not skipped.
+  EXPECT_THAT(cluster_->ListJobs({}), SizeIs(2));
+  ASSERT_TRUE(cluster_->CancelJob(a, "").ok());
+  EXPECT_EQ(Submit(Spec("c", 1)), "c-3");
+}
+
+TEST_F(ClusterTest, DeleteJobRemovesAnEndedJobAndItsPoints) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4));
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 5, {{0, 1.0}})).ok());
+  absl::Status running = cluster_->DeleteJob(job);
+  EXPECT_EQ(running.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(running.message(), HasSubstr("cancel it first"));
+  ASSERT_TRUE(cluster_->CancelJob(job, "").ok());
+  ASSERT_TRUE(cluster_->DeleteJob(job).ok());
+  EXPECT_EQ(cluster_->GetJob(job).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cluster_->DeleteJob(job).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*state_.CountReports(), 0);
+  EXPECT_TRUE(state_.Load()->jobs.empty());
+}
+
+TEST_F(ClusterTest, EndedJobsExpireByAgeAndCount) {
+  options_.max_finished_jobs = 2;
+  options_.finished_job_ttl = absl::Hours(1);
+  cluster_ = MakeCluster(state_);
+  std::vector<std::string> ids;
+  for (const char* name : {"a", "b", "c"}) {
+    ids.push_back(Submit(Spec(name, 1)));
+    ASSERT_TRUE(cluster_->CancelJob(ids.back(), "").ok());
+    now_ += absl::Minutes(1);
+  }
+  cluster_->Tick();
+  // Three ended, two kept: the oldest went.
+  EXPECT_EQ(cluster_->GetJob(ids[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(cluster_->GetJob(ids[1]).ok());
+  EXPECT_EQ(state_.Load()->jobs.size(), 2u);
+  now_ += absl::Hours(1);
+  cluster_->Tick();
+  EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
+  EXPECT_TRUE(state_.Load()->jobs.empty());
+}
+
+TEST_F(ClusterTest, MetricHistoryIsPrunedToAWindowAndAStride) {
+  options_.metrics_raw_steps = 100;
+  options_.metrics_history_every = 50;
+  cluster_ = MakeCluster(state_);
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 1));
+  for (int64_t step = 10; step <= 400; step += 10) {
+    ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, step, {{0, 1.0}})).ok());
+  }
+  auto kept = state_.ReadReports(job, 1);
+  ASSERT_TRUE(kept.ok());
+  std::set<int64_t> steps;
+  for (const auto& r : *kept) steps.insert(r.step());
+  // Prunes run every quarter window (26 steps of growth), the last at step 380: from 280 on
+  // every point stays; well before, only the multiples of 50.
+  for (int64_t step = 10; step < 250; step += 10) {
+    EXPECT_EQ(steps.count(step), step % 50 == 0 ? 1u : 0u) << step;
+  }
+  for (int64_t step = 280; step <= 400; step += 10) EXPECT_EQ(steps.count(step), 1u) << step;
+  // The query reads the same history.
+  v1::QueryMetricsRequest query;
+  query.set_job_id(job);
+  query.add_names("loss");
+  auto series = cluster_->QueryMetrics(query);
+  ASSERT_TRUE(series.ok()) << series.status();
+  EXPECT_EQ(series->series(0).points_size(), static_cast<int>(steps.size()));
+}
+
+TEST_F(ClusterTest, QueriesReadEarlierAttemptsFromTheStore) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4, 1, /*max_restarts=*/1));
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 5, {{0, 9.0}})).ok());
+  ASSERT_TRUE(ReportStatus(job, 1, "w-1", 0, v1::RUNNER_STATE_FAILED).ok());
+  RunFor(absl::Seconds(5), {"w-1", "w-2"});  // past the restart backoff
+  ASSERT_EQ(Get(job).attempt(), 2);
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 2, 5, {{0, 1.0}})).ok());
+  v1::QueryMetricsRequest query;
+  query.set_job_id(job);
+  query.add_names("loss");
+  EXPECT_EQ(cluster_->QueryMetrics(query)->series(0).points(0).value(), 1.0);
+  query.set_attempt(1);
+  auto first = cluster_->QueryMetrics(query);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->attempt(), 1);
+  EXPECT_EQ(first->series(0).points(0).value(), 9.0);
+  query.set_attempt(3);
+  EXPECT_THAT(cluster_->QueryMetrics(query).status().message(),
+              HasSubstr("attempts with metrics: 1, 2"));
+}
+
+TEST_F(ClusterTest, RestartLoadsProgressNotHistory) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4));
+  for (int64_t step = 1; step <= 5; ++step) {
+    ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, step, {{0, 1.0 / step}})).ok());
+  }
+  cluster_.reset();
+  cluster_ = MakeCluster(state_);
+  const v1::Job loaded = Get(job);
+  EXPECT_EQ(loaded.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(loaded.progress().step(), 5);
+  EXPECT_EQ(loaded.progress().metrics().at("loss"), 0.2);
+}
+
+TEST_F(ClusterTest, RunnersSayTheTotalStepsAndInputWidth) {
+  RegisterTwoWorkers();
+  v1::JobSpec spec = Spec("files", 4);
+  spec.mutable_data()->clear_synthetic();
+  spec.mutable_data()->set_format(v1::DATA_FORMAT_IDX);
+  // Never opened here: a path the coordinator must not read (it would block forever).
+  spec.mutable_data()->mutable_train()->set_images("/dev/zero");
+  spec.mutable_data()->mutable_train()->set_labels("/dev/zero");
+  spec.set_epochs(2);
+  absl::StatusOr<v1::Job> submitted = cluster_->SubmitJob(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string job = submitted->id();
+  EXPECT_EQ(Get(job).progress().total_steps(), 0);
+  v1::ReportStepsRequest steps = Steps(job, 1, 1, {{0, 1.0}});
+  steps.mutable_reports(0)->set_total_steps(500);
+  steps.mutable_reports(0)->set_input_features(784);
+  ASSERT_TRUE(cluster_->ReportSteps(steps).ok());
+  EXPECT_EQ(Get(job).progress().total_steps(), 500);
+  EXPECT_EQ(Get(job).input_features(), 784);
+  auto mesh = cluster_->GetMesh(job);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_GT(mesh->layouts().count("dense_0/kernel"), 0u);
+  EXPECT_EQ(state_.Load()->jobs[0].input_features(), 784);  // stored with the job
+}
+
+TEST_F(ClusterTest, ErrorTextAndTransitionsAreBounded) {
+  options_.restart_backoff = absl::ZeroDuration();
+  cluster_ = MakeCluster(state_);
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4, 1, /*max_restarts=*/100));
+  for (int attempt = 1; attempt <= 40; ++attempt) {
+    v1::ReportAttemptStatusRequest failed;
+    failed.set_job_id(job);
+    failed.set_attempt(attempt);
+    failed.set_worker_id("w-1");
+    failed.set_state(v1::RUNNER_STATE_FAILED);
+    failed.set_exit_code(1);
+    failed.set_stderr_tail(std::string(100000, 'x'));
+    ASSERT_TRUE(cluster_->ReportAttemptStatus(failed).ok()) << attempt;
+    cluster_->Tick();  // restarts at once
+  }
+  const v1::Job j = Get(job);
+  EXPECT_LE(j.transitions_size(), limits::kMaxTransitionsKept);
+  EXPECT_EQ(j.transitions(0).reason(), "submitted");
+  EXPECT_LT(j.ByteSizeLong(), 400000u);
+  // The newest failure (before its restart): the stderr tail cut, saying how much.
+  EXPECT_THAT(j.transitions(j.transitions_size() - 2).reason(), HasSubstr("more bytes)"));
 }
 
 }  // namespace

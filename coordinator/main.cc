@@ -85,6 +85,37 @@ int main(int argc, char** argv) {
   app.add_option("--max-restart-backoff", max_restart_backoff,
                  "The longest wait between two attempts of a job")
       ->capture_default_str();
+  // Retention and limits (docs/operations.md).
+  substrax::ClusterOptions defaults;
+  int max_active_jobs = defaults.max_active_jobs;
+  int max_finished_jobs = defaults.max_finished_jobs;
+  std::string finished_job_ttl = "168h";
+  int64_t metrics_raw_steps = defaults.metrics_raw_steps;
+  int64_t metrics_history_every = defaults.metrics_history_every;
+  app.add_option("--max-active-jobs", max_active_jobs,
+                 "Pending and running jobs at most; a submit beyond gets RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-finished-jobs", max_finished_jobs,
+                 "Ended jobs kept (with their metrics); beyond, the oldest are deleted")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--finished-job-ttl", finished_job_ttl,
+                 "Ended jobs are deleted this long after they ended; 0: never by age")
+      ->capture_default_str();
+  app.add_option("--metrics-raw-steps", metrics_raw_steps,
+                 "Every metric point of an attempt's last N steps is kept; 0: keep all")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--metrics-history-every", metrics_history_every,
+                 "Before those, only steps that are multiples of N are kept")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-rpc-threads", server_options.max_rpc_threads,
+                 "Threads serving rpcs (each open stream holds one); calls beyond get "
+                 "RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -102,6 +133,16 @@ int main(int argc, char** argv) {
                                &cluster_options.restart_backoff) ||
       !substrax::ParsePositive("--max-restart-backoff", max_restart_backoff,
                                &cluster_options.max_restart_backoff)) {
+    return 2;
+  }
+  cluster_options.max_active_jobs = max_active_jobs;
+  cluster_options.max_finished_jobs = max_finished_jobs;
+  cluster_options.metrics_raw_steps = metrics_raw_steps;
+  cluster_options.metrics_history_every = metrics_history_every;
+  if (!absl::ParseDuration(finished_job_ttl, &cluster_options.finished_job_ttl) ||
+      cluster_options.finished_job_ttl < absl::ZeroDuration()) {
+    std::cerr << "substrax-coordinator: --finished-job-ttl: '" << finished_job_ttl
+              << "' is not a duration such as 168h (0: never by age)\n";
     return 2;
   }
   if (cluster_options.heartbeat_timeout <= cluster_options.heartbeat_interval) {

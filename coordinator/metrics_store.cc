@@ -62,6 +62,16 @@ void MetricsStore::Add(const v1::StepReport& report) {
   point.values[kCollectiveSeconds] = report.collective_seconds();
   attempt.devices[report.device_id()] = report.host();
   for (const auto& [name, value] : point.values) attempt.names.insert(name);
+  if (keep_steps_ <= 0) return;
+  JobPoints& job = jobs_[report.job_id()];
+  while (job.size() > 1) job.erase(job.begin());  // only the newest attempt
+  auto& steps = job.rbegin()->second.steps;
+  while (static_cast<int>(steps.size()) > keep_steps_) steps.erase(steps.begin());
+}
+
+void MetricsStore::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
 }
 
 absl::StatusOr<v1::QueryMetricsResponse> MetricsStore::Query(

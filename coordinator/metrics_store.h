@@ -8,7 +8,8 @@
 // A second report for the same (job, attempt, step, device) replaces the first (a runner that
 // resent a batch after a retry does not count twice).
 //
-// Memory: every point is kept for the coordinator's life (no retention yet).
+// Memory: every point added, or a bounded recent window (keep_steps). The coordinator keeps
+// metric history in its StateStore (with retention) and builds a MetricsStore per query.
 //
 // Thread-safe.
 #ifndef SUBSTRAX_COORDINATOR_METRICS_STORE_H_
@@ -48,6 +49,11 @@ v1::Reduction EffectiveReduction(const std::string& name, v1::Reduction requeste
 
 class MetricsStore {
  public:
+  // keep_steps 0: every point added is kept (a query's view of points read from the store).
+  // keep_steps N > 0: per job, only its newest attempt's N highest steps (the coordinator's
+  // in-memory view for progress: bounded by active jobs x devices x N).
+  explicit MetricsStore(int keep_steps = 0) : keep_steps_(keep_steps) {}
+
   // Keeps every values[] entry of the report, plus samples_per_second, data_wait_seconds,
   // compute_seconds and collective_seconds as metrics of those names.
   void Add(const v1::StepReport& report);
@@ -82,6 +88,9 @@ class MetricsStore {
   std::optional<v1::JobProgress> Latest(const std::string& job_id, int attempt,
                                         const DeclaredReductions& declared) const;
 
+  // Drops every point of the job.
+  void Forget(const std::string& job_id);
+
  private:
   struct DevicePoint {
     std::string host;
@@ -98,6 +107,7 @@ class MetricsStore {
   // attempt -> points.
   using JobPoints = std::map<int, Attempt>;
 
+  const int keep_steps_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, JobPoints> jobs_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,9 +1,12 @@
 #include "coordinator/rendezvous.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/limits.h"
+#include "core/status.h"
 
 namespace substrax {
 namespace {
@@ -12,7 +15,30 @@ std::string ScopeName(const Rendezvous::Scope& scope) {
   return absl::StrCat(scope.first, " attempt ", scope.second);
 }
 
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(250);
+
+absl::Status TooManyWaiters() {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the coordinator already has ", limits::kMaxRendezvousWaiters,
+      " rendezvous waiters, its limit; retry later"));
+}
+
 }  // namespace
+
+bool Rendezvous::AwaitLocked(const absl::Condition& ready, absl::Duration timeout,
+                             const Cancelled& cancelled, bool* was_cancelled) {
+  *was_cancelled = false;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (mu_.AwaitWithTimeout(ready, std::min(left, kCancelPoll))) return true;
+    if (absl::Now() >= deadline) return false;
+    if (cancelled && cancelled()) {
+      *was_cancelled = true;
+      return false;
+    }
+  }
+}
 
 absl::Status Rendezvous::CheckOpenLocked(const Scope& scope) const {
   if (closed_.count(scope)) {
@@ -24,9 +50,19 @@ absl::Status Rendezvous::CheckOpenLocked(const Scope& scope) const {
 
 absl::Status Rendezvous::Set(const Scope& scope, const std::string& key, const std::string& value,
                              bool allow_overwrite) {
+  if (key.size() > limits::kMaxKeyBytes || value.size() > limits::kMaxValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rendezvous key of ", key.size(), " bytes and value of ", value.size(),
+        " bytes: the limits are ", limits::kMaxKeyBytes, " and ", limits::kMaxValueBytes));
+  }
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
   auto& values = scopes_[scope].values;
+  if (values.count(key) == 0 && static_cast<int>(values.size()) >= limits::kMaxKeysPerAttempt) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", ScopeName(scope), " already has ", values.size(),
+        " rendezvous keys, the limit per attempt"));
+  }
   if (!allow_overwrite && values.count(key)) {
     return absl::AlreadyExistsError(
         absl::StrCat("rendezvous key '", key, "' of job ", ScopeName(scope), " is already set"));
@@ -36,15 +72,22 @@ absl::Status Rendezvous::Set(const Scope& scope, const std::string& key, const s
 }
 
 absl::StatusOr<std::string> Rendezvous::Get(const Scope& scope, const std::string& key,
-                                            absl::Duration timeout) {
+                                            absl::Duration timeout, const Cancelled& cancelled) {
   absl::MutexLock lock(&mu_);
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (closed_.count(scope)) return true;
     auto it = scopes_.find(scope);
     return it != scopes_.end() && it->second.values.count(key) > 0;
   };
-  const bool done = mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  if (!ready() && timeout > absl::ZeroDuration() && waiters_ >= limits::kMaxRendezvousWaiters) {
+    return TooManyWaiters();
+  }
+  ++waiters_;
+  bool was_cancelled = false;
+  const bool done = AwaitLocked(absl::Condition(&ready), timeout, cancelled, &was_cancelled);
+  --waiters_;
   if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
+  if (was_cancelled) return absl::CancelledError("the caller went away");
   if (!done) {
     if (timeout <= absl::ZeroDuration()) {
       return absl::NotFoundError(absl::StrCat("rendezvous key '", key, "' of job ",
@@ -58,9 +101,12 @@ absl::StatusOr<std::string> Rendezvous::Get(const Scope& scope, const std::strin
 }
 
 absl::Status Rendezvous::Barrier(const Scope& scope, const std::string& id, int participant,
-                                 int num_participants, absl::Duration timeout) {
+                                 int num_participants, absl::Duration timeout,
+                                 const Cancelled& cancelled) {
+  SUBSTRAX_RETURN_IF_ERROR(CheckName("barrier_id", id));
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
+  if (waiters_ >= limits::kMaxRendezvousWaiters) return TooManyWaiters();
   if (num_participants < 1 || participant < 0 || participant >= num_participants) {
     return absl::InvalidArgumentError(absl::StrCat("barrier '", id, "': participant ", participant,
                                                    " of ", num_participants));
@@ -77,8 +123,12 @@ absl::Status Rendezvous::Barrier(const Scope& scope, const std::string& id, int 
     return closed_.count(scope) ||
            static_cast<int>(scopes_[scope].barriers[id].arrived.size()) >= num_participants;
   };
-  const bool done = mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  ++waiters_;
+  bool was_cancelled = false;
+  const bool done = AwaitLocked(absl::Condition(&ready), timeout, cancelled, &was_cancelled);
+  --waiters_;
   if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
+  if (was_cancelled) return absl::CancelledError("the caller went away");
   if (!done) {
     std::vector<int> missing;
     const auto& arrived = scopes_[scope].barriers[id].arrived;
@@ -95,7 +145,12 @@ absl::Status Rendezvous::Barrier(const Scope& scope, const std::string& id, int 
 void Rendezvous::CloseScope(const Scope& scope) {
   absl::MutexLock lock(&mu_);
   scopes_.erase(scope);
-  closed_.insert(scope);
+  if (!closed_.insert(scope).second) return;
+  closed_order_.push_back(scope);
+  if (closed_order_.size() > kClosedScopesKept) {
+    closed_.erase(closed_order_.front());
+    closed_order_.pop_front();
+  }
 }
 
 }  // namespace substrax

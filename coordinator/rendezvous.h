@@ -2,10 +2,17 @@
 // one attempt connect their Gloo contexts (and exchange NCCL ids) through it; keys of one
 // attempt never meet another's, and an attempt's keys are dropped when it ends.
 //
-// Thread-safe. Get and Barrier block their caller (a gRPC handler thread) up to a timeout.
+// Bounded: key and value sizes, keys per attempt and waiters (limits.h); closed scopes are
+// remembered only for the most recent kClosedScopesKept (the rpc layer refuses ended attempts
+// before they get here anyway).
+//
+// Thread-safe. Get and Barrier block their caller (a gRPC handler thread) up to a timeout, and
+// return early with CANCELLED once `cancelled` (polled every 250 ms) says the caller is gone.
 #ifndef SUBSTRAX_COORDINATOR_RENDEZVOUS_H_
 #define SUBSTRAX_COORDINATOR_RENDEZVOUS_H_
 
+#include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -23,20 +30,26 @@ class Rendezvous {
  public:
   using Scope = std::pair<std::string, int>;  // (job id, attempt)
 
+  using Cancelled = std::function<bool()>;
+  static constexpr size_t kClosedScopesKept = 100000;
+
   // Errors: ALREADY_EXISTS (set before and !allow_overwrite), FAILED_PRECONDITION (the scope
-  // was closed: the attempt ended).
+  // was closed: the attempt ended), INVALID_ARGUMENT (key or value too long),
+  // RESOURCE_EXHAUSTED (the attempt has kMaxKeysPerAttempt keys).
   absl::Status Set(const Scope& scope, const std::string& key, const std::string& value,
                    bool allow_overwrite);
   // Waits up to `timeout` for the key. Errors: NOT_FOUND (timeout zero and not set),
   // DEADLINE_EXCEEDED (not set in time; names the key), FAILED_PRECONDITION (scope closed, also
-  // while waiting).
+  // while waiting), CANCELLED, RESOURCE_EXHAUSTED (kMaxRendezvousWaiters wait already).
   absl::StatusOr<std::string> Get(const Scope& scope, const std::string& key,
-                                  absl::Duration timeout);
+                                  absl::Duration timeout, const Cancelled& cancelled = nullptr);
   // Returns once `num_participants` distinct participants entered barrier `id` of the scope.
-  // Errors: INVALID_ARGUMENT (participant out of range, participants disagree on the count),
-  // DEADLINE_EXCEEDED (listing who is missing), FAILED_PRECONDITION (scope closed).
+  // Errors: INVALID_ARGUMENT (participant out of range, participants disagree on the count, id
+  // too long), DEADLINE_EXCEEDED (listing who is missing), FAILED_PRECONDITION (scope closed),
+  // CANCELLED, RESOURCE_EXHAUSTED (as Get).
   absl::Status Barrier(const Scope& scope, const std::string& id, int participant,
-                       int num_participants, absl::Duration timeout);
+                       int num_participants, absl::Duration timeout,
+                       const Cancelled& cancelled = nullptr);
   // Drops the scope's keys and barriers and fails its waiters; later calls on it fail.
   void CloseScope(const Scope& scope);
 
@@ -50,10 +63,17 @@ class Rendezvous {
     std::map<std::string, BarrierState> barriers;
   };
   absl::Status CheckOpenLocked(const Scope& scope) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for `ready` up to `timeout` in slices, so that `cancelled` is looked at; false when
+  // the time is up or the caller cancelled (*was_cancelled says which).
+  bool AwaitLocked(const absl::Condition& ready, absl::Duration timeout,
+                   const Cancelled& cancelled, bool* was_cancelled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   std::map<Scope, ScopeState> scopes_ ABSL_GUARDED_BY(mu_);
   std::set<Scope> closed_ ABSL_GUARDED_BY(mu_);
+  std::deque<Scope> closed_order_ ABSL_GUARDED_BY(mu_);
+  int waiters_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace substrax

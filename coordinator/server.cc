@@ -117,7 +117,7 @@ struct CoordinatorServer::Impl {
                                            request->value(), request->allow_overwrite()));
     }
 
-    grpc::Status KeyValueGet(grpc::ServerContext*, const v1::KeyValueGetRequest* request,
+    grpc::Status KeyValueGet(grpc::ServerContext* context, const v1::KeyValueGetRequest* request,
                              v1::KeyValueGetResponse* response) override {
       const auto& scope = request->scope();
       if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
@@ -125,12 +125,13 @@ struct CoordinatorServer::Impl {
         return ToGrpcStatus(s);
       }
       absl::StatusOr<std::string> value = impl_->rendezvous->Get(
-          {scope.job_id(), scope.attempt()}, request->key(), impl_->CapWait(request->timeout()));
+          {scope.job_id(), scope.attempt()}, request->key(), impl_->CapWait(request->timeout()),
+          [context] { return context->IsCancelled(); });
       if (value.ok()) response->set_value(*std::move(value));
       return ToGrpcStatus(value.status());
     }
 
-    grpc::Status Barrier(grpc::ServerContext*, const v1::BarrierRequest* request,
+    grpc::Status Barrier(grpc::ServerContext* context, const v1::BarrierRequest* request,
                          v1::BarrierResponse*) override {
       const auto& scope = request->scope();
       if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
@@ -140,7 +141,8 @@ struct CoordinatorServer::Impl {
       return ToGrpcStatus(impl_->rendezvous->Barrier({scope.job_id(), scope.attempt()},
                                                request->barrier_id(), request->participant(),
                                                request->num_participants(),
-                                               impl_->CapWait(request->timeout())));
+                                               impl_->CapWait(request->timeout()),
+                                               [context] { return context->IsCancelled(); }));
     }
 
    private:
@@ -178,13 +180,11 @@ struct CoordinatorServer::Impl {
       const int64_t page = request->page_size() <= 0 ? 100 : std::min(request->page_size(), 1000);
       std::vector<v1::JobState> states;
       for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
-      const std::vector<v1::Job> jobs = impl_->cluster->ListJobs(states);
-      for (int64_t i = offset; i < static_cast<int64_t>(jobs.size()) && i < offset + page; ++i) {
-        *response->add_jobs() = jobs[i];
+      bool more = false;
+      for (v1::Job& job : impl_->cluster->ListJobs(states, offset, page, &more)) {
+        *response->add_jobs() = std::move(job);
       }
-      if (offset + page < static_cast<int64_t>(jobs.size())) {
-        response->set_next_page_token(absl::StrCat(offset + page));
-      }
+      if (more) response->set_next_page_token(absl::StrCat(offset + page));
       return grpc::Status::OK;
     }
 
@@ -193,6 +193,11 @@ struct CoordinatorServer::Impl {
       absl::StatusOr<v1::Job> job = impl_->cluster->CancelJob(request->job_id(), request->reason());
       if (job.ok()) *response->mutable_job() = *std::move(job);
       return ToGrpcStatus(job.status());
+    }
+
+    grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+                           v1::DeleteJobResponse*) override {
+      return ToGrpcStatus(impl_->cluster->DeleteJob(request->job_id()));
     }
 
     grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
@@ -268,10 +273,10 @@ struct CoordinatorServer::Impl {
       for (char& c : name) c = static_cast<char>(std::tolower(c));
       jobs[name] = 0;
     }
-    for (const v1::Job& job : cluster->ListJobs({})) {
-      std::string name = v1::JobState_Name(job.state()).substr(10);
+    for (const auto& [state, n] : cluster->JobCounts()) {
+      std::string name = v1::JobState_Name(state).substr(10);
       for (char& c : name) c = static_cast<char>(std::tolower(c));
-      jobs[name] += 1;
+      jobs[name] += n;
     }
     for (const auto& [state, n] : jobs) job_gauges->Add({{"state", state}}).Set(n);
   }
@@ -348,6 +353,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // A second server on a taken port must fail, not share it (gRPC sets SO_REUSEPORT).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   EnableKeepalive(builder);
+  grpc::ResourceQuota quota("substrax-coordinator");
+  quota.SetMaxThreads(options.max_rpc_threads);
+  builder.SetResourceQuota(quota);
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&impl.coordinator_service);
   builder.RegisterService(&impl.job_service);

@@ -34,6 +34,11 @@ struct CoordinatorServerOptions {
   absl::Duration max_rendezvous_wait = absl::Minutes(10);
   // How often leases are checked and gauges updated.
   absl::Duration tick_interval = absl::Milliseconds(500);
+  // Threads gRPC may use for handlers (every open stream holds one: a daemon's WatchAssignments,
+  // a client's WatchJob); past it new calls get RESOURCE_EXHAUSTED.
+  int max_rpc_threads = 2048;
+  // The largest request accepted.
+  int max_receive_message_bytes = 4 * 1024 * 1024;
 };
 
 class CoordinatorServer {

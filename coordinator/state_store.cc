@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -10,6 +12,27 @@
 #include "core/status.h"
 
 namespace substrax {
+
+// ---------------------------------------------------------------------------------------------
+// One-record commits
+
+absl::Status StateStore::PutWorker(const v1::Worker& worker) {
+  StateBatch batch;
+  batch.workers.push_back(worker);
+  return Commit(batch);
+}
+
+absl::Status StateStore::PutJob(const v1::Job& job) {
+  StateBatch batch;
+  batch.jobs.push_back(job);
+  return Commit(batch);
+}
+
+absl::Status StateStore::AppendReports(const std::vector<v1::StepReport>& reports) {
+  StateBatch batch;
+  batch.reports = reports;
+  return Commit(batch);
+}
 
 // ---------------------------------------------------------------------------------------------
 // InMemoryStateStore
@@ -28,29 +51,87 @@ void Upsert(std::vector<T>& items, const T& item, KeyFn key) {
   items.push_back(item);
 }
 
+bool Pruned(const v1::StepReport& r, const StateBatch::Prune& p) {
+  return r.job_id() == p.job_id && r.attempt() == p.attempt && r.step() < p.before_step &&
+         (p.keep_every <= 1 || r.step() % p.keep_every != 0);
+}
+
 }  // namespace
 
-absl::Status InMemoryStateStore::PutWorker(const v1::Worker& worker) {
+absl::Status InMemoryStateStore::Commit(const StateBatch& batch) {
   absl::MutexLock lock(&mu_);
-  Upsert(data_.workers, worker, [](const v1::Worker& w) { return w.worker_id(); });
+  if (fail_commits_ > 0) {
+    --fail_commits_;
+    return absl::UnavailableError("state store (in memory): a failure the test asked for");
+  }
+  for (const v1::Worker& w : batch.workers) {
+    Upsert(data_.workers, w, [](const v1::Worker& x) { return x.worker_id(); });
+  }
+  for (const v1::Job& j : batch.jobs) {
+    Upsert(data_.jobs, j, [](const v1::Job& x) { return x.id(); });
+  }
+  for (const std::string& id : batch.deleted_jobs) {
+    data_.jobs.erase(std::remove_if(data_.jobs.begin(), data_.jobs.end(),
+                                    [&](const v1::Job& j) { return j.id() == id; }),
+                     data_.jobs.end());
+    reports_.erase(std::remove_if(reports_.begin(), reports_.end(),
+                                  [&](const v1::StepReport& r) { return r.job_id() == id; }),
+                   reports_.end());
+  }
+  reports_.insert(reports_.end(), batch.reports.begin(), batch.reports.end());
+  for (const StateBatch::Prune& p : batch.prunes) {
+    reports_.erase(std::remove_if(reports_.begin(), reports_.end(),
+                                  [&](const v1::StepReport& r) { return Pruned(r, p); }),
+                   reports_.end());
+  }
   return absl::OkStatus();
 }
 
-absl::Status InMemoryStateStore::PutJob(const v1::Job& job) {
+void InMemoryStateStore::FailNextCommits(int n) {
   absl::MutexLock lock(&mu_);
-  Upsert(data_.jobs, job, [](const v1::Job& j) { return j.id(); });
-  return absl::OkStatus();
-}
-
-absl::Status InMemoryStateStore::AppendReports(const std::vector<v1::StepReport>& reports) {
-  absl::MutexLock lock(&mu_);
-  data_.reports.insert(data_.reports.end(), reports.begin(), reports.end());
-  return absl::OkStatus();
+  fail_commits_ = n;
 }
 
 absl::StatusOr<StateStore::Snapshot> InMemoryStateStore::Load() {
   absl::MutexLock lock(&mu_);
   return data_;
+}
+
+absl::StatusOr<std::vector<int>> InMemoryStateStore::ReportedAttempts(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  std::set<int> attempts;
+  for (const v1::StepReport& r : reports_) {
+    if (r.job_id() == job_id) attempts.insert(r.attempt());
+  }
+  return std::vector<int>(attempts.begin(), attempts.end());
+}
+
+absl::StatusOr<std::vector<v1::StepReport>> InMemoryStateStore::ReadReports(
+    const std::string& job_id, int attempt) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::StepReport> out;
+  for (const v1::StepReport& r : reports_) {
+    if (r.job_id() == job_id && r.attempt() == attempt) out.push_back(r);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::StepReport>> InMemoryStateStore::LatestReports(
+    const std::string& job_id, int attempt, int steps) {
+  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<v1::StepReport> all, ReadReports(job_id, attempt));
+  std::set<int64_t> distinct;
+  for (const v1::StepReport& r : all) distinct.insert(r.step());
+  while (static_cast<int>(distinct.size()) > steps) distinct.erase(distinct.begin());
+  std::vector<v1::StepReport> out;
+  for (v1::StepReport& r : all) {
+    if (distinct.count(r.step()) > 0) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> InMemoryStateStore::CountReports() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(reports_.size());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -83,6 +164,19 @@ constexpr char kPutJob[] =
 constexpr char kAppendReport[] =
     "INSERT INTO step_reports (job_id, attempt, step, device_id, proto) "
     "VALUES (?1, ?2, ?3, ?4, ?5)";
+constexpr char kDeleteJob[] = "DELETE FROM jobs WHERE job_id = ?1";
+constexpr char kDeleteJobReports[] = "DELETE FROM step_reports WHERE job_id = ?1";
+constexpr char kPrune[] =
+    "DELETE FROM step_reports WHERE job_id = ?1 AND attempt = ?2 AND step < ?3 "
+    "AND (?4 <= 1 OR step % ?4 != 0)";
+constexpr char kReportedAttempts[] =
+    "SELECT DISTINCT attempt FROM step_reports WHERE job_id = ?1 ORDER BY attempt";
+constexpr char kReadReports[] =
+    "SELECT proto FROM step_reports WHERE job_id = ?1 AND attempt = ?2 ORDER BY seq";
+constexpr char kLatestReports[] =
+    "SELECT proto FROM step_reports WHERE job_id = ?1 AND attempt = ?2 AND step >= "
+    "(SELECT MIN(step) FROM (SELECT DISTINCT step FROM step_reports "
+    "WHERE job_id = ?1 AND attempt = ?2 ORDER BY step DESC LIMIT ?3)) ORDER BY seq";
 
 // A prepared statement, finalized when it goes out of scope.
 class Statement {
@@ -126,6 +220,23 @@ int ReadAll(sqlite3* db, const char* sql, std::vector<T>* out) {
 
 }  // namespace
 
+namespace {
+
+int BindText(sqlite3_stmt* stmt, int index, const std::string& text) {
+  return sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()),
+                           SQLITE_TRANSIENT);
+}
+
+// Runs a prepared statement to completion; SQLITE_OK when it is done.
+int StepToDone(sqlite3_stmt* stmt) {
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE || rc == SQLITE_ROW) rc = SQLITE_OK;
+  sqlite3_reset(stmt);
+  return rc;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
     const std::string& directory) {
   const std::string path = (std::filesystem::path(directory) / "substrax.db").string();
@@ -136,23 +247,28 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
                                                directory, ": ", ec.message(),
                                                "; check --state-dir and its permissions"));
   }
-  sqlite3* db = nullptr;
-  // Our own mutex serializes every use of the connection, so SQLite's is not needed.
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
-  if (rc != SQLITE_OK) {
+  // Our own mutexes serialize every use of each connection, so SQLite's are not needed.
+  auto open = [&](int flags, sqlite3** db) -> absl::Status {
+    const int rc = sqlite3_open_v2(path.c_str(), db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc == SQLITE_OK) {
+      sqlite3_extended_result_codes(*db, 1);
+      // A checkpoint may briefly lock the reader out; wait rather than fail a query.
+      sqlite3_busy_timeout(*db, 5000);
+      return absl::OkStatus();
+    }
     absl::Status status = absl::UnavailableError(
         absl::StrCat("state store ", path, ": cannot open: ",
-                     db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc),
+                     *db != nullptr ? sqlite3_errmsg(*db) : sqlite3_errstr(rc),
                      "; check --state-dir and its permissions"));
-    sqlite3_close(db);
+    sqlite3_close(*db);
+    *db = nullptr;
     return status;
-  }
+  };
+  sqlite3* db = nullptr;
+  SUBSTRAX_RETURN_IF_ERROR(open(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &db));
   std::unique_ptr<SqliteStateStore> store(new SqliteStateStore(path, db));
   {
     absl::MutexLock lock(&store->mu_);
-    sqlite3_extended_result_codes(db, 1);
     // journal_mode answers with a row, so it goes through Exec like the rest (rows ignored).
     SUBSTRAX_RETURN_IF_ERROR(store->ExecLocked("PRAGMA journal_mode = WAL"));
     SUBSTRAX_RETURN_IF_ERROR(store->ExecLocked("PRAGMA synchronous = FULL"));
@@ -161,7 +277,7 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
     Statement version;
     int vrc = version.Prepare(db, "PRAGMA user_version");
     if (vrc == SQLITE_OK) vrc = sqlite3_step(version.get());
-    if (vrc != SQLITE_ROW) return store->ErrorLocked(vrc, "reading the schema version");
+    if (vrc != SQLITE_ROW) return store->Error(db, vrc, "reading the schema version");
     const int found = sqlite3_column_int(version.get(), 0);
     if (found > kSchemaVersion) {
       return absl::FailedPreconditionError(
@@ -172,18 +288,25 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
     SUBSTRAX_RETURN_IF_ERROR(
         store->ExecLocked(absl::StrCat("PRAGMA user_version = ", kSchemaVersion).c_str()));
   }
+  // The reader opens once the schema exists.
+  absl::MutexLock lock(&store->reader_mu_);
+  SUBSTRAX_RETURN_IF_ERROR(open(SQLITE_OPEN_READONLY, &store->reader_));
   return store;
 }
 
 SqliteStateStore::~SqliteStateStore() {
-  absl::MutexLock lock(&mu_);
-  sqlite3_close(db_);
+  {
+    absl::MutexLock lock(&mu_);
+    sqlite3_close(db_);
+  }
+  absl::MutexLock lock(&reader_mu_);
+  sqlite3_close(reader_);  // a no-op on nullptr
 }
 
-absl::Status SqliteStateStore::ErrorLocked(int code, const char* what) {
+absl::Status SqliteStateStore::Error(sqlite3* db, int code, const std::string& what) const {
   const std::string message =
-      absl::StrCat("state store ", path_, ": ", what, ": ", sqlite3_errmsg(db_), " (",
-                   sqlite3_errstr(code), ")");
+      absl::StrCat("state store ", path_, ": ", what, ": ",
+                   db != nullptr ? sqlite3_errmsg(db) : "", " (", sqlite3_errstr(code), ")");
   // A damaged file will not heal by retrying; everything else (busy, I/O, full disk) may.
   switch (code & 0xff) {
     case SQLITE_CORRUPT:
@@ -198,71 +321,81 @@ absl::Status SqliteStateStore::ExecLocked(const char* sql) {
   char* error = nullptr;
   const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error);
   if (rc == SQLITE_OK) return absl::OkStatus();
-  absl::Status status = ErrorLocked(rc, sql);
+  absl::Status status = Error(db_, rc, sql);
   sqlite3_free(error);
   return status;
 }
 
-absl::Status SqliteStateStore::PutBlobLocked(const char* sql, const std::string& key,
-                                             const google::protobuf::MessageLite& message,
-                                             const char* what) {
-  Statement stmt;
-  int rc = stmt.Prepare(db_, sql);
-  const std::string bytes = message.SerializeAsString();
-  if (rc == SQLITE_OK) {
-    rc = sqlite3_bind_text(stmt.get(), 1, key.data(), static_cast<int>(key.size()),
-                           SQLITE_TRANSIENT);
-  }
-  if (rc == SQLITE_OK) rc = BindBlob(stmt.get(), 2, bytes);
-  if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
-  if (rc != SQLITE_DONE) return ErrorLocked(rc, what);
-  return absl::OkStatus();
-}
-
-absl::Status SqliteStateStore::PutWorker(const v1::Worker& worker) {
-  absl::MutexLock lock(&mu_);
-  return Annotate(PutBlobLocked(kPutWorker, worker.worker_id(), worker, "writing a worker"),
-                  absl::StrCat("worker ", worker.worker_id()));
-}
-
-absl::Status SqliteStateStore::PutJob(const v1::Job& job) {
-  absl::MutexLock lock(&mu_);
-  return Annotate(PutBlobLocked(kPutJob, job.id(), job, "writing a job"),
-                  absl::StrCat("job ", job.id()));
-}
-
-absl::Status SqliteStateStore::AppendReports(const std::vector<v1::StepReport>& reports) {
-  if (reports.empty()) return absl::OkStatus();
+absl::Status SqliteStateStore::Commit(const StateBatch& batch) {
+  if (batch.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   SUBSTRAX_RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
-  Statement stmt;
-  int rc = stmt.Prepare(db_, kAppendReport);
-  for (size_t i = 0; i < reports.size() && rc == SQLITE_OK; ++i) {
-    const v1::StepReport& r = reports[i];
-    const std::string bytes = r.SerializeAsString();
-    sqlite3_stmt* s = stmt.get();
-    sqlite3_reset(s);
-    rc = sqlite3_bind_text(s, 1, r.job_id().data(), static_cast<int>(r.job_id().size()),
-                           SQLITE_TRANSIENT);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 2, r.attempt());
-    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 3, r.step());
-    if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 4, r.device_id());
-    if (rc == SQLITE_OK) rc = BindBlob(s, 5, bytes);
-    if (rc == SQLITE_OK) rc = sqlite3_step(s);
-    if (rc == SQLITE_DONE) rc = SQLITE_OK;
-  }
-  if (rc != SQLITE_OK) {
-    absl::Status status = ErrorLocked(rc, "appending step reports");
+  absl::Status status = CommitLocked(batch);
+  if (!status.ok()) {
     ExecLocked("ROLLBACK").IgnoreError();  // the error above is the one to report
     return status;
   }
   return ExecLocked("COMMIT");
 }
 
+absl::Status SqliteStateStore::CommitLocked(const StateBatch& batch) {
+  Statement put_worker, put_job, delete_job, delete_reports, append, prune;
+  int rc = SQLITE_OK;
+  for (const v1::Worker& w : batch.workers) {
+    if (put_worker.get() == nullptr) rc = put_worker.Prepare(db_, kPutWorker);
+    if (rc == SQLITE_OK) rc = BindText(put_worker.get(), 1, w.worker_id());
+    if (rc == SQLITE_OK) rc = BindBlob(put_worker.get(), 2, w.SerializeAsString());
+    if (rc == SQLITE_OK) rc = StepToDone(put_worker.get());
+    if (rc != SQLITE_OK) return Error(db_, rc, absl::StrCat("writing worker ", w.worker_id()));
+  }
+  for (const v1::Job& j : batch.jobs) {
+    if (put_job.get() == nullptr) rc = put_job.Prepare(db_, kPutJob);
+    if (rc == SQLITE_OK) rc = BindText(put_job.get(), 1, j.id());
+    if (rc == SQLITE_OK) rc = BindBlob(put_job.get(), 2, j.SerializeAsString());
+    if (rc == SQLITE_OK) rc = StepToDone(put_job.get());
+    if (rc != SQLITE_OK) return Error(db_, rc, absl::StrCat("writing job ", j.id()));
+  }
+  for (const std::string& id : batch.deleted_jobs) {
+    if (delete_job.get() == nullptr) {
+      rc = delete_job.Prepare(db_, kDeleteJob);
+      if (rc == SQLITE_OK) rc = delete_reports.Prepare(db_, kDeleteJobReports);
+    }
+    if (rc == SQLITE_OK) rc = BindText(delete_job.get(), 1, id);
+    if (rc == SQLITE_OK) rc = StepToDone(delete_job.get());
+    if (rc == SQLITE_OK) rc = BindText(delete_reports.get(), 1, id);
+    if (rc == SQLITE_OK) rc = StepToDone(delete_reports.get());
+    if (rc != SQLITE_OK) return Error(db_, rc, absl::StrCat("deleting job ", id));
+  }
+  for (const v1::StepReport& r : batch.reports) {
+    if (append.get() == nullptr) rc = append.Prepare(db_, kAppendReport);
+    sqlite3_stmt* s = append.get();
+    if (rc == SQLITE_OK) rc = BindText(s, 1, r.job_id());
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 2, r.attempt());
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 3, r.step());
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 4, r.device_id());
+    if (rc == SQLITE_OK) rc = BindBlob(s, 5, r.SerializeAsString());
+    if (rc == SQLITE_OK) rc = StepToDone(s);
+    if (rc != SQLITE_OK) return Error(db_, rc, "appending step reports");
+  }
+  for (const StateBatch::Prune& p : batch.prunes) {
+    if (prune.get() == nullptr) rc = prune.Prepare(db_, kPrune);
+    sqlite3_stmt* s = prune.get();
+    if (rc == SQLITE_OK) rc = BindText(s, 1, p.job_id);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 2, p.attempt);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 3, p.before_step);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 4, p.keep_every);
+    if (rc == SQLITE_OK) rc = StepToDone(s);
+    if (rc != SQLITE_OK) {
+      return Error(db_, rc, absl::StrCat("pruning the metric points of job ", p.job_id));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load() {
   absl::MutexLock lock(&mu_);
   Snapshot snapshot;
-  // One read transaction, so the three tables are seen at the same instant.
+  // One read transaction, so both tables are seen at the same instant.
   SUBSTRAX_RETURN_IF_ERROR(ExecLocked("BEGIN"));
   struct Table {
     const char* what;
@@ -271,8 +404,6 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load() {
   const Table tables[] = {
       {"workers", ReadAll(db_, "SELECT proto FROM workers ORDER BY rowid", &snapshot.workers)},
       {"jobs", ReadAll(db_, "SELECT proto FROM jobs ORDER BY rowid", &snapshot.jobs)},
-      {"step_reports", ReadAll(db_, "SELECT proto FROM step_reports ORDER BY seq",
-                               &snapshot.reports)},
   };
   absl::Status status = absl::OkStatus();
   for (const Table& table : tables) {
@@ -281,11 +412,72 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load() {
                  ? absl::DataLossError(absl::StrCat("state store ", path_, ": a row of table ",
                                                     table.what,
                                                     " does not parse: the file is damaged"))
-                 : ErrorLocked(table.rc, absl::StrCat("reading ", table.what).c_str());
+                 : Error(db_, table.rc, absl::StrCat("reading ", table.what));
   }
   ExecLocked("COMMIT").IgnoreError();  // a read-only transaction has nothing to lose
   if (!status.ok()) return status;
   return snapshot;
+}
+
+absl::StatusOr<std::vector<v1::StepReport>> SqliteStateStore::ReadReportRows(
+    const char* sql, const std::string& job_id, int attempt, int64_t n) {
+  absl::MutexLock lock(&reader_mu_);
+  Statement stmt;
+  int rc = stmt.Prepare(reader_, sql);
+  const int params = rc == SQLITE_OK ? sqlite3_bind_parameter_count(stmt.get()) : 0;
+  if (rc == SQLITE_OK) rc = BindText(stmt.get(), 1, job_id);
+  if (rc == SQLITE_OK && params >= 2) rc = sqlite3_bind_int(stmt.get(), 2, attempt);
+  if (rc == SQLITE_OK && params >= 3) rc = sqlite3_bind_int64(stmt.get(), 3, n);
+  std::vector<v1::StepReport> out;
+  while (rc == SQLITE_OK && (rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    v1::StepReport report;
+    if (!report.ParseFromArray(sqlite3_column_blob(stmt.get(), 0),
+                               sqlite3_column_bytes(stmt.get(), 0))) {
+      return absl::DataLossError(absl::StrCat("state store ", path_, ": a metric point of job ",
+                                              job_id, " does not parse: the file is damaged"));
+    }
+    out.push_back(std::move(report));
+    rc = SQLITE_OK;
+  }
+  if (rc != SQLITE_DONE) {
+    return Error(reader_, rc, absl::StrCat("reading the metric points of job ", job_id));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> SqliteStateStore::ReportedAttempts(const std::string& job_id) {
+  absl::MutexLock lock(&reader_mu_);
+  Statement stmt;
+  int rc = stmt.Prepare(reader_, kReportedAttempts);
+  if (rc == SQLITE_OK) rc = BindText(stmt.get(), 1, job_id);
+  std::vector<int> attempts;
+  while (rc == SQLITE_OK && (rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    attempts.push_back(sqlite3_column_int(stmt.get(), 0));
+    rc = SQLITE_OK;
+  }
+  if (rc != SQLITE_DONE) {
+    return Error(reader_, rc, absl::StrCat("reading the attempts of job ", job_id));
+  }
+  return attempts;
+}
+
+absl::StatusOr<std::vector<v1::StepReport>> SqliteStateStore::ReadReports(
+    const std::string& job_id, int attempt) {
+  return ReadReportRows(kReadReports, job_id, attempt, 0);
+}
+
+absl::StatusOr<std::vector<v1::StepReport>> SqliteStateStore::LatestReports(
+    const std::string& job_id, int attempt, int steps) {
+  return ReadReportRows(kLatestReports, job_id, attempt, steps);
+}
+
+absl::StatusOr<int64_t> SqliteStateStore::CountReports() {
+  absl::MutexLock lock(&reader_mu_);
+  Statement stmt;
+  int rc = stmt.Prepare(reader_, "SELECT COUNT(*) FROM step_reports");
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
+  if (rc != SQLITE_ROW) return Error(reader_, rc, "counting metric points");
+  return sqlite3_column_int64(stmt.get(), 0);
 }
 
 }  // namespace substrax

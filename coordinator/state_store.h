@@ -1,12 +1,13 @@
 // StateStore: where the coordinator keeps what it has acknowledged (workers, jobs with their
 // transitions, metric points), so that a restarted coordinator loses none of it.
 //
-// Cluster writes through this interface before it answers OK: acknowledged means persisted.
-// Two implementations: InMemoryStateStore for unit tests, SqliteStateStore in production.
-// Both are thread-safe.
+// Cluster writes through this interface (from its StateWriter thread, never under its lock)
+// before it answers OK: acknowledged means persisted. Two implementations: InMemoryStateStore
+// for unit tests, SqliteStateStore in production. Both are thread-safe.
 #ifndef SUBSTRAX_COORDINATOR_STATE_STORE_H_
 #define SUBSTRAX_COORDINATOR_STATE_STORE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,44 +26,91 @@ struct sqlite3;
 
 namespace substrax {
 
+// What one commit writes, all or nothing.
+struct StateBatch {
+  // Upserts by worker_id / job id: the whole record.
+  std::vector<v1::Worker> workers;
+  std::vector<v1::Job> jobs;
+  // Jobs deleted with their metric points.
+  std::vector<std::string> deleted_jobs;
+  // Metric points appended.
+  std::vector<v1::StepReport> reports;
+  // Metric retention: the points of (job_id, attempt) at steps before `before_step` are
+  // deleted, except those at steps that are multiples of `keep_every` (the downsampled history).
+  struct Prune {
+    std::string job_id;
+    int attempt = 0;
+    int64_t before_step = 0;
+    int64_t keep_every = 1;
+  };
+  std::vector<Prune> prunes;
+
+  bool empty() const {
+    return workers.empty() && jobs.empty() && deleted_jobs.empty() && reports.empty() &&
+           prunes.empty();
+  }
+};
+
 class StateStore {
  public:
   virtual ~StateStore() = default;
 
-  // Upserts by worker_id. Errors: UNAVAILABLE (the write failed; the same call may be retried).
-  virtual absl::Status PutWorker(const v1::Worker& worker) = 0;
-  // Upserts by id: the whole job, transitions included. A job keeps the position of its first
-  // Put in Load's order. Errors: UNAVAILABLE.
-  virtual absl::Status PutJob(const v1::Job& job) = 0;
-  // Appends the reports in one transaction (all or none). Errors: UNAVAILABLE.
-  virtual absl::Status AppendReports(const std::vector<v1::StepReport>& reports) = 0;
+  // Writes the batch in one transaction: upserts first, then deletions, reports and prunes. A
+  // job keeps the position of its first upsert in Load's order. Errors: UNAVAILABLE (the write
+  // failed, nothing of it is stored; the same batch may be committed again), DATA_LOSS.
+  virtual absl::Status Commit(const StateBatch& batch) = 0;
 
+  // One-record commits, for tests and tools.
+  absl::Status PutWorker(const v1::Worker& worker);
+  absl::Status PutJob(const v1::Job& job);
+  absl::Status AppendReports(const std::vector<v1::StepReport>& reports);
+
+  // What the coordinator holds in memory: workers and jobs. Metric points stay on disk and are
+  // read by the queries below.
   struct Snapshot {
     // In order of first Put.
     std::vector<v1::Worker> workers;
     // In submission order (first Put).
     std::vector<v1::Job> jobs;
-    // In arrival order.
-    std::vector<v1::StepReport> reports;
   };
-  // Everything stored. Errors: UNAVAILABLE (read failed), DATA_LOSS (a stored record does not
-  // parse: the file is damaged).
+  // Errors: UNAVAILABLE (read failed), DATA_LOSS (a stored record does not parse: the file is
+  // damaged).
   virtual absl::StatusOr<Snapshot> Load() = 0;
+
+  // The attempts of the job that have metric points, ascending. Errors: as Load.
+  virtual absl::StatusOr<std::vector<int>> ReportedAttempts(const std::string& job_id) = 0;
+  // Every stored point of (job, attempt), in arrival order. Errors: as Load.
+  virtual absl::StatusOr<std::vector<v1::StepReport>> ReadReports(const std::string& job_id,
+                                                                  int attempt) = 0;
+  // The points of (job, attempt) at its `steps` highest steps, in arrival order. Errors: as
+  // Load.
+  virtual absl::StatusOr<std::vector<v1::StepReport>> LatestReports(const std::string& job_id,
+                                                                    int attempt, int steps) = 0;
+  // How many metric points are stored (all jobs). Errors: as Load.
+  virtual absl::StatusOr<int64_t> CountReports() = 0;
 };
 
 // Keeps everything in memory; for tests (a Cluster re-created on the same object sees what the
 // previous one stored, as after a restart).
 class InMemoryStateStore final : public StateStore {
  public:
-  absl::Status PutWorker(const v1::Worker& worker) override;
-  absl::Status PutJob(const v1::Job& job) override;
-  absl::Status AppendReports(const std::vector<v1::StepReport>& reports) override;
-  // Never fails.
+  // Never fails, unless told to: the next `n` commits fail with UNAVAILABLE (tests of the
+  // retry path).
+  absl::Status Commit(const StateBatch& batch) override;
+  void FailNextCommits(int n);
   absl::StatusOr<Snapshot> Load() override;
+  absl::StatusOr<std::vector<int>> ReportedAttempts(const std::string& job_id) override;
+  absl::StatusOr<std::vector<v1::StepReport>> ReadReports(const std::string& job_id,
+                                                          int attempt) override;
+  absl::StatusOr<std::vector<v1::StepReport>> LatestReports(const std::string& job_id,
+                                                            int attempt, int steps) override;
+  absl::StatusOr<int64_t> CountReports() override;
 
  private:
   absl::Mutex mu_;
   Snapshot data_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::StepReport> reports_ ABSL_GUARDED_BY(mu_);
+  int fail_commits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // One SQLite database, <directory>/substrax.db, in WAL mode.
@@ -70,13 +118,12 @@ class InMemoryStateStore final : public StateStore {
 // Durability: synchronous=FULL. In WAL mode NORMAL is safe against a crash of the coordinator
 // process but may lose the last commits on a power loss or kernel crash (the WAL is not synced
 // at each commit). The coordinator promises that every acknowledged job, transition and metric
-// point survives a restart of its machine too, and its write rate (one transaction per rpc that
-// changes state, report batches every report_every_steps steps) is far below what one fsync per
-// commit allows, so FULL it is.
+// point survives a restart of its machine too; its writer commits everything queued in one
+// transaction (group commit), so one fsync serves every rpc that waited for it.
 //
 // Layout: workers and jobs as serialized protos keyed by id (a job is rewritten whole on each
 // change); metric points as one row per StepReport (serialized, with job_id, attempt, step and
-// device_id as columns so that later queries or retention can use them).
+// device_id as indexed columns for the queries and for retention).
 class SqliteStateStore final : public StateStore {
  public:
   // Opens <directory>/substrax.db, creating the directory and the database when missing.
@@ -85,10 +132,14 @@ class SqliteStateStore final : public StateStore {
   static absl::StatusOr<std::unique_ptr<SqliteStateStore>> Open(const std::string& directory);
   ~SqliteStateStore() override;
 
-  absl::Status PutWorker(const v1::Worker& worker) override;
-  absl::Status PutJob(const v1::Job& job) override;
-  absl::Status AppendReports(const std::vector<v1::StepReport>& reports) override;
+  absl::Status Commit(const StateBatch& batch) override;
   absl::StatusOr<Snapshot> Load() override;
+  absl::StatusOr<std::vector<int>> ReportedAttempts(const std::string& job_id) override;
+  absl::StatusOr<std::vector<v1::StepReport>> ReadReports(const std::string& job_id,
+                                                          int attempt) override;
+  absl::StatusOr<std::vector<v1::StepReport>> LatestReports(const std::string& job_id,
+                                                            int attempt, int steps) override;
+  absl::StatusOr<int64_t> CountReports() override;
 
   const std::string& path() const { return path_; }
 
@@ -97,16 +148,24 @@ class SqliteStateStore final : public StateStore {
 
   // Runs SQL without results. Errors: as Open.
   absl::Status ExecLocked(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Upserts (key, serialized message) into `table` (workers or jobs).
-  absl::Status PutBlobLocked(const char* sql, const std::string& key,
-                             const google::protobuf::MessageLite& message, const char* what)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The error of the last SQLite call, as a Status with the path and what was being done.
-  absl::Status ErrorLocked(int code, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CommitLocked(const StateBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error of the last SQLite call on `db`, as a Status with the path and what was being
+  // done.
+  absl::Status Error(sqlite3* db, int code, const std::string& what) const;
+  // Rows of `sql` (one BLOB column) on the reader connection, with (job_id, attempt, n) bound
+  // as ?1, ?2, ?3 (unused ones ignored).
+  absl::StatusOr<std::vector<v1::StepReport>> ReadReportRows(const char* sql,
+                                                             const std::string& job_id,
+                                                             int attempt, int64_t n);
 
   const std::string path_;
+  // The writer connection: Commit and Load.
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+  // A second, read-only connection for the metric queries: in WAL mode they read a consistent
+  // snapshot while a commit is being written, and never wait for it.
+  absl::Mutex reader_mu_;
+  sqlite3* reader_ ABSL_GUARDED_BY(reader_mu_) = nullptr;
 };
 
 }  // namespace substrax

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -88,11 +89,21 @@ void ExpectFilled(StateStore& store) {
   EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(snapshot->jobs[0].transitions(0).reason(), "submitted");
   EXPECT_EQ(snapshot->jobs[1].id(), "demo-2");
-  ASSERT_EQ(snapshot->reports.size(), 3u);
-  EXPECT_EQ(snapshot->reports[0].values().at("loss"), 2.0);
-  EXPECT_EQ(snapshot->reports[1].device_id(), 1);
-  EXPECT_EQ(snapshot->reports[2].step(), 2);
-  EXPECT_EQ(snapshot->reports[2].time().seconds(), 102);
+  auto reports = store.ReadReports("demo-1", 1);
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 3u);
+  EXPECT_EQ((*reports)[0].values().at("loss"), 2.0);
+  EXPECT_EQ((*reports)[1].device_id(), 1);
+  EXPECT_EQ((*reports)[2].step(), 2);
+  EXPECT_EQ((*reports)[2].time().seconds(), 102);
+  EXPECT_EQ(*store.ReportedAttempts("demo-1"), std::vector<int>{1});
+  EXPECT_TRUE(store.ReportedAttempts("demo-2")->empty());
+  auto latest = store.LatestReports("demo-1", 1, 1);
+  ASSERT_TRUE(latest.ok());
+  ASSERT_EQ(latest->size(), 1u);
+  EXPECT_EQ((*latest)[0].step(), 2);
+  EXPECT_EQ(store.LatestReports("demo-1", 1, 2)->size(), 3u);
+  EXPECT_EQ(*store.CountReports(), 3);
 }
 
 // Both implementations: put, upsert and load round-trip.
@@ -112,7 +123,28 @@ TEST_P(StateStoreTest, EmptyStoreLoadsNothing) {
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   EXPECT_TRUE(snapshot->workers.empty());
   EXPECT_TRUE(snapshot->jobs.empty());
-  EXPECT_TRUE(snapshot->reports.empty());
+  EXPECT_EQ(*store->CountReports(), 0);
+}
+
+TEST_P(StateStoreTest, DeletionsAndPrunesInOneCommit) {
+  auto store = Make();
+  Fill(*store);
+  StateBatch batch;
+  batch.deleted_jobs = {"demo-2"};
+  batch.prunes.push_back({"demo-1", 1, 2, 1000});  // step 1 goes, step 2 stays
+  ASSERT_TRUE(store->Commit(batch).ok());
+  auto snapshot = store->Load();
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_EQ(snapshot->jobs.size(), 1u);
+  EXPECT_EQ(snapshot->jobs[0].id(), "demo-1");
+  auto reports = store->ReadReports("demo-1", 1);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_EQ((*reports)[0].step(), 2);
+  StateBatch gone;
+  gone.deleted_jobs = {"demo-1"};
+  ASSERT_TRUE(store->Commit(gone).ok());
+  EXPECT_EQ(*store->CountReports(), 0);
 }
 
 TEST_P(StateStoreTest, PutLoadRoundTripWithUpserts) {
@@ -137,10 +169,10 @@ TEST(SqliteStateStoreTest, ReopenedFileHasEverything) {
   ExpectFilled(**reopened);
   // Writing after a reopen appends after what was there.
   ASSERT_TRUE((*reopened)->AppendReports({MakeReport("demo-1", 3, 0, 1.0)}).ok());
-  auto snapshot = (*reopened)->Load();
-  ASSERT_TRUE(snapshot.ok());
-  ASSERT_EQ(snapshot->reports.size(), 4u);
-  EXPECT_EQ(snapshot->reports[3].step(), 3);
+  auto reports = (*reopened)->ReadReports("demo-1", 1);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 4u);
+  EXPECT_EQ((*reports)[3].step(), 3);
 }
 
 TEST(SqliteStateStoreTest, UsesWalMode) {

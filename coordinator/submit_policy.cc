@@ -5,7 +5,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/device_mesh_manager.h"
-#include "core/input_shape.h"
 #include "core/job_spec.h"
 #include "core/status.h"
 
@@ -45,10 +44,11 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& a
 
 int64_t TotalSteps(const v1::JobSpec& spec) {
   if (spec.length_case() == v1::JobSpec::kSteps) return spec.steps();
-  absl::StatusOr<int64_t> examples = TrainExamples(spec.data());
+  // The coordinator reads no data files (a path such as /dev/zero or a FIFO would wedge it):
+  // only synthetic data says its size in the spec; for files the runners report it.
   const int64_t batch = spec.batch().global_batch_size();
-  if (!examples.ok() || batch <= 0) return 0;
-  return spec.epochs() * (*examples / batch);
+  if (spec.data().format() != v1::DATA_FORMAT_SYNTHETIC || batch <= 0) return 0;
+  return spec.epochs() * (spec.data().synthetic().num_train_examples() / batch);
 }
 
 }  // namespace substrax

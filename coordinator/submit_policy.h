@@ -31,8 +31,9 @@ struct AliveDevices {
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          bool refuse_jobs_that_cannot_fit);
 
-// Steps an admitted job will run: spec.steps, or epochs x steps per epoch when the data's
-// headers say how many examples there are (reads a file: call it outside locks); 0 when unknown.
+// Steps an admitted job will run: spec.steps, or epochs x steps per epoch for synthetic data;
+// 0 when only the data files could say (the runners report it: StepReport.total_steps). Reads
+// no file.
 int64_t TotalSteps(const v1::JobSpec& spec);
 
 }  // namespace substrax

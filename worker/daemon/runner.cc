@@ -84,6 +84,8 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
     report->set_data_wait_seconds(r.data_wait_seconds);
     report->set_compute_seconds(r.compute_seconds);
     report->set_collective_seconds(r.collective_seconds);
+    report->set_total_steps(r.total_steps);
+    report->set_input_features(r.input_features);
     *report->mutable_time() = ToProtoTime(absl::Now());
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

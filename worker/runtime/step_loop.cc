@@ -226,6 +226,7 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
       report.data_wait_seconds = seconds[static_cast<int>(Phase::kData)];
       report.compute_seconds = seconds[static_cast<int>(Phase::kCompute)];
       report.collective_seconds = seconds[static_cast<int>(Phase::kCollective)];
+      report.total_steps = options.total_steps;
       options.on_device_report(report);
     }
     SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx, local, reductions));

@@ -52,6 +52,10 @@ struct DeviceReport {
   double data_wait_seconds = 0;
   double compute_seconds = 0;
   double collective_seconds = 0;
+  // What the runner found in the data, for the coordinator (which reads no data files): the
+  // attempt's total steps and the features per example.
+  int64_t total_steps = 0;
+  int64_t input_features = 0;
 };
 
 struct TrainResult {

@@ -136,7 +136,12 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   loop.eval_prefix = data.test.has_value() ? "test" : "train";
   loop.explicit_collectives = options.explicit_collectives;
   loop.on_progress = options.on_progress;
-  loop.on_device_report = options.on_device_report;
+  if (options.on_device_report) {
+    loop.on_device_report = [&options, features = data.num_features](DeviceReport report) {
+      report.input_features = features;
+      options.on_device_report(report);
+    };
+  }
   return RunStepLoop(loop, *backend);
 }
 

@@ -1,0 +1,60 @@
+// Every fixed limit the coordinator's rpcs enforce, in one place (docs/operations.md lists them
+// with the configurable ones: --max-active-jobs, --max-finished-jobs, --finished-job-ttl,
+// --metrics-raw-steps, --metrics-history-every, --max-rpc-threads). A request past a limit is
+// refused with INVALID_ARGUMENT (a malformed request: too long, too many) or RESOURCE_EXHAUSTED
+// (the coordinator is full), and the message names the field and the limit; nothing of it is
+// kept. Text the coordinator stores on a job's behalf (errors, stderr tails) is cut instead.
+#ifndef SUBSTRAX_COORDINATOR_LIMITS_H_
+#define SUBSTRAX_COORDINATOR_LIMITS_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "substrax/v1/coordinator_service.pb.h"
+
+namespace substrax {
+namespace limits {
+
+// Names: worker ids, hosts, addresses, incarnations, job ids, metric names, barrier ids.
+inline constexpr size_t kMaxNameBytes = 256;
+// Devices one worker registers.
+inline constexpr int kMaxDevicesPerWorker = 1024;
+// Runners one heartbeat lists.
+inline constexpr int kMaxRunnersPerHeartbeat = 1024;
+// Workers the coordinator knows (registered, alive or dead).
+inline constexpr int kMaxWorkers = 10000;
+// Step reports per ReportSteps request, and values (metric names) per report.
+inline constexpr int kMaxReportsPerRequest = 4096;
+inline constexpr int kMaxValuesPerReport = 64;
+// A job spec, serialized.
+inline constexpr size_t kMaxSpecBytes = 64 * 1024;
+// Rendezvous: key and value sizes, keys per attempt, concurrent waiters (Get and Barrier) over
+// the whole coordinator.
+inline constexpr size_t kMaxKeyBytes = 1024;
+inline constexpr size_t kMaxValueBytes = 1024 * 1024;
+inline constexpr int kMaxKeysPerAttempt = 10000;
+inline constexpr int kMaxRendezvousWaiters = 4096;
+// Text stored with a failed attempt's transition: the runner's error and its stderr tail.
+inline constexpr size_t kMaxErrorBytes = 2048;
+inline constexpr size_t kMaxStderrBytes = 2048;
+// Transitions kept per job: the first (submission) and the newest ones, so that a job restarting
+// many times does not grow without bound (Job.attempt still counts every attempt).
+inline constexpr int kMaxTransitionsKept = 64;
+
+}  // namespace limits
+
+// `text` if it has at most `max_bytes`, else its first max_bytes (cut at a UTF-8 boundary)
+// followed by " ... (N more bytes)".
+std::string BoundedText(absl::string_view text, size_t max_bytes);
+
+// INVALID_ARGUMENT naming `field` when `value` is longer than kMaxNameBytes.
+absl::Status CheckName(absl::string_view field, absl::string_view value);
+
+// The limits of a ReportSteps request (reports per request, values per report, name sizes).
+absl::Status CheckReportLimits(const v1::ReportStepsRequest& request);
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_COORDINATOR_LIMITS_H_
