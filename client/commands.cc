@@ -261,6 +261,17 @@ int CancelCommand(const CommandContext& ctx, const std::string& job_id,
   });
 }
 
+int DeleteCommand(const CommandContext& ctx, const std::string& job_id) {
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  v1::DeleteJobResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::DeleteJob, request, &response)) {
+    return rc;
+  }
+  *ctx.out << job_id << " deleted\n";
+  return kExitOk;
+}
+
 int WorkersCommand(const CommandContext& ctx) {
   v1::ListWorkersResponse response;
   if (int rc = CallJobService(ctx, &v1::JobService::Stub::ListWorkers, v1::ListWorkersRequest(),

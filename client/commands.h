@@ -53,6 +53,8 @@ int GetCommand(const CommandContext& ctx, const std::string& job_id);
 // watch JOB: follows the job until it ends; exit 0 if it SUCCEEDED, 1 if FAILED or CANCELLED.
 int WatchCommand(const CommandContext& ctx, const std::string& job_id);
 // cancel JOB [--reason TEXT].
+// delete JOB: removes an ended job and its metrics from the coordinator. Prints "JOB deleted".
+int DeleteCommand(const CommandContext& ctx, const std::string& job_id);
 int CancelCommand(const CommandContext& ctx, const std::string& job_id,
                   const std::string& reason);
 // workers.

@@ -135,6 +135,14 @@ class FakeJobService final : public v1::JobService::Service {
     *response->mutable_job() = MakeJob(request->job_id(), v1::JOB_STATE_CANCELLED, 40);
     return grpc::Status::OK;
   }
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+                         v1::DeleteJobResponse*) override {
+    if (request->job_id() == "demo-1") {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "job demo-1 is RUNNING: only an ended job can be deleted");
+    }
+    return grpc::Status::OK;
+  }
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
     auto send = [&](v1::Job job) {
@@ -371,6 +379,14 @@ TEST_F(CommandsTest, CancelPassesTheReason) {
   EXPECT_EQ(jobs_.last_cancel().reason(), "wrong learning rate");
   EXPECT_EQ(CancelCommand(ctx_, "done-1", ""), kExitError);
   EXPECT_EQ(err_.str(), "substraxctl: FAILED_PRECONDITION: job done-1 already SUCCEEDED\n");
+}
+
+TEST_F(CommandsTest, DeleteSaysWhatWasDeletedOrWhyNot) {
+  EXPECT_EQ(DeleteCommand(ctx_, "done-1"), kExitOk);
+  EXPECT_EQ(out_.str(), "done-1 deleted\n");
+  EXPECT_EQ(DeleteCommand(ctx_, "demo-1"), kExitError);
+  EXPECT_NE(err_.str().find("FAILED_PRECONDITION: job demo-1 is RUNNING"), std::string::npos)
+      << err_.str();
 }
 
 TEST_F(CommandsTest, WatchPlainPrintsALinePerStepThenTheOutcome) {

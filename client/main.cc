@@ -106,6 +106,11 @@ int main(int argc, char** argv) {
   add_output(cancel);
   cancel->callback([&] { run = [&](auto& ctx) { return ctl::CancelCommand(ctx, job, reason); }; });
 
+  CLI::App* remove = app.add_subcommand(
+      "delete", "Delete an ended job and its metrics (ended jobs also expire on their own)");
+  add_job(remove);
+  remove->callback([&] { run = [&](auto& ctx) { return ctl::DeleteCommand(ctx, job); }; });
+
   CLI::App* workers = app.add_subcommand(
       "workers", "List worker daemons: host, lease state, devices, last heartbeat, jobs");
   add_output(workers);
