@@ -35,6 +35,7 @@
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/devices.h"
 #include "worker/daemon/runner.h"
+#include "worker/daemon/work_files.h"
 #include "worker/runtime/trainer.h"
 
 namespace substrax {
@@ -267,6 +268,18 @@ int main(int argc, char** argv) {
                      "Time a runner gets to exit after SIGTERM before SIGKILL")
       ->capture_default_str();
 
+  std::string log_retention = "7d";
+  daemon->add_option("--log-retention", log_retention,
+                     "Delete the work-dir files (assignment, log, result) of ended attempts older "
+                     "than this: 7d, 36h, 90m; 0: no age limit")
+      ->capture_default_str();
+  std::string log_budget = "1GiB";
+  daemon->add_option("--log-budget", log_budget,
+                     "Then delete ended attempts' files, oldest first, until the work dir's "
+                     "attempt files take at most this: 1GiB, 512MiB, bytes; 0: no size limit. "
+                     "Files of running attempts are never deleted")
+      ->capture_default_str();
+
   std::string assignment;
   substrax::RunnerOptions runner_options;
   std::string runner_timeout = "30s";
@@ -289,6 +302,18 @@ int main(int argc, char** argv) {
   }
   if (*daemon) {
     if (!substrax::ParseTimeout(stop_grace, &daemon_options.stop_grace)) return 2;
+    absl::StatusOr<absl::Duration> retention = substrax::ParseRetention(log_retention);
+    absl::StatusOr<int64_t> budget = substrax::ParseByteSize(log_budget);
+    if (!retention.ok() || !budget.ok()) {
+      std::cerr << "substrax-worker: "
+                << (retention.ok() ? "--log-budget: " + std::string(budget.status().message())
+                                   : "--log-retention: " +
+                                         std::string(retention.status().message()))
+                << "\n";
+      return 2;
+    }
+    daemon_options.log_retention.max_age = *retention;
+    daemon_options.log_retention.max_bytes = *budget;
     return substrax::RunDaemon(daemon_options, daemon_timeout);
   }
   if (*run) return substrax::RunRunner(assignment, runner_options, runner_timeout);

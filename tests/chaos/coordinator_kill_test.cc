@@ -60,7 +60,12 @@ TEST_P(CoordinatorKillTest, JobsReachTheRightStateAfterARestart) {
     ASSERT_TRUE(PollUntil(
         [&] {
           before = cluster.Get(id);
-          return before.has_value() && before->progress().step() > 0;
+          // Mid-job: also until the client has seen metric points, so that the kill comes
+          // after steps were served (reports now arrive in batches, off the step loop).
+          const std::optional<v1::QueryMetricsResponse> seen = acknowledged.metrics();
+          return before.has_value() && before->progress().step() > 0 &&
+                 (failpoint != "mid_job" ||
+                  (acknowledged.job().has_value() && seen.has_value() && seen->series_size() > 0));
         },
         absl::Seconds(60)))
         << cluster.Logs();

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <atomic>
-#include <sstream>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +22,7 @@
 #include "rpc/proto_time.h"
 #include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/devices.h"
+#include "worker/daemon/runner_outcome.h"
 
 namespace substrax {
 namespace {
@@ -36,14 +36,6 @@ std::string HostName() {
 std::string NewIncarnation() {
   absl::BitGen gen;
   return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
-}
-
-std::string Tail(const std::string& path, size_t bytes) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  std::string all = s.str();
-  return all.size() <= bytes ? all : "..." + all.substr(all.size() - bytes);
 }
 
 // Whether `pid` is stopped by a signal (state T in /proc/<pid>/stat).
@@ -99,12 +91,14 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> 
 
 WorkerDaemon::~WorkerDaemon() {
   Stop();
-  std::vector<std::thread> reapers;
+  // Housekeeping returns once every runner has exited (SIGKILL after the stop grace).
+  if (housekeeping_.joinable()) housekeeping_.join();
+  std::map<int64_t, std::thread> reapers;
   {
     absl::MutexLock lock(&mu_);
     reapers.swap(reapers_);
   }
-  for (auto& t : reapers) t.join();
+  for (auto& [id, t] : reapers) t.join();
 }
 
 std::string WorkerDaemon::Incarnation() const {
@@ -167,6 +161,7 @@ void WorkerDaemon::SetReady(bool ready) {
 }
 
 absl::Status WorkerDaemon::Run() {
+  if (!housekeeping_.joinable()) housekeeping_ = std::thread([this] { Housekeeping(); });
   if (!options_.health_listen.empty()) {
     absl::StatusOr<std::unique_ptr<HealthServer>> health = HealthServer::Start(options_.health_listen);
     if (!health.ok()) return health.status();
@@ -338,11 +333,24 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   runner.result_path = base + ".result";
   runner.stderr_path = base + ".log";
   const std::string assignment_path = base + ".assignment";
-  {
-    std::ofstream out(assignment_path, std::ios::binary | std::ios::trunc);
-    assignment.SerializeToOstream(&out);
+  if (absl::Status s = WriteFileAtomically(assignment_path, assignment.SerializeAsString());
+      !s.ok()) {
+    ReportLaunchFailure(runner, absl::StrCat("cannot start a runner: ", s.message()));
+    return;
   }
-  std::remove(runner.result_path.c_str());
+  if (std::remove(runner.result_path.c_str()) != 0 && errno != ENOENT) {
+    ReportLaunchFailure(runner, absl::StrCat("cannot start a runner: cannot remove the old result ",
+                                             runner.result_path, ": ", std::strerror(errno)));
+    return;
+  }
+  // Opened here, not in the child, so that a failure (a full or read-only disk) is reported.
+  const int log_fd =
+      open(runner.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    ReportLaunchFailure(runner, absl::StrCat("cannot start a runner: cannot create its log ",
+                                             runner.stderr_path, ": ", std::strerror(errno)));
+    return;
+  }
 
   // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
   std::vector<std::string> args = {
@@ -357,7 +365,6 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const std::string binary = options_.runner_binary;
-  const std::string log_path = runner.stderr_path;
   const pid_t parent = getpid();
 
   const pid_t pid = fork();
@@ -373,23 +380,16 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     // An ignored SIGPIPE survives exec: give the runner the default and let it choose.
     signal(SIGPIPE, SIG_DFL);
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
+    // dup2 clears close-on-exec on the copies.
+    if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0) _exit(127);
     execv(binary.c_str(), argv.data());
     _exit(127);
   }
+  const int fork_errno = errno;
+  close(log_fd);
   if (pid < 0) {
-    v1::ReportAttemptStatusRequest failed;
-    failed.set_job_id(runner.job_id);
-    failed.set_attempt(runner.attempt);
-    failed.set_worker_id(options_.worker_id);
-    failed.set_process_index(runner.process_index);
-    failed.set_state(v1::RUNNER_STATE_FAILED);
-    failed.set_error(absl::StrCat("cannot start a runner: fork: ", std::strerror(errno)));
-    ReportStatus(failed);
+    ReportLaunchFailure(runner, absl::StrCat("cannot start a runner: fork: ",
+                                             std::strerror(fork_errno)));
     return;
   }
   // Also set in the child: whichever runs first, the group exists before anyone signals it.
@@ -398,7 +398,22 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   Log(absl::StrCat("started runner ", pid, " for job ", key, " process ", runner.process_index));
   absl::MutexLock lock(&mu_);
   runners_[key] = runner;
-  reapers_.emplace_back([this, key, pid] { Reap(key, pid); });
+  const int64_t id = next_reaper_++;
+  // Inserted under mu_, which the reaper needs before it can finish: never joined before this.
+  reapers_[id] = std::thread([this, id, key, pid] { Reap(id, key, pid); });
+}
+
+void WorkerDaemon::ReportLaunchFailure(const Runner& runner, const std::string& error) {
+  Log(absl::StrCat("job ", runner.job_id, " attempt ", runner.attempt, " process ",
+                   runner.process_index, ": ", error));
+  v1::ReportAttemptStatusRequest failed;
+  failed.set_job_id(runner.job_id);
+  failed.set_attempt(runner.attempt);
+  failed.set_worker_id(options_.worker_id);
+  failed.set_process_index(runner.process_index);
+  failed.set_state(v1::RUNNER_STATE_FAILED);
+  failed.set_error(error);
+  ReportStatus(failed);
 }
 
 void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) {
@@ -409,24 +424,91 @@ void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) 
     if (it == runners_.end() || it->second.stop_requested || it->second.ended) return;
     it->second.stop_requested = true;
     it->second.stop_reason = reason;
+    // Housekeeping sends SIGKILL then if the runner is still there (it wakes for the change).
+    it->second.kill_at = absl::Now() + options_.stop_grace;
     pid = it->second.pid;
   }
   Log(absl::StrCat("stopping runner ", pid, " of job ", key, ": ", reason));
   kill(-pid, SIGTERM);
-  // SIGKILL after the grace period if it is still there (the reaper clears it from runners_).
-  absl::MutexLock lock(&mu_);
-  reapers_.emplace_back([this, key, pid] {
-    const absl::Time deadline = absl::Now() + options_.stop_grace;
-    while (absl::Now() < deadline) {
-      {
-        absl::MutexLock lock(&mu_);
-        auto it = runners_.find(key);
-        if (it == runners_.end() || it->second.pid != pid || it->second.ended) return;
+}
+
+void WorkerDaemon::Housekeeping() {
+  absl::Time next_cleanup = absl::Now();  // at start
+  while (true) {
+    std::vector<std::thread> done;
+    std::vector<std::pair<std::string, pid_t>> to_kill;
+    bool clean = false;
+    bool exit = false;
+    {
+      absl::MutexLock lock(&mu_);
+      absl::Time wake = next_cleanup;
+      for (const auto& [key, r] : runners_) {
+        if (!r.ended && !r.killed) wake = std::min(wake, r.kill_at);
       }
-      absl::SleepFor(absl::Milliseconds(50));  // polling the reaper's bookkeeping until the grace ends
+      auto ready = [this, wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (!finished_reapers_.empty()) return true;
+        bool running = false;
+        for (const auto& [key, r] : runners_) {
+          if (r.ended) continue;
+          running = true;
+          if (!r.killed && r.kill_at < wake) return true;  // a new stop: its deadline is first
+        }
+        return stopped_.HasBeenNotified() && !running;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
+      const absl::Time now = absl::Now();
+      bool running = false;
+      for (auto& [key, r] : runners_) {
+        if (r.ended) continue;
+        running = true;
+        if (!r.killed && r.kill_at <= now) {
+          r.killed = true;
+          to_kill.emplace_back(key, r.pid);
+        }
+      }
+      for (int64_t id : finished_reapers_) {
+        done.push_back(std::move(reapers_[id]));
+        reapers_.erase(id);
+        clean = true;
+      }
+      finished_reapers_.clear();
+      clean = clean || now >= next_cleanup;
+      exit = stopped_.HasBeenNotified() && !running;
     }
-    kill(-pid, SIGKILL);
-  });
+    for (const auto& [key, pid] : to_kill) {
+      Log(absl::StrCat("runner ", pid, " of job ", key, " still there after ",
+                       absl::FormatDuration(options_.stop_grace), ": SIGKILL"));
+      kill(-pid, SIGKILL);
+    }
+    for (std::thread& t : done) t.join();
+    if (clean && !exit) {
+      CleanWorkDirNow();
+      next_cleanup = absl::Now() + options_.cleanup_interval;
+    }
+    if (exit) return;
+  }
+}
+
+void WorkerDaemon::CleanWorkDirNow() {
+  std::set<std::string> running;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, r] : runners_) running.insert(AttemptFilePrefix(r.job_id, r.attempt));
+  }
+  absl::StatusOr<CleanupResult> cleaned =
+      CleanWorkDir(options_.work_dir, options_.log_retention, running, absl::Now());
+  if (!cleaned.ok()) {
+    Log(absl::StrCat("work dir cleanup: ", cleaned.status().message()));
+    return;
+  }
+  if (cleaned->attempts_deleted > 0) {
+    Log(absl::StrCat("work dir cleanup: deleted the files of ", cleaned->attempts_deleted,
+                     " ended attempts (", cleaned->bytes_deleted, " bytes); ",
+                     cleaned->bytes_kept, " bytes kept"));
+  }
+  for (const std::string& error : cleaned->errors) {
+    Log(absl::StrCat("work dir cleanup: cannot delete ", error));
+  }
 }
 
 bool WorkerDaemon::AwaitRunnersExited(absl::Duration timeout) {
@@ -449,7 +531,7 @@ void WorkerDaemon::TerminateAll(const std::string& reason) {
   for (const std::string& key : keys) Terminate(key, reason);
 }
 
-void WorkerDaemon::Reap(std::string key, pid_t pid) {
+void WorkerDaemon::Reap(int64_t reaper, std::string key, pid_t pid) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -462,32 +544,28 @@ void WorkerDaemon::Reap(std::string key, pid_t pid) {
     runners_[key].ended = true;
     runner = runners_[key];
   }
-  v1::ReportAttemptStatusRequest report;
-  std::ifstream result(runner.result_path, std::ios::binary);
-  if (!result || !report.ParseFromIstream(&result)) report.Clear();
+  RunnerExit exit;
+  exit.wait_status = status;
+  exit.stop_requested = runner.stop_requested;
+  exit.stop_reason = runner.stop_reason;
+  exit.result_path = runner.result_path;
+  exit.log_path = runner.stderr_path;
+  std::string warning;
+  v1::ReportAttemptStatusRequest report = RunnerOutcome(exit, &warning);
+  if (!warning.empty()) Log(absl::StrCat("job ", key, ": ", warning));
   report.set_job_id(runner.job_id);
   report.set_attempt(runner.attempt);
   report.set_worker_id(options_.worker_id);
   report.set_process_index(runner.process_index);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  report.set_exit_code(code);
-  if (code == 0 && report.state() == v1::RUNNER_STATE_SUCCEEDED) {
+  if (report.state() == v1::RUNNER_STATE_SUCCEEDED) {
     Log(absl::StrCat("runner ", pid, " of job ", key, " succeeded"));
   } else {
-    report.set_state(v1::RUNNER_STATE_FAILED);
-    if (report.error().empty()) {
-      report.set_error(WIFSIGNALED(status)
-                           ? absl::StrCat("the runner was killed by signal ", WTERMSIG(status),
-                                          runner.stop_requested ? " (stopped: " + runner.stop_reason + ")"
-                                                                : "")
-                           : absl::StrCat("the runner exited with status ", code));
-    }
-    report.set_stderr_tail(Tail(runner.stderr_path, 2000));
     Log(absl::StrCat("runner ", pid, " of job ", key, " failed: ", report.error()));
   }
   ReportStatus(report);
   absl::MutexLock lock(&mu_);
   runners_.erase(key);
+  finished_reapers_.push_back(reaper);
 }
 
 void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {

@@ -24,9 +24,10 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "absl/time/time.h"
 #include "proto/health_server.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "worker/daemon/work_files.h"
 
 namespace substrax {
 
@@ -68,6 +70,10 @@ struct WorkerDaemonOptions {
   // server as a whole ("") is SERVING while the daemon runs (liveness never depends on peers);
   // "substrax.worker.ready" is SERVING while the worker is registered with the coordinator.
   std::string health_listen;
+  // Which ended attempts' files (assignment, log, result) in work_dir are deleted, and when:
+  // at start, every cleanup_interval and after each runner ends (work_files.h).
+  LogRetention log_retention;
+  absl::Duration cleanup_interval = absl::Minutes(1);
 };
 
 // The health service name that says a worker daemon is registered (readiness).
@@ -98,6 +104,9 @@ class WorkerDaemon {
     std::string stderr_path;
     bool stop_requested = false;
     std::string stop_reason;
+    // When a runner told to stop gets SIGKILL (its group), unless it has exited by then.
+    absl::Time kill_at = absl::InfiniteFuture();
+    bool killed = false;
     // The runner has exited; its outcome waits for the coordinator's acknowledgement.
     bool ended = false;
   };
@@ -113,7 +122,16 @@ class WorkerDaemon {
   // Waits until no runner is running (ended ones may wait for their acknowledgement), at most
   // `timeout`. False at the deadline.
   bool AwaitRunnersExited(absl::Duration timeout);
-  void Reap(std::string key, pid_t pid);
+  // The reaper of one runner (its own thread, joined by Housekeeping as soon as it is done):
+  // waits for the runner to exit and reports its outcome.
+  void Reap(int64_t reaper, std::string key, pid_t pid);
+  // One thread for the whole daemon: SIGKILLs runners whose stop grace is over, joins finished
+  // reapers, and cleans the work dir (at start, every cleanup_interval, after a runner ends).
+  // Returns once the daemon is stopping and no runner is running.
+  void Housekeeping();
+  void CleanWorkDirNow();
+  // Reports a runner that could not be started (its files, fork) as FAILED.
+  void ReportLaunchFailure(const Runner& runner, const std::string& error);
   // Delivers a runner's final status, retrying while the coordinator is unreachable (until
   // acknowledged, refused, or the daemon stops).
   void ReportStatus(const v1::ReportAttemptStatusRequest& request);
@@ -142,7 +160,13 @@ class WorkerDaemon {
   std::map<std::string, Runner> runners_ ABSL_GUARDED_BY(mu_);
   // Every "job/attempt/process" ever launched by this daemon: never a second runner for one.
   std::set<std::string> launched_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> reapers_ ABSL_GUARDED_BY(mu_);
+  // Reaper threads by id while their runner is running or its outcome being reported; the ids
+  // of those that are done, for Housekeeping to join. So threads never outlive their runner
+  // (and report) by more than a wakeup.
+  std::map<int64_t, std::thread> reapers_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> finished_reapers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_reaper_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread housekeeping_;
 };
 
 }  // namespace substrax

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 
@@ -15,14 +14,50 @@
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "worker/collectives/store.h"
 #include "worker/daemon/coordinator_store.h"
+#include "worker/daemon/step_reporter.h"
+#include "worker/daemon/work_files.h"
 #include "worker/runtime/trainer.h"
 
 namespace substrax {
 namespace {
 
+// How long the last step reports may take to reach the coordinator before the result is written.
+constexpr absl::Duration kFinalFlush = absl::Seconds(10);
+
+// Writes the outcome for the daemon. A failure is logged (to the runner's log, which the daemon
+// sends as the stderr tail) and otherwise ignored: the exit status says the rest. In particular
+// a runner that trained successfully exits 0 even when its result cannot be written (a full
+// disk), and the daemon reports exit status 0 as SUCCEEDED without final metrics: only a
+// successful RunAssignment makes `substrax-worker run` exit 0 (see RunnerOutcome).
 void WriteResult(const std::string& path, const v1::ReportAttemptStatusRequest& result) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  result.SerializeToOstream(&out);
+  absl::Status written = WriteFileAtomically(path, result.SerializeAsString());
+  if (written.ok()) return;
+  std::string metrics;
+  for (const auto& [name, value] : result.final_metrics()) {
+    absl::StrAppend(&metrics, " ", name, "=", value);
+  }
+  std::fprintf(stderr, "substrax runner: result not written (%s); the exit status carries it%s%s\n",
+               written.ToString().c_str(), metrics.empty() ? "" : "; final metrics:",
+               metrics.c_str());
+  std::fflush(stderr);
+}
+
+// The StepReport of one device report.
+v1::StepReport ToStepReport(const DeviceReport& r, const Mesh& mesh, int process_index) {
+  v1::StepReport report;
+  report.set_step(r.step);
+  report.set_device_id(r.device_id);
+  report.set_host(mesh.DeviceAt(*mesh.CoordinatesOf(r.device_id)).host);
+  report.set_process_index(process_index);
+  for (const auto& [name, value] : r.values) (*report.mutable_values())[name] = value;
+  report.set_samples_per_second(r.samples_per_second);
+  report.set_data_wait_seconds(r.data_wait_seconds);
+  report.set_compute_seconds(r.compute_seconds);
+  report.set_collective_seconds(r.collective_seconds);
+  report.set_total_steps(r.total_steps);
+  report.set_input_features(r.input_features);
+  *report.mutable_time() = ToProtoTime(absl::Now());
+  return report;
 }
 
 }  // namespace
@@ -66,52 +101,35 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   trainer.store = &store;
   trainer.listen_host = options.listen_host;
   trainer.collective_timeout = options.collective_timeout;
+  // Step reports leave the step loop at once: a slow coordinator must not slow training
+  // (step_reporter.h has the bounds).
+  GrpcStepSender sender(stub);
+  StepReporterOptions reporting;
+  reporting.job_id = assignment.job_id();
+  reporting.attempt = assignment.attempt();
+  StepReporter reporter(reporting, &sender, [base = result, &options](const absl::Status& status) {
+    // The coordinator says this attempt has ended: stop now, wherever the other threads
+    // are (they may be blocked in a collective that will never finish).
+    std::fprintf(stderr, "substrax runner: stopping: %s\n", std::string(status.message()).c_str());
+    v1::ReportAttemptStatusRequest stopped = base;
+    stopped.set_state(v1::RUNNER_STATE_FAILED);
+    stopped.set_error(absl::StrCat("stopped by the coordinator: ", status.message()));
+    WriteResult(options.result_path, stopped);
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
   trainer.on_device_report = [&](const DeviceReport& r) {
-    // One RPC per device and report interval; a lost report is logged, never fatal: metrics
-    // must not take training down.
-    v1::ReportStepsRequest request;
-    request.set_job_id(assignment.job_id());
-    request.set_attempt(assignment.attempt());
-    v1::StepReport* report = request.add_reports();
-    report->set_job_id(assignment.job_id());
-    report->set_attempt(assignment.attempt());
-    report->set_step(r.step);
-    report->set_device_id(r.device_id);
-    report->set_host(mesh->DeviceAt(*mesh->CoordinatesOf(r.device_id)).host);
-    report->set_process_index(assignment.process_index());
-    for (const auto& [name, value] : r.values) (*report->mutable_values())[name] = value;
-    report->set_samples_per_second(r.samples_per_second);
-    report->set_data_wait_seconds(r.data_wait_seconds);
-    report->set_compute_seconds(r.compute_seconds);
-    report->set_collective_seconds(r.collective_seconds);
-    report->set_total_steps(r.total_steps);
-    report->set_input_features(r.input_features);
-    *report->mutable_time() = ToProtoTime(absl::Now());
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::ReportStepsResponse response;
-    grpc::Status status = stub->ReportSteps(&context, request, &response);
-    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      // The coordinator says this attempt has ended: stop now, wherever the other threads
-      // are (they may be blocked in a collective that will never finish).
-      std::fprintf(stderr, "substrax runner: stopping: %s\n", status.error_message().c_str());
-      v1::ReportAttemptStatusRequest stopped = result;
-      stopped.set_state(v1::RUNNER_STATE_FAILED);
-      stopped.set_error(absl::StrCat("stopped by the coordinator: ", status.error_message()));
-      WriteResult(options.result_path, stopped);
-      std::fflush(stderr);
-      std::_Exit(1);
-    }
-    if (!status.ok()) {
-      std::fprintf(stderr, "substrax runner: step report of device %d at step %lld not stored: %s\n",
-                   r.device_id, static_cast<long long>(r.step), status.error_message().c_str());
-    }
+    reporter.Enqueue(ToStepReport(r, *mesh, assignment.process_index()));
   };
   trainer.on_progress = [](const ProgressReport& r) {
     std::fprintf(stderr, "step %lld/%lld\n", static_cast<long long>(r.step),
                  static_cast<long long>(r.total_steps));
   };
   absl::StatusOr<TrainResult> trained = Train(trainer);
+  // The last reports before the result: in the normal case no final step is lost.
+  if (absl::Status flushed = reporter.Flush(kFinalFlush); !flushed.ok()) {
+    std::fprintf(stderr, "substrax runner: %s\n", flushed.ToString().c_str());
+  }
   if (!trained.ok()) return fail(trained.status());
   result.set_state(v1::RUNNER_STATE_SUCCEEDED);
   for (const auto& [name, value] : trained->evaluation) (*result.mutable_final_metrics())[name] = value;

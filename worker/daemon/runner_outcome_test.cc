@@ -1,0 +1,92 @@
+#include "worker/daemon/runner_outcome.h"
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "worker/daemon/work_files.h"
+
+namespace substrax {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::filesystem::path dir = std::filesystem::path(base ? base : "/tmp") / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+RunnerExit Exit(const std::string& dir, int wait_status) {
+  RunnerExit e;
+  e.wait_status = wait_status;
+  e.result_path = dir + "/j-attempt-1-process-0.result";
+  e.log_path = dir + "/j-attempt-1-process-0.log";
+  std::ofstream(e.log_path) << "step 1/2\nboom\n";
+  return e;
+}
+
+TEST(RunnerOutcomeTest, SuccessCarriesTheFinalMetrics) {
+  const RunnerExit e = Exit(TempDir("ok"), W_EXITCODE(0, 0));
+  v1::ReportAttemptStatusRequest written;
+  written.set_state(v1::RUNNER_STATE_SUCCEEDED);
+  (*written.mutable_final_metrics())["test_accuracy"] = 0.88;
+  ASSERT_TRUE(WriteFileAtomically(e.result_path, written.SerializeAsString()).ok());
+  std::string warning;
+  const v1::ReportAttemptStatusRequest r = RunnerOutcome(e, &warning);
+  EXPECT_EQ(r.state(), v1::RUNNER_STATE_SUCCEEDED);
+  EXPECT_EQ(r.final_metrics().at("test_accuracy"), 0.88);
+  EXPECT_TRUE(warning.empty());
+}
+
+// The runner trained but could not write its result (a full disk, an unwritable path): still a
+// success, without final metrics.
+TEST(RunnerOutcomeTest, UnwritableResultOfASuccessfulRunnerIsStillASuccess) {
+  const std::string dir = TempDir("unwritable");
+  RunnerExit e = Exit(dir, W_EXITCODE(0, 0));
+  e.result_path = dir + "/missing-dir/j-attempt-1-process-0.result";
+  v1::ReportAttemptStatusRequest written;
+  written.set_state(v1::RUNNER_STATE_SUCCEEDED);
+  const absl::Status s = WriteFileAtomically(e.result_path, written.SerializeAsString());
+  ASSERT_FALSE(s.ok());  // what the runner sees, and logs
+  std::string warning;
+  const v1::ReportAttemptStatusRequest r = RunnerOutcome(e, &warning);
+  EXPECT_EQ(r.state(), v1::RUNNER_STATE_SUCCEEDED);
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_TRUE(r.final_metrics().empty());
+  EXPECT_TRUE(absl::StrContains(warning, e.result_path)) << warning;
+}
+
+TEST(RunnerOutcomeTest, FailureKeepsTheRunnersErrorAndAddsTheLogTail) {
+  const RunnerExit e = Exit(TempDir("failed"), W_EXITCODE(1, 0));
+  v1::ReportAttemptStatusRequest written;
+  written.set_state(v1::RUNNER_STATE_FAILED);
+  written.set_error("data file not found");
+  written.set_error_code(5);
+  ASSERT_TRUE(WriteFileAtomically(e.result_path, written.SerializeAsString()).ok());
+  std::string warning;
+  const v1::ReportAttemptStatusRequest r = RunnerOutcome(e, &warning);
+  EXPECT_EQ(r.state(), v1::RUNNER_STATE_FAILED);
+  EXPECT_EQ(r.error(), "data file not found");
+  EXPECT_EQ(r.error_code(), 5);
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.stderr_tail(), "step 1/2\nboom\n");
+}
+
+TEST(RunnerOutcomeTest, KilledRunnerWithoutResultFailsNamingTheSignal) {
+  RunnerExit e = Exit(TempDir("killed"), W_EXITCODE(0, SIGKILL));
+  e.stop_requested = true;
+  e.stop_reason = "cancelled by user";
+  std::string warning;
+  const v1::ReportAttemptStatusRequest r = RunnerOutcome(e, &warning);
+  EXPECT_EQ(r.state(), v1::RUNNER_STATE_FAILED);
+  EXPECT_EQ(r.exit_code(), 128 + SIGKILL);
+  EXPECT_EQ(r.error(), "the runner was killed by signal 9 (stopped: cancelled by user)");
+}
+
+}  // namespace
+}  // namespace substrax

@@ -1,0 +1,67 @@
+// The files of the worker daemon's work dir: how they are written, read and deleted.
+//
+// Every attempt's runner has `<job>-attempt-<a>-process-<p>.assignment` (written by the daemon,
+// read by the runner), `.log` (the runner's stdout and stderr) and `.result` (written by the
+// runner, read by the daemon). Writes go to `<path>.tmp` and are renamed into place only when
+// complete and synced, so a reader never sees half a file; each step's error names the path and
+// the system's reason. Old attempts' files are deleted by CleanWorkDir (the daemon runs it at
+// start, every minute and after each runner ends).
+#ifndef SUBSTRAX_WORKER_DAEMON_WORK_FILES_H_
+#define SUBSTRAX_WORKER_DAEMON_WORK_FILES_H_
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace substrax {
+
+// Writes `contents` to `path` atomically (temporary file, fsync, rename). Errors (open, write,
+// fsync, close or rename failing, e.g. ENOSPC) name the path and the errno text; the temporary
+// file is removed then.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+
+// The last `max_bytes` of the file at `path`, reading only those (a log may be gigabytes), with
+// "..." in front when the file is longer. Errors name the path and the errno text.
+absl::StatusOr<std::string> TailOfFile(const std::string& path, size_t max_bytes);
+
+// "<job>-attempt-<a>": the prefix of every work-dir file of that attempt.
+std::string AttemptFilePrefix(absl::string_view job_id, int attempt);
+
+struct LogRetention {
+  // Files of ended attempts whose newest file is older than this are deleted; zero: no age limit.
+  absl::Duration max_age = absl::Hours(7 * 24);
+  // Then, oldest attempt first, until all attempt files together take at most this many bytes;
+  // zero: no size limit. Files of running attempts count but are never deleted.
+  int64_t max_bytes = int64_t{1} << 30;
+};
+
+struct CleanupResult {
+  int attempts_deleted = 0;
+  int64_t bytes_deleted = 0;
+  // What the attempt files left take (running attempts included).
+  int64_t bytes_kept = 0;
+  // Files that could not be deleted or examined ("<path>: <errno text>").
+  std::vector<std::string> errors;
+};
+
+// Deletes the files of ended attempts in `dir` as `retention` says. `running` holds the
+// AttemptFilePrefix of every attempt with a runner: their files stay, however old or large.
+// Only files named like attempt files are looked at. Errors: the directory cannot be listed.
+absl::StatusOr<CleanupResult> CleanWorkDir(const std::string& dir, const LogRetention& retention,
+                                           const std::set<std::string>& running, absl::Time now);
+
+// "7d", "36h", "90m", "0" (no limit): the --log-retention flag. Errors: INVALID_ARGUMENT.
+absl::StatusOr<absl::Duration> ParseRetention(absl::string_view text);
+// "1GiB", "512MiB", "64KiB", "1048576", "0" (no limit): the --log-budget flag. Errors:
+// INVALID_ARGUMENT.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_DAEMON_WORK_FILES_H_
