@@ -1,5 +1,8 @@
 #include "coordinator/cluster.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -1036,9 +1039,14 @@ TEST_F(ClusterTest, RunnersSayTheTotalStepsAndInputWidth) {
   v1::JobSpec spec = Spec("files", 4);
   spec.mutable_data()->clear_synthetic();
   spec.mutable_data()->set_format(v1::DATA_FORMAT_IDX);
-  // Never opened here: a path the coordinator must not read (it would block forever).
-  spec.mutable_data()->mutable_train()->set_images("/dev/zero");
-  spec.mutable_data()->mutable_train()->set_labels("/dev/zero");
+  // A FIFO nobody writes: opening it would block the coordinator forever, so this test would
+  // time out if submit, progress or GetMesh read the data.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string fifo = std::string(tmp != nullptr ? tmp : "/tmp") + "/no-writer.fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  spec.mutable_data()->mutable_train()->set_images(fifo);
+  spec.mutable_data()->mutable_train()->set_labels(fifo);
   spec.set_epochs(2);
   absl::StatusOr<v1::Job> submitted = cluster_->SubmitJob(spec);
   ASSERT_TRUE(submitted.ok()) << submitted.status();

@@ -1,7 +1,10 @@
 #include "coordinator/rendezvous.h"
 
+#include <atomic>
+#include <string>
 #include <thread>
 
+#include "coordinator/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,6 +62,34 @@ TEST(RendezvousTest, ClosingAScopeFailsWaitersAndLaterCalls) {
   EXPECT_EQ(waited.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(r.Set(kA, "k", "v", false).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(r.Set(kB, "k", "v", false).ok());
+}
+
+TEST(RendezvousTest, AWaitEndsWhenTheCallerGoesAway) {
+  Rendezvous r;
+  std::atomic<bool> gone{false};
+  std::thread leaver([&] { gone = true; });
+  // A 10-minute wait that returns as soon as the caller is gone (checked every 250 ms).
+  auto waited = r.Get(kA, "never", absl::Minutes(10), [&] { return gone.load(); });
+  leaver.join();
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(r.Barrier(kA, "b", 0, 2, absl::Minutes(10), [&] { return gone.load(); }).code(),
+            absl::StatusCode::kCancelled);
+}
+
+TEST(RendezvousTest, KeysAndValuesAreBounded) {
+  Rendezvous r;
+  EXPECT_EQ(r.Set(kA, std::string(limits::kMaxKeyBytes + 1, 'k'), "v", false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Set(kA, "k", std::string(limits::kMaxValueBytes + 1, 'v'), false).code(),
+            absl::StatusCode::kInvalidArgument);
+  for (int i = 0; i < limits::kMaxKeysPerAttempt; ++i) {
+    ASSERT_TRUE(r.Set(kA, std::to_string(i), "v", false).ok()) << i;
+  }
+  absl::Status full = r.Set(kA, "one-more", "v", false);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.message()), HasSubstr("the limit per attempt"));
+  EXPECT_TRUE(r.Set(kA, "0", "overwritten", true).ok());  // an existing key may still change
+  EXPECT_TRUE(r.Set(kB, "k", "v", false).ok());           // other attempts are not affected
 }
 
 }  // namespace
