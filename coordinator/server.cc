@@ -355,6 +355,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   EnableKeepalive(builder);
   grpc::ResourceQuota quota("substrax-coordinator");
   quota.SetMaxThreads(options.max_rpc_threads);
+  quota.Resize(options.max_rpc_memory_bytes);
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);

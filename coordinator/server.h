@@ -6,6 +6,7 @@
 #define SUBSTRAX_COORDINATOR_SERVER_H_
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,6 +40,8 @@ struct CoordinatorServerOptions {
   int max_rpc_threads = 2048;
   // The largest request accepted.
   int max_receive_message_bytes = 4 * 1024 * 1024;
+  // Memory gRPC may use for its buffers (requests, responses, streams in flight).
+  size_t max_rpc_memory_bytes = size_t{1} << 30;
 };
 
 class CoordinatorServer {
