@@ -3,7 +3,11 @@
 #   make test   installs what the build and tests need (Debian packages, and the manifest tests'
 #               Python venv from PyPI), builds, runs every test and the layering checks
 #   make build  installs what the build needs (Debian packages only) and builds everything
-.PHONY: deps build-deps build test demo
+#   make fuzz   builds the libFuzzer targets (tests/fuzz) with clang and runs each for
+#               FUZZ_SECONDS seconds (default 60); fails if any crashes
+.PHONY: deps build-deps build test demo fuzz
+
+FUZZ_SECONDS ?= 60
 
 deps:
 	@tools/install_deps.sh
@@ -19,3 +23,6 @@ test: deps
 
 demo:
 	@tools/demo.sh
+
+fuzz: build-deps
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run_fuzzers.sh

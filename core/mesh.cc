@@ -1,5 +1,6 @@
 #include "core/mesh.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -32,6 +33,14 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<std::string> axis_names,
     if (shape[i] < 1) {
       return absl::InvalidArgumentError(absl::StrCat("mesh axis '", axis_names[i],
                                                      "' must have size >= 1, got ", shape[i]));
+    }
+    // A shape from a peer's proto may hold any sizes: a product past int64 is undefined
+    // behaviour and could wrap around to the device count, accepting an absurd shape (found by
+    // tests/fuzz:mesh_fuzzer).
+    if (shape[i] > std::numeric_limits<int64_t>::max() / product) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh shape (", absl::StrJoin(shape, ", "), ") holds more than 2^63 ",
+                       "devices but ", devices.size(), " were given"));
     }
     product *= shape[i];
   }

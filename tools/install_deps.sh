@@ -15,6 +15,8 @@ set -euo pipefail
 # Kubernetes manifests (tests/k8s): kubectl for its kustomize, python3-venv for the validator's
 # virtual environment (the section at the end); iproute2 for the multi-host test's namespaces,
 # nftables for the partition test (tests/chaos) to drop packets in them.
+# Fuzzing (make fuzz, tests/fuzz): clang-14 and its runtime libraries (libFuzzer, the
+# sanitizers), named both since the install skips recommended packages.
 PACKAGES=(
   bazel-bootstrap
   g++
@@ -40,6 +42,8 @@ PACKAGES=(
   python3-venv
   iproute2
   nftables
+  clang-14
+  libclang-rt-14-dev
 )
 
 # SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 (the image builds in deploy/docker) leaves out what only the
