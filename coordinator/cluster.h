@@ -323,8 +323,9 @@ class Cluster {
   void PruneMetricsLocked(JobEntry& entry, int64_t highest_step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int ActiveJobsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the job from memory and queues its deletion; the writer's ticket.
-  uint64_t DeleteJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the jobs from memory and queues their deletion; the writer's ticket.
+  uint64_t DeleteJobsLocked(const std::set<std::string>& job_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes ended jobs past finished_job_ttl or beyond max_finished_jobs.
   void ExpireFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the process table of `mesh` (process p: the p-th distinct worker_id in row-major

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -540,18 +541,25 @@ absl::Status Cluster::DeleteJob(const std::string& job_id) {
           absl::StrCat("job ", job_id, " is ", StateName(entry->job.state()),
                        ": only an ended job can be deleted; cancel it first"));
     }
-    ticket = DeleteJobLocked(job_id);
+    ticket = DeleteJobsLocked({job_id});
   }
   return writer_->Wait(ticket);
 }
 
-uint64_t Cluster::DeleteJobLocked(const std::string& job_id) {
-  jobs_.erase(job_id);
-  job_order_.erase(std::remove(job_order_.begin(), job_order_.end(), job_id), job_order_.end());
-  dirty_jobs_.erase(job_id);
-  metrics_.Forget(job_id);
+uint64_t Cluster::DeleteJobsLocked(const std::set<std::string>& job_ids) {
+  uint64_t ticket = 0;
+  for (const std::string& id : job_ids) {
+    jobs_.erase(id);
+    dirty_jobs_.erase(id);
+    metrics_.Forget(id);
+    ticket = writer_->DeleteJob(id);
+  }
+  // One pass over the order, however many go (expiry may delete thousands at start-up).
+  job_order_.erase(std::remove_if(job_order_.begin(), job_order_.end(),
+                                  [&](const std::string& id) { return job_ids.count(id) > 0; }),
+                   job_order_.end());
   ++version_;
-  return writer_->DeleteJob(job_id);
+  return ticket;
 }
 
 void Cluster::ExpireFinishedJobsLocked() {
@@ -563,18 +571,18 @@ void Cluster::ExpireFinishedJobsLocked() {
   size_t excess = finished.size() > static_cast<size_t>(std::max(options_.max_finished_jobs, 0))
                       ? finished.size() - options_.max_finished_jobs
                       : 0;
-  std::vector<std::string> expired;
+  std::set<std::string> expired;
   for (const std::string& id : finished) {
     const v1::Job& job = jobs_.at(id).job;
     const absl::Time ended = FromProtoTime(job.transitions(job.transitions_size() - 1).time());
     const bool too_old =
         options_.finished_job_ttl > absl::ZeroDuration() && now - ended > options_.finished_job_ttl;
     if (excess > 0 || too_old) {
-      expired.push_back(id);
+      expired.insert(id);
       if (excess > 0) --excess;
     }
   }
-  for (const std::string& id : expired) DeleteJobLocked(id);
+  if (!expired.empty()) DeleteJobsLocked(expired);
 }
 
 absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id, const std::string& reason) {

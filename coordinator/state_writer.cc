@@ -1,6 +1,8 @@
 #include "coordinator/state_writer.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 #include <utility>
 
 namespace substrax {
@@ -148,13 +150,12 @@ void StateWriter::Run() {
     deleted_jobs_.insert(deleted_jobs_.begin(), batch.deleted_jobs.begin(),
                          batch.deleted_jobs.end());
     // (Points of a job deleted meanwhile would be orphaned: the deletion runs first.)
-    batch.reports.erase(
-        std::remove_if(batch.reports.begin(), batch.reports.end(),
-                       [&](const v1::StepReport& r) {
-                         return std::find(deleted_jobs_.begin(), deleted_jobs_.end(),
-                                          r.job_id()) != deleted_jobs_.end();
-                       }),
-        batch.reports.end());
+    const std::set<std::string> deleted(deleted_jobs_.begin(), deleted_jobs_.end());
+    batch.reports.erase(std::remove_if(batch.reports.begin(), batch.reports.end(),
+                                       [&deleted](const v1::StepReport& r) {
+                                         return deleted.count(r.job_id()) > 0;
+                                       }),
+                        batch.reports.end());
     reports_.insert(reports_.begin(), std::make_move_iterator(batch.reports.begin()),
                     std::make_move_iterator(batch.reports.end()));
     prunes_.insert(prunes_.begin(), batch.prunes.begin(), batch.prunes.end());

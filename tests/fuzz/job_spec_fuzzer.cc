@@ -80,8 +80,12 @@ void FuzzJobSpec(const std::string& yaml) {
     ApplyJobSpecDefaults(&twice);
     Check(google::protobuf::util::MessageDifferencer::Equals(defaulted, twice),
           "ApplyJobSpecDefaults is not idempotent", defaulted.DebugString());
+    // ParseJobSpecYaml may refuse more: it sees which fields the YAML wrote, so an explicit
+    // `model_parallel_size: 0` is an error there, while the message path (no presence in
+    // proto3) reads the 0 as "not given" and defaults it. It may never accept what the
+    // message path refuses.
     const bool valid = ValidateJobSpec(defaulted).ok();
-    Check(valid == parsed.ok(), "ParseJobSpecYaml and Read+Defaults+Validate disagree",
+    Check(valid || !parsed.ok(), "ParseJobSpecYaml accepts a spec Defaults+Validate refuse",
           parsed.status().ToString() + "\n" + defaulted.DebugString());
   } else {
     Check(!parsed.ok(), "ParseJobSpecYaml accepts what ReadJobSpecYaml refuses",
