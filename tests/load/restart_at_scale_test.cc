@@ -44,8 +44,9 @@ class RestartAtScaleTest : public ::testing::Test {
     jobs_ = v1::JobService::NewStub(Connect(coordinator_->address()));
     FleetOptions options;
     options.id_prefix = "scale";
-    options.workers = 16;
-    options.devices_per_worker = 4;
+    // Few workers with many devices: each change wakes every worker's assignment stream.
+    options.workers = 8;
+    options.devices_per_worker = 8;
     fleet_ = std::make_unique<SimulatedFleet>(coordinator_->address(), options);
     ASSERT_TRUE(fleet_->Register().ok());
     fleet_->Start();
@@ -105,7 +106,7 @@ TEST_F(RestartAtScaleTest, ServesSoonAndSmallAfterARestartWithAMillionPoints) {
         std::make_unique<ReportLoop>(&fleet_->stub(a->worker), a->assignment, report_options));
     loops.back()->Start();
     heavy_assignments.push_back(*std::move(a));
-    if (heavy_assignments.size() > 64) FAIL() << "more assignments than heavy processes";
+    if (heavy_assignments.size() > kHeavyJobs * kHeavyDevices) FAIL() << "more assignments than heavy processes";
   }
   int64_t points = 0;
   for (auto& loop : loops) {
