@@ -17,6 +17,8 @@ namespace substrax::testing {
 std::string Runfile(const std::string& path);
 // A fresh directory under TEST_TMPDIR.
 std::string TempDir(const std::string& name);
+// A file's whole contents ("" when it cannot be read).
+std::string ReadFile(const std::string& path);
 
 class Process {
  public:

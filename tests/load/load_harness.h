@@ -1,0 +1,268 @@
+// What the load tests and bench/control_plane share: a real substrax-coordinator process, a
+// fleet of simulated worker daemons (gRPC clients of CoordinatorService that register, heartbeat,
+// watch their assignments and report like real daemons and runners, but run nothing), and
+// latency recording. Not testonly, so that //bench:control_plane can use it too.
+//
+// Threads: a fleet uses gRPC's callback API, so 500 simulated workers cost one pacing thread plus
+// gRPC's own small pool, not a thread each; a 2-core machine holds them.
+#ifndef SUBSTRAX_TESTS_LOAD_LOAD_HARNESS_H_
+#define SUBSTRAX_TESTS_LOAD_LOAD_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "substrax/v1/job.pb.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+#include "tests/process.h"
+
+namespace substrax::load {
+
+// Latencies of many calls, from any thread; percentiles on demand.
+class LatencyRecorder {
+ public:
+  void Add(absl::Duration latency);
+  // Adds everything `other` recorded.
+  void AddAll(const LatencyRecorder& other);
+  int64_t count() const;
+  // The q-quantile (0..1) of what was recorded, nearest rank; zero when nothing was.
+  absl::Duration Percentile(double q) const;
+  // "n=1234 p50=1.2ms p99=8.9ms max=20.1ms".
+  std::string Summary() const;
+  // Forgets what was recorded (to measure from now on).
+  void Clear();
+
+ private:
+  mutable absl::Mutex mu_;
+  mutable std::vector<absl::Duration> samples_ ABSL_GUARDED_BY(mu_);
+};
+
+// A substrax-coordinator process on 127.0.0.1 with its state in `dir`/state. Restarts keep
+// the state directory and the port, so that clients dial the same address.
+class CoordinatorProcess {
+ public:
+  // `binary`: the coordinator's path; `flags`: extra command-line flags.
+  CoordinatorProcess(std::string binary, std::string dir, std::vector<std::string> flags = {});
+  ~CoordinatorProcess();
+
+  // Starts it and waits (up to `timeout`) for its address file. Errors: DEADLINE_EXCEEDED
+  // (no address in time; the log is in the message).
+  absl::Status Start(absl::Duration timeout = absl::Seconds(60));
+  // SIGTERM, then waits for the exit. Errors: DEADLINE_EXCEEDED, INTERNAL (non-zero exit).
+  absl::Status Stop(absl::Duration timeout = absl::Seconds(60));
+  // True once grpc.health.v1 Check answers SERVING, polled until `timeout`.
+  bool WaitServing(absl::Duration timeout);
+
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return process_ == nullptr ? -1 : process_->pid(); }
+  // When the latest Start() forked the process.
+  absl::Time started() const { return started_; }
+  // The process's resident memory (VmRSS) now; -1 when it cannot be read.
+  int64_t RssBytes() const;
+  // Every run's log, for failure messages.
+  std::string Logs() const;
+
+ private:
+  const std::string binary_;
+  const std::string dir_;
+  const std::vector<std::string> flags_;
+  std::string address_;
+  int runs_ = 0;
+  absl::Time started_;
+  std::unique_ptr<testing::Process> process_;
+};
+
+// A fresh directory on tmpfs (/dev/shm) when that has `room` bytes free, else under TEST_TMPDIR
+// (testing::TempDir). For state whose durability a test does not check, produced by many small
+// transactions: on tmpfs an fsync costs nothing. The caller removes it.
+std::string ScratchDir(const std::string& name, int64_t room);
+
+// The coordinator binary inside a test's or a `bazel run` binary's runfiles.
+std::string CoordinatorRunfile();
+
+// A synthetic classification job spec (valid, small model) of `devices` data-parallel devices
+// and `steps` steps on `backend` (e.g. v1::BACKEND_CPU).
+v1::JobSpec LoadJobSpec(const std::string& name, int devices, int64_t steps,
+                        v1::Backend backend);
+
+// SubmitJob with a deadline; the job id in *id when OK.
+grpc::Status SubmitJob(v1::JobService::Stub& jobs, const v1::JobSpec& spec, std::string* id,
+                       absl::Duration timeout = absl::Seconds(30));
+// Every job ListJobs returns, page by page (`page_size` each).
+absl::StatusOr<std::vector<v1::Job>> ListAllJobs(v1::JobService::Stub& jobs, int page_size);
+// The workers ListWorkers returns.
+absl::StatusOr<std::vector<v1::Worker>> ListWorkers(v1::JobService::Stub& jobs);
+
+std::shared_ptr<grpc::Channel> Connect(const std::string& address);
+
+struct FleetOptions {
+  // Worker ids are "<id_prefix>-<index>", hosts "<id_prefix>-host-<index>".
+  std::string id_prefix = "sim";
+  int workers = 1;
+  int devices_per_worker = 1;
+  v1::DeviceKind device_kind = v1::DEVICE_KIND_CPU;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_deadline = absl::Seconds(10);
+  // Open a WatchAssignments stream per worker (as daemons do).
+  bool watch_assignments = true;
+  // gRPC connections the fleet spreads its workers over (daemons would have one each).
+  int channels = 8;
+};
+
+// One start event a simulated worker received.
+struct WorkerAssignment {
+  int worker = 0;  // index in the fleet
+  std::string worker_id;
+  v1::Assignment assignment;
+};
+
+// Simulated worker daemons. Register() then Start(); heartbeats are paced so that worker w
+// sends at offset w * interval / workers in each interval, at most one outstanding per worker
+// (as a daemon's synchronous loop). Each heartbeat lists the runners AddRunner() gave the
+// worker; a stop (in a heartbeat answer or on the stream) removes the runner.
+class SimulatedFleet {
+ public:
+  SimulatedFleet(const std::string& address, FleetOptions options);
+  ~SimulatedFleet();  // Stop()
+
+  // Registers every worker (a new incarnation each). Errors: the first failed RegisterWorker.
+  absl::Status Register();
+  // Starts the heartbeat thread and (if asked) the assignment streams.
+  void Start();
+  // Stops heartbeats and streams and waits for every outstanding call.
+  void Stop();
+
+  int size() const { return options_.workers; }
+  const std::string& worker_id(int w) const { return workers_[w].id; }
+  const std::string& incarnation(int w) const { return workers_[w].incarnation; }
+  v1::CoordinatorService::Stub& stub(int w) const;
+
+  // The next start event any worker received, waiting up to `timeout`.
+  std::optional<WorkerAssignment> NextAssignment(absl::Duration timeout);
+  // Runners listed in the worker's heartbeats from now on / no longer.
+  void AddRunner(int w, const std::string& job_id, int attempt, int process);
+  void RemoveRunner(int w, const std::string& job_id, int attempt, int process);
+  // ReportAttemptStatus for a runner of `a` (synchronous).
+  grpc::Status ReportStatus(const WorkerAssignment& a, v1::RunnerState state);
+
+  // Heartbeat round trips answered OK, and every other answer.
+  LatencyRecorder& heartbeat_latency() { return heartbeat_latency_; }
+  int64_t heartbeats_ok() const { return heartbeats_ok_.load(); }
+  int64_t heartbeats_failed() const { return heartbeats_failed_.load(); }
+  // Heartbeats not sent because the worker's previous one was still outstanding.
+  int64_t heartbeats_skipped() const { return heartbeats_skipped_.load(); }
+  // The first few failures ("sim-3: UNAVAILABLE: ..."), for messages.
+  std::vector<std::string> heartbeat_errors() const;
+  // Assignment streams that ended while the fleet was running.
+  int64_t streams_ended() const { return streams_ended_.load(); }
+
+ private:
+  class Watch;
+  struct HeartbeatCall;
+  struct SimWorker {
+    std::string id;
+    std::string incarnation;
+    int channel = 0;
+    bool heartbeat_outstanding = false;
+    // (job, attempt, process) of the runners this worker has.
+    std::vector<std::tuple<std::string, int, int>> runners;
+    // Where its stream stands: resumed from here when it is reopened.
+    std::string epoch;
+    int64_t cursor = 0;
+    bool watching = false;
+  };
+
+  void HeartbeatLoop();
+  void SendHeartbeat(int w) ABSL_LOCKS_EXCLUDED(mu_);
+  void OpenWatch(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnHeartbeatDone(HeartbeatCall* call, const grpc::Status& status);
+  void OnEvent(int w, const v1::WatchAssignmentsResponse& event);
+  void OnWatchDone(int w, Watch* watch, const grpc::Status& status);
+  void RemoveRunnerLocked(int w, const std::string& job_id, int attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const FleetOptions options_;
+  std::vector<std::unique_ptr<v1::CoordinatorService::Stub>> stubs_;
+  std::thread heartbeats_;
+  std::atomic<bool> stopping_{false};
+  LatencyRecorder heartbeat_latency_;
+  std::atomic<int64_t> heartbeats_ok_{0};
+  std::atomic<int64_t> heartbeats_failed_{0};
+  std::atomic<int64_t> heartbeats_skipped_{0};
+  std::atomic<int64_t> streams_ended_{0};
+
+  mutable absl::Mutex mu_;
+  std::vector<SimWorker> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<int, Watch*> watches_ ABSL_GUARDED_BY(mu_);
+  int outstanding_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<WorkerAssignment> assignments_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
+};
+
+struct ReportLoopOptions {
+  // Steps each ReportSteps carries (every local device's report of each step).
+  int steps_per_request = 1;
+  // The last step to report; 0: report until Stop().
+  int64_t last_step = 0;
+  // Metric values per report besides the 4 timing fields ("loss", "accuracy", ...).
+  int values_per_report = 2;
+};
+
+// A simulated runner's reports: ReportSteps for its local devices, step after step, each sent
+// as soon as the previous one is answered (a closed loop, as fast as the coordinator allows).
+// Each device's report holds values_per_report + 4 metric points (MetricsStore keeps the
+// timing fields as metrics too).
+class ReportLoop {
+ public:
+  ReportLoop(v1::CoordinatorService::Stub* stub, v1::Assignment assignment,
+             ReportLoopOptions options);
+  ~ReportLoop();  // Stop()
+  void Start();
+  // Sends nothing more and waits for the outstanding call.
+  void Stop();
+  // True once last_step was reported, or a call failed.
+  bool WaitDone(absl::Duration timeout);
+
+  const LatencyRecorder& latency() const { return latency_; }
+  int64_t points() const { return points_.load(); }
+  int64_t requests() const { return requests_.load(); }
+  // The first failure (OK while none).
+  grpc::Status error() const;
+
+ private:
+  struct Call;
+  void SendNext(int64_t first_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnDone(Call* call, const grpc::Status& status);
+
+  v1::CoordinatorService::Stub* const stub_;
+  const v1::Assignment assignment_;
+  const ReportLoopOptions options_;
+  LatencyRecorder latency_;
+  std::atomic<int64_t> points_{0};
+  std::atomic<int64_t> requests_{0};
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool outstanding_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace substrax::load
+
+#endif  // SUBSTRAX_TESTS_LOAD_LOAD_HARNESS_H_
