@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -39,7 +41,11 @@ class RestartAtScaleTest : public ::testing::Test {
     // jobs took over 10 minutes: the state lives on tmpfs when there is room (it is ~40 MiB).
     dir_ = ScratchDir("restart-at-scale", int64_t{512} << 20);
     std::cout << "state and logs in " << dir_ << "\n";
-    coordinator_ = std::make_unique<CoordinatorProcess>(CoordinatorRunfile(), dir_);
+    // It keeps every ended job of the test (the default keeps 10,000, and would expire the
+    // four heavy jobs with their million points).
+    coordinator_ = std::make_unique<CoordinatorProcess>(
+        CoordinatorRunfile(), dir_,
+        std::vector<std::string>{"--max-finished-jobs", absl::StrCat(2 * kFinishedJobs)});
     ASSERT_TRUE(coordinator_->Start().ok()) << coordinator_->Logs();
     jobs_ = v1::JobService::NewStub(Connect(coordinator_->address()));
     FleetOptions options;
