@@ -211,8 +211,11 @@ int Main(const Options& o) {
   std::string dir;
   if (address.empty()) {
     dir = testing::TempDir(absl::StrCat("substrax-bench-control-plane-", getpid()));
+    // The submit phase queues every job it submits: lift the active-jobs limit (1000 by
+    // default) so that it measures the rate, not the limit.
     own = std::make_unique<CoordinatorProcess>(
-        o.coordinator_binary.empty() ? CoordinatorRunfile() : o.coordinator_binary, dir);
+        o.coordinator_binary.empty() ? CoordinatorRunfile() : o.coordinator_binary, dir,
+        std::vector<std::string>{"--max-active-jobs", "1000000"});
     if (absl::Status s = own->Start(); !s.ok()) {
       std::cerr << "control_plane: " << s.message() << "\n";
       return 1;
