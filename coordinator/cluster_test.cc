@@ -517,7 +517,8 @@ TEST_F(ClusterTest, ReportsFeedProgressAndQueries) {
   EXPECT_EQ(progress.total_steps(), 10);
   EXPECT_EQ(progress.metrics().at("loss"), 1.0);  // mean of the two devices that reported
   EXPECT_EQ(progress.metrics().at("step"), 10);
-  EXPECT_EQ(progress.samples_per_second(), 200);
+  // Every device's latest rate: devices 0 and 2 at step 10, devices 1 and 3 at step 5.
+  EXPECT_EQ(progress.samples_per_second(), 400);
 
   v1::QueryMetricsRequest query;
   query.set_job_id(job);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -171,10 +172,20 @@ std::optional<v1::JobProgress> MetricsStore::Latest(const std::string& job_id, i
   v1::JobProgress progress;
   progress.set_step(step);
   std::map<std::string, std::vector<double>> values;
+  // Throughput: every device's latest rate, even one whose report of the newest step has not
+  // arrived yet (processes report on their own schedule); summing only the newest step's
+  // reporters would show a fraction of the job's rate.
   double samples_per_second = 0;
+  std::set<int> counted;
+  for (auto it = points->second.steps.rbegin(); it != points->second.steps.rend(); ++it) {
+    for (const auto& [device_id, point] : it->second) {
+      if (!counted.insert(device_id).second) continue;
+      auto rate = point.values.find(kSamplesPerSecond);
+      if (rate != point.values.end()) samples_per_second += rate->second;
+    }
+  }
   for (const auto& [device_id, point] : devices) {
     for (const auto& [name, value] : point.values) {
-      if (name == kSamplesPerSecond) samples_per_second += value;
       if (name == kSamplesPerSecond || name == kDataWaitSeconds || name == kComputeSeconds ||
           name == kCollectiveSeconds) {
         continue;

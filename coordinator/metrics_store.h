@@ -82,7 +82,8 @@ class MetricsStore {
 
   // For JobProgress: the latest step any device of (job, attempt) reported; that step's
   // values[] metrics (not the timing ones) reduced over the devices that reported it, as
-  // declared (MEAN when not declared); samples_per_second summed over those devices.
+  // declared (MEAN when not declared); samples_per_second: every device's latest rate (from
+  // the newest step it reported), summed.
   // total_steps and final_metrics are left for the caller. std::nullopt when (job, attempt)
   // has no points.
   std::optional<v1::JobProgress> Latest(const std::string& job_id, int attempt,

@@ -220,7 +220,8 @@ TEST_F(MetricsStoreTest, LatestForProgress) {
   EXPECT_EQ(progress->step(), 20);
   EXPECT_EQ(progress->metrics().at("loss"), 5.0);
   EXPECT_EQ(progress->metrics().count("samples_per_second"), 0u);
-  EXPECT_EQ(progress->samples_per_second(), 60.0);  // devices 0..2 at step 20
+  // Devices 0..2 at step 20 (10 + 20 + 30) and device 3, which skipped it, at step 10 (40).
+  EXPECT_EQ(progress->samples_per_second(), 100.0);
   EXPECT_FALSE(store.Latest("job-1", 2, declared).has_value());
   EXPECT_FALSE(store.Latest("other", 1, declared).has_value());
 }
