@@ -9,7 +9,7 @@ set -euo pipefail
 # Build: Bazel 4 (Debian's bazel-bootstrap), a C++ compiler, pkg-config for the system libraries.
 # Libraries: gRPC and protobuf (with their compilers), Abseil, yaml-cpp, GoogleTest/GoogleMock,
 # Eigen (CPU math), zlib (gzip'd IDX files), Gloo (CPU collectives), CLI11 (command lines),
-# SQLite (the coordinator's state).
+# SQLite (the coordinator's state), OpenSSL (certificates and keys for mutual TLS).
 # Benchmarks: Open MPI (libraries and mpirun), the comparison peer of //bench:allreduce.
 # Data: Fashion-MNIST in IDX format (examples and the quality run).
 # Kubernetes manifests (tests/k8s): kubectl for its kustomize, python3-venv for the validator's
@@ -35,6 +35,7 @@ PACKAGES=(
   libcli11-dev
   prometheus-cpp-dev
   libsqlite3-dev
+  libssl-dev
   libopenmpi-dev
   openmpi-bin
   dataset-fashion-mnist
