@@ -156,6 +156,18 @@ absl::Status CheckDnsName(absl::string_view name) {
   return absl::OkStatus();
 }
 
+absl::Status CheckIpAddress(const std::string& ip) {
+  ASN1_OCTET_STRING* address = a2i_IPADDRESS(ip.c_str());
+  if (address != nullptr) {
+    ASN1_OCTET_STRING_free(address);
+    return absl::OkStatus();
+  }
+  ERR_clear_error();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "\"", ip, "\" is not an IP address for a certificate: give IPv4 (10.0.0.5) or IPv6 "
+      "(fd00::5) in text form, without a port or prefix length"));
+}
+
 absl::Status SetValidity(X509* cert, absl::Time not_before, absl::Time not_after) {
   if (ASN1_TIME_set(X509_getm_notBefore(cert), absl::ToTimeT(not_before)) == nullptr ||
       ASN1_TIME_set(X509_getm_notAfter(cert), absl::ToTimeT(not_after)) == nullptr) {
@@ -205,12 +217,7 @@ absl::Status AddSubjectAltNames(X509* cert, const std::vector<std::string>& dns_
   }
   for (const std::string& ip : ip_addresses) {
     ASN1_OCTET_STRING* address = a2i_IPADDRESS(ip.c_str());
-    if (address == nullptr) {
-      ERR_clear_error();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "\"", ip, "\" is not an IP address for a certificate: give IPv4 (10.0.0.5) or IPv6 "
-          "(fd00::5) in text form, without a port or prefix length"));
-    }
+    if (address == nullptr) return CheckIpAddress(ip);
     GENERAL_NAME* name = GENERAL_NAME_new();
     if (name == nullptr) {
       ASN1_OCTET_STRING_free(address);
@@ -393,8 +400,7 @@ absl::StatusOr<KeyAndCert> CreateCertificateAuthority(const std::string& common_
   return ToPem(key->get(), x);
 }
 
-absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
-                                            const CertificateRequest& request) {
+absl::Status ValidateCertificateRequest(const CertificateRequest& request) {
   if (absl::Status s = CheckName("CN", request.common_name); !s.ok()) return s;
   for (const std::string& o : request.organizations) {
     if (absl::Status s = CheckName("O", o); !s.ok()) return s;
@@ -402,11 +408,19 @@ absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
   for (const std::string& dns : request.dns_names) {
     if (absl::Status s = CheckDnsName(dns); !s.ok()) return s;
   }
+  for (const std::string& ip : request.ip_addresses) {
+    if (absl::Status s = CheckIpAddress(ip); !s.ok()) return s;
+  }
   if (!request.server_auth && !request.client_auth) {
     return absl::InvalidArgumentError(
         "a certificate request needs server_auth, client_auth or both");
   }
-  if (absl::Status s = CheckValidity(request.not_before, request.not_after); !s.ok()) return s;
+  return CheckValidity(request.not_before, request.not_after);
+}
+
+absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
+                                            const CertificateRequest& request) {
+  if (absl::Status s = ValidateCertificateRequest(request); !s.ok()) return s;
   ERR_clear_error();
 
   absl::StatusOr<X509Ptr> ca_cert = ReadCertificate(ca.cert_pem);

@@ -69,12 +69,18 @@ absl::StatusOr<KeyAndCert> CreateCertificateAuthority(const std::string& common_
                                                       absl::Time not_before,
                                                       absl::Time not_after);
 
+// Whether IssueCertificate would accept `request` (it checks the same first), so that a caller
+// can tell a bad request from a bad CA.
+// Errors: INVALID_ARGUMENT naming the field: an empty or over-64-character CN or O; a DNS name
+// other than labels of letters, digits and '-' joined by '.' (the first label may be '*'); an IP
+// address that does not parse; neither server_auth nor client_auth; a validity that is not set or
+// does not end after it begins.
+absl::Status ValidateCertificateRequest(const CertificateRequest& request);
+
 // A new leaf certificate and a fresh P-256 key for `request`, signed by `ca`.
-// Errors: INVALID_ARGUMENT for a bad request (empty or long CN or O, a DNS name with characters
-// other than letters, digits, '-', '.', a leading '*.'; an IP address that does not parse;
-// neither server_auth nor client_auth; a validity that does not end after it begins), or a `ca`
-// whose key or certificate does not parse, whose key is not the certificate's, or whose
-// certificate is not a CA; FAILED_PRECONDITION when the certificate would outlive the CA
+// Errors: INVALID_ARGUMENT for a bad request (as ValidateCertificateRequest), or a `ca` whose key
+// or certificate does not parse, whose key is not the certificate's, or whose certificate is not
+// a CA; FAILED_PRECONDITION when the certificate would outlive the CA
 // (request.not_after after the CA's notAfter: renew the CA, or issue for fewer days); INTERNAL
 // when OpenSSL fails.
 absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
