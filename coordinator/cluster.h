@@ -204,6 +204,11 @@ class Cluster {
   // OK iff (job_id, attempt) is the job's current running attempt. Errors: NOT_FOUND (unknown
   // job), FAILED_PRECONDITION (the message says how the attempt or job stands).
   absl::Status CheckAttemptRunning(const std::string& job_id, int attempt) const;
+  // OK iff every report of `request` is about a device that `worker_id` drives in the running
+  // attempt (a worker reports only its own devices). Errors: CheckAttemptRunning's;
+  // PERMISSION_DENIED naming the device and the worker that drives it.
+  absl::Status CheckStepReporter(const v1::ReportStepsRequest& request,
+                                 const std::string& worker_id) const;
 
   // --- client-facing ---
 
@@ -212,8 +217,9 @@ class Cluster {
   // the jobs of the cluster's whole life, over restarts), scheduling at once if devices are
   // free. OK once the queued job is stored (a failed write of what scheduling then changed is
   // retried at the next Tick). Errors: AdmitJobSpec's (UNIMPLEMENTED, INVALID_ARGUMENT,
-  // RESOURCE_EXHAUSTED), UNAVAILABLE (the state store failed; the job was not queued).
-  absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec);
+  // RESOURCE_EXHAUSTED), UNAVAILABLE (the state store failed; the job was not queued). `owner`
+  // (the submitter's identity) is kept in Job.owner.
+  absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec, const std::string& owner = "");
   // Errors: NOT_FOUND.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
   // Newest first; an empty filter means every state. Skips `offset` matching jobs and returns

@@ -207,6 +207,27 @@ absl::Status Cluster::CheckAttemptRunningLocked(const std::string& job_id, int a
   return absl::FailedPreconditionError(absl::StrCat(how, "; the runner should stop"));
 }
 
+absl::Status Cluster::CheckStepReporter(const v1::ReportStepsRequest& request,
+                                        const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(request.job_id(), request.attempt()));
+  const JobEntry& entry = jobs_.at(request.job_id());
+  std::map<int, const std::string*> driver;  // device id -> worker id
+  for (const Process& process : entry.processes) {
+    for (int id : process.device_ids) driver[id] = &process.worker_id;
+  }
+  for (const v1::StepReport& report : request.reports()) {
+    auto d = driver.find(report.device_id());
+    // A device outside the mesh is ReportSteps' INVALID_ARGUMENT.
+    if (d == driver.end() || *d->second == worker_id) continue;
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", worker_id, " reported device ", report.device_id(), " of job ",
+        request.job_id(), " attempt ", request.attempt(), ", which worker ", *d->second,
+        " drives; a worker reports only its own devices"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request) {
   SUBSTRAX_RETURN_IF_ERROR(CheckReportLimits(request));
   EndedAttempts ended;
@@ -430,7 +451,7 @@ absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
   return substrax::AdmitJobSpec(std::move(spec), alive, options_.refuse_jobs_that_cannot_fit);
 }
 
-absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted) {
+absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner) {
   if (submitted.ByteSizeLong() > limits::kMaxSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", submitted.ByteSizeLong(),
                                                    " bytes, more than the limit of ",
@@ -452,6 +473,7 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted) {
     const absl::Time now = clock_();
     // A number burnt by a failed write is never handed out again.
     job.set_id(absl::StrCat(spec.name(), "-", next_job_number_++));
+    job.set_owner(owner);
     *job.mutable_spec() = std::move(spec);
     job.set_state(v1::JOB_STATE_PENDING);
     *job.mutable_create_time() = ToProtoTime(now);

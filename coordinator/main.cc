@@ -1,9 +1,11 @@
 // substrax-coordinator: the cluster's only stateful service.
 //
-//   substrax-coordinator --listen 0.0.0.0:7070 --metrics-listen 0.0.0.0:9090 --state-dir DIR
+//   substrax-coordinator --listen 0.0.0.0:7070 --worker-listen 0.0.0.0:7072
+//       --tls-ca ca.crt --tls-cert coordinator.crt --tls-key coordinator.key --state-dir DIR
 //
-// Serves CoordinatorService (workers, runners), JobService and MetricsService (clients) and
-// grpc.health.v1 on --listen, and Prometheus /metrics on --metrics-listen. State (workers, jobs,
+// Serves JobService and MetricsService (clients) and grpc.health.v1 on --listen, and
+// CoordinatorService (workers, runners) on --worker-listen (or also on --listen without it),
+// all with mutual TLS (docs/security.md); Prometheus /metrics on --metrics-listen. State (workers, jobs,
 // transitions, metric points) lives in SQLite under --state-dir, so a restart loses nothing
 // that was acknowledged. SIGTERM or SIGINT shut it down cleanly.
 //
@@ -22,10 +24,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "coordinator/auth.h"
 #include "coordinator/cluster.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/server.h"
 #include "coordinator/state_store.h"
+#include "rpc/transport_flags.h"
 
 namespace substrax {
 namespace {
@@ -60,6 +64,15 @@ int main(int argc, char** argv) {
   std::string max_restart_backoff = "2m";
   app.add_option("--listen", server_options.listen, "gRPC address host:port (port 0: any free)")
       ->capture_default_str();
+  app.add_option("--worker-listen", server_options.worker_listen,
+                 "gRPC address host:port of the worker-facing CoordinatorService (daemons and "
+                 "runners); empty: served on --listen too");
+  substrax::TransportFlags transport;
+  substrax::AddTransportFlags(&app, &transport, substrax::TransportRole::kServer);
+  std::string auth_config;
+  app.add_option("--auth-config", auth_config,
+                 "YAML file of bearer tokens (name, role, sha256 of the token); re-read when "
+                 "it changes; see docs/security.md");
   app.add_option("--health-listen", server_options.health_listen,
                  "Plaintext gRPC address serving only grpc.health.v1 (Kubernetes probes); "
                  "empty: health on --listen only");
@@ -122,6 +135,23 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  if (absl::Status s = substrax::FinishTransportFlags(&transport); !s.ok()) {
+    std::cerr << "substrax-coordinator: " << s.message() << "\n";
+    return 2;
+  }
+  server_options.transport = transport.options;
+  if (absl::Status s = substrax::ValidateTransport(transport.options, /*server=*/true); !s.ok()) {
+    std::cerr << "substrax-coordinator: " << s.message() << "\n";
+    return 2;
+  }
+  if (transport.options.insecure) {
+    std::cerr << substrax::InsecureWarning("substrax-coordinator") << "\n";
+  }
+  auto auth = substrax::Authenticator::Create(transport.options.insecure, auth_config);
+  if (!auth.ok()) {
+    std::cerr << "substrax-coordinator: " << auth.status().message() << "\n";
+    return 2;
+  }
   substrax::ClusterOptions cluster_options;
   if (!substrax::ParsePositive("--heartbeat-interval", heartbeat_interval,
                                &cluster_options.heartbeat_interval) ||
@@ -175,8 +205,15 @@ int main(int argc, char** argv) {
               << cluster.status().message() << "\n";
     return 1;
   }
+  auto key = substrax::LoadOrCreateKey(state_dir + "/rendezvous.key");
+  if (!key.ok()) {
+    std::cerr << "substrax-coordinator: " << key.status().message() << "\n";
+    return 1;
+  }
+  server_options.rendezvous_key = *std::move(key);
   substrax::Rendezvous rendezvous;
-  auto server = substrax::CoordinatorServer::Start(server_options, cluster->get(), &rendezvous);
+  auto server = substrax::CoordinatorServer::Start(server_options, cluster->get(), &rendezvous,
+                                                   auth->get());
   if (!server.ok()) {
     std::cerr << "substrax-coordinator: " << server.status().message() << "\n";
     return 1;
@@ -187,7 +224,12 @@ int main(int argc, char** argv) {
     std::ofstream(temp) << address << "\n";
     std::rename(temp.c_str(), address_file.c_str());
   }
-  std::cerr << "substrax-coordinator: serving on " << address
+  std::cerr << "substrax-coordinator: serving "
+            << (transport.options.insecure ? "plaintext (--insecure)" : "mutual TLS") << " on "
+            << address
+            << (server_options.worker_listen.empty()
+                    ? std::string()
+                    : absl::StrCat(", workers on port ", (*server)->worker_port()))
             << (server_options.metrics_listen.empty()
                     ? std::string()
                     : ", metrics on " + server_options.metrics_listen)

@@ -11,6 +11,7 @@
 #include "proto/health_server.h"
 #include "rpc/grpc_status.h"
 #include "rpc/keepalive.h"
+#include "rpc/pki.h"
 #include "rpc/proto_time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -28,29 +29,99 @@ namespace {
 // How long a stream handler waits for a change before it looks at cancellation again.
 constexpr absl::Duration kStreamPoll = absl::Milliseconds(250);
 
+// What the connection of `context` proved: a verified client certificate's CN and subject, and
+// the authorization header.
+PeerCredentials PeerOf(const grpc::ServerContext& context) {
+  PeerCredentials peer;
+  if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context()) {
+    for (const grpc::string_ref& v : auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
+      peer.common_name.assign(v.data(), v.size());
+    }
+    for (const grpc::string_ref& v : auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME)) {
+      peer.subject.assign(v.data(), v.size());
+    }
+  }
+  auto header = context.client_metadata().find("authorization");
+  if (header != context.client_metadata().end()) {
+    peer.authorization.emplace(header->second.data(), header->second.size());
+  }
+  return peer;
+}
+
 }  // namespace
 
+// Authorizes `method` (MethodRules) for the call of `context`, or returns the refusal.
+#define SUBSTRAX_AUTHORIZE(caller, context, method)                                   \
+  absl::StatusOr<Caller> caller = impl_->auth->Authorize(PeerOf(*(context)), method); \
+  if (!caller.ok()) return ToGrpcStatus(caller.status())
+
 struct CoordinatorServer::Impl {
-  Impl(const CoordinatorServerOptions& o, Cluster* c, Rendezvous* r, std::atomic<bool>* s)
-      : options(o), cluster(c), rendezvous(r), stopping(s) {}
+  Impl(const CoordinatorServerOptions& o, Cluster* c, Rendezvous* r, Authenticator* a,
+       std::atomic<bool>* s)
+      : options(o), cluster(c), rendezvous(r), auth(a), stopping(s) {}
 
   absl::Duration CapWait(const google::protobuf::Duration& d) const {
     return std::min(FromProtoDuration(d), options.max_rendezvous_wait);
+  }
+
+  // The secret of an attempt's rendezvous scope (Assignment.rendezvous_secret).
+  std::string SecretOf(const std::string& job_id, int attempt) const {
+    return pki::HmacSha256Hex(options.rendezvous_key, absl::StrCat(job_id, "/", attempt));
+  }
+
+  // OK iff the scope is a running attempt and carries that attempt's secret.
+  absl::Status CheckScope(const v1::RendezvousScope& scope) const {
+    SUBSTRAX_RETURN_IF_ERROR(cluster->CheckAttemptRunning(scope.job_id(), scope.attempt()));
+    if (!pki::ConstantTimeEquals(scope.secret(), SecretOf(scope.job_id(), scope.attempt()))) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "wrong or missing rendezvous secret for attempt ", scope.attempt(), " of job ",
+          scope.job_id(), "; only that attempt's runners hold it"));
+    }
+    return absl::OkStatus();
+  }
+
+  // A worker acts only as itself: its certificate's CN is its worker id.
+  static absl::Status CheckWorker(const Caller& caller, const std::string& worker_id) {
+    if (caller.unrestricted || caller.name == worker_id) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the certificate of worker ", caller.name, " cannot act as worker ", worker_id,
+        "; a worker's id is its certificate's common name"));
+  }
+
+  // A submitter cancels or deletes only its own jobs; an admin any.
+  absl::Status CheckOwner(const Caller& caller, const std::string& job_id,
+                          absl::string_view action) const {
+    if (caller.Has(Role::kAdmin)) return absl::OkStatus();
+    SUBSTRAX_ASSIGN_OR_RETURN(v1::Job job, cluster->GetJob(job_id));
+    if (job.owner() == caller.name) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        caller.Describe(), " may not ", action, " job ", job_id, ", which ",
+        job.owner().empty() ? std::string("nobody") : job.owner(),
+        " submitted; a submitter may ", action, " only its own jobs (an admin any)"));
   }
 
   class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
    public:
     explicit CoordinatorServiceImpl(Impl* impl) : impl_(impl) {}
 
-    grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+    grpc::Status RegisterWorker(grpc::ServerContext* context,
+                                const v1::RegisterWorkerRequest* request,
                                 v1::RegisterWorkerResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/RegisterWorker");
+      if (absl::Status s = CheckWorker(*caller, request->worker_id()); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
       absl::StatusOr<v1::RegisterWorkerResponse> r = impl_->cluster->RegisterWorker(*request);
       if (r.ok()) *response = *std::move(r);
       return ToGrpcStatus(r.status());
     }
 
-    grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+    grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                            v1::HeartbeatResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/Heartbeat");
+      if (absl::Status s = CheckWorker(*caller, request->worker_id()); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
       absl::StatusOr<v1::HeartbeatResponse> r = impl_->cluster->Heartbeat(*request);
       if (r.ok()) *response = *std::move(r);
       return ToGrpcStatus(r.status());
@@ -59,6 +130,10 @@ struct CoordinatorServer::Impl {
     grpc::Status WatchAssignments(grpc::ServerContext* context,
                                   const v1::WatchAssignmentsRequest* request,
                                   grpc::ServerWriter<v1::WatchAssignmentsResponse>* writer) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/WatchAssignments");
+      if (absl::Status s = CheckWorker(*caller, request->worker_id()); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
       // Resumes after the daemon's last event (Cluster::PollAssignments).
       int64_t cursor = request->cursor();
       std::string epoch = request->epoch();
@@ -70,8 +145,12 @@ struct CoordinatorServer::Impl {
                                             &cursor);
         epoch = impl_->cluster->epoch();
         if (!events.ok()) return ToGrpcStatus(events.status());
-        for (const auto& event : *events) {
+        for (auto& event : *events) {
           Failpoint(event.has_start() ? "before_send_start" : "before_send_stop");
+          if (event.has_start()) {
+            v1::Assignment* a = event.mutable_start();
+            a->set_rendezvous_secret(impl_->SecretOf(a->job_id(), a->attempt()));
+          }
           if (!writer->Write(event)) return grpc::Status::CANCELLED;
         }
         impl_->cluster->AwaitChange(seen, kStreamPoll);
@@ -79,8 +158,14 @@ struct CoordinatorServer::Impl {
       return ToGrpcStatus(absl::UnavailableError("the coordinator is shutting down"));
     }
 
-    grpc::Status ReportSteps(grpc::ServerContext*, const v1::ReportStepsRequest* request,
+    grpc::Status ReportSteps(grpc::ServerContext* context, const v1::ReportStepsRequest* request,
                              v1::ReportStepsResponse*) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/ReportSteps");
+      if (!caller->unrestricted) {
+        if (absl::Status s = impl_->cluster->CheckStepReporter(*request, caller->name); !s.ok()) {
+          return ToGrpcStatus(s);
+        }
+      }
       const absl::Status status = impl_->cluster->ReportSteps(*request);
       if (status.ok() && impl_->step_reports != nullptr) {
         impl_->step_reports->Increment(request->reports_size());
@@ -88,9 +173,14 @@ struct CoordinatorServer::Impl {
       return ToGrpcStatus(status);
     }
 
-    grpc::Status ReportAttemptStatus(grpc::ServerContext*,
+    grpc::Status ReportAttemptStatus(grpc::ServerContext* context,
                                      const v1::ReportAttemptStatusRequest* request,
                                      v1::ReportAttemptStatusResponse*) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/ReportAttemptStatus");
+      // The cluster checks that this worker runs the reported process.
+      if (absl::Status s = CheckWorker(*caller, request->worker_id()); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
       if (request->state() == v1::RUNNER_STATE_SUCCEEDED &&
           FailpointArmed("between_successes")) {
         // Reports one at a time, so that the first success is stored before the second looks.
@@ -106,24 +196,20 @@ struct CoordinatorServer::Impl {
       return ToGrpcStatus(impl_->cluster->ReportAttemptStatus(*request));
     }
 
-    grpc::Status KeyValueSet(grpc::ServerContext*, const v1::KeyValueSetRequest* request,
+    grpc::Status KeyValueSet(grpc::ServerContext* context, const v1::KeyValueSetRequest* request,
                              v1::KeyValueSetResponse*) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/KeyValueSet");
       const auto& scope = request->scope();
-      if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
-          !s.ok()) {
-        return ToGrpcStatus(s);
-      }
+      if (absl::Status s = impl_->CheckScope(scope); !s.ok()) return ToGrpcStatus(s);
       return ToGrpcStatus(impl_->rendezvous->Set({scope.job_id(), scope.attempt()}, request->key(),
                                            request->value(), request->allow_overwrite()));
     }
 
     grpc::Status KeyValueGet(grpc::ServerContext* context, const v1::KeyValueGetRequest* request,
                              v1::KeyValueGetResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/KeyValueGet");
       const auto& scope = request->scope();
-      if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
-          !s.ok()) {
-        return ToGrpcStatus(s);
-      }
+      if (absl::Status s = impl_->CheckScope(scope); !s.ok()) return ToGrpcStatus(s);
       absl::StatusOr<std::string> value = impl_->rendezvous->Get(
           {scope.job_id(), scope.attempt()}, request->key(), impl_->CapWait(request->timeout()),
           [context] { return context->IsCancelled(); });
@@ -133,11 +219,9 @@ struct CoordinatorServer::Impl {
 
     grpc::Status Barrier(grpc::ServerContext* context, const v1::BarrierRequest* request,
                          v1::BarrierResponse*) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/Barrier");
       const auto& scope = request->scope();
-      if (absl::Status s = impl_->cluster->CheckAttemptRunning(scope.job_id(), scope.attempt());
-          !s.ok()) {
-        return ToGrpcStatus(s);
-      }
+      if (absl::Status s = impl_->CheckScope(scope); !s.ok()) return ToGrpcStatus(s);
       return ToGrpcStatus(impl_->rendezvous->Barrier({scope.job_id(), scope.attempt()},
                                                request->barrier_id(), request->participant(),
                                                request->num_participants(),
@@ -153,24 +237,27 @@ struct CoordinatorServer::Impl {
    public:
     explicit JobServiceImpl(Impl* impl) : impl_(impl) {}
 
-    grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+    grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                            v1::SubmitJobResponse* response) override {
-      absl::StatusOr<v1::Job> job = impl_->cluster->SubmitJob(request->spec());
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/SubmitJob");
+      absl::StatusOr<v1::Job> job = impl_->cluster->SubmitJob(request->spec(), caller->name);
       if (!job.ok()) return ToGrpcStatus(job.status());
       if (impl_->jobs_submitted != nullptr) impl_->jobs_submitted->Increment();
       *response->mutable_job() = *std::move(job);
       return grpc::Status::OK;
     }
 
-    grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+    grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                         v1::GetJobResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/GetJob");
       absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
       if (job.ok()) *response->mutable_job() = *std::move(job);
       return ToGrpcStatus(job.status());
     }
 
-    grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+    grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                           v1::ListJobsResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/ListJobs");
       int64_t offset = 0;
       if (!request->page_token().empty() &&
           (!absl::SimpleAtoi(request->page_token(), &offset) || offset < 0)) {
@@ -188,20 +275,29 @@ struct CoordinatorServer::Impl {
       return grpc::Status::OK;
     }
 
-    grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+    grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                            v1::CancelJobResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/CancelJob");
+      if (absl::Status s = impl_->CheckOwner(*caller, request->job_id(), "cancel"); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
       absl::StatusOr<v1::Job> job = impl_->cluster->CancelJob(request->job_id(), request->reason());
       if (job.ok()) *response->mutable_job() = *std::move(job);
       return ToGrpcStatus(job.status());
     }
 
-    grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+    grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest* request,
                            v1::DeleteJobResponse*) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/DeleteJob");
+      if (absl::Status s = impl_->CheckOwner(*caller, request->job_id(), "delete"); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
       return ToGrpcStatus(impl_->cluster->DeleteJob(request->job_id()));
     }
 
     grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                           grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/WatchJob");
       std::string last;
       while (!context->IsCancelled() && !impl_->stopping->load()) {
         const uint64_t seen = impl_->cluster->version();
@@ -220,14 +316,16 @@ struct CoordinatorServer::Impl {
       return ToGrpcStatus(absl::UnavailableError("the coordinator is shutting down"));
     }
 
-    grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+    grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,
                              v1::ListWorkersResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/ListWorkers");
       for (v1::Worker& w : impl_->cluster->ListWorkers()) *response->add_workers() = std::move(w);
       return grpc::Status::OK;
     }
 
-    grpc::Status GetMesh(grpc::ServerContext*, const v1::GetMeshRequest* request,
+    grpc::Status GetMesh(grpc::ServerContext* context, const v1::GetMeshRequest* request,
                          v1::GetMeshResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/GetMesh");
       absl::StatusOr<v1::GetMeshResponse> mesh = impl_->cluster->GetMesh(request->job_id());
       if (mesh.ok()) *response = *std::move(mesh);
       return ToGrpcStatus(mesh.status());
@@ -241,8 +339,10 @@ struct CoordinatorServer::Impl {
    public:
     explicit MetricsServiceImpl(Impl* impl) : impl_(impl) {}
 
-    grpc::Status QueryMetrics(grpc::ServerContext*, const v1::QueryMetricsRequest* request,
+    grpc::Status QueryMetrics(grpc::ServerContext* context,
+                              const v1::QueryMetricsRequest* request,
                               v1::QueryMetricsResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.MetricsService/QueryMetrics");
       absl::StatusOr<v1::QueryMetricsResponse> r = impl_->cluster->QueryMetrics(*request);
       if (r.ok()) *response = *std::move(r);
       return ToGrpcStatus(r.status());
@@ -284,6 +384,7 @@ struct CoordinatorServer::Impl {
   const CoordinatorServerOptions options;
   Cluster* const cluster;
   Rendezvous* const rendezvous;
+  Authenticator* const auth;
   std::atomic<bool>* const stopping;
   CoordinatorServiceImpl coordinator_service{this};
   JobServiceImpl job_service{this};
@@ -300,9 +401,15 @@ struct CoordinatorServer::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const CoordinatorServerOptions& options, Cluster* cluster, Rendezvous* rendezvous) {
+    const CoordinatorServerOptions& options, Cluster* cluster, Rendezvous* rendezvous,
+    Authenticator* auth) {
+  if (options.rendezvous_key.size() < 16) {
+    return absl::InvalidArgumentError("the rendezvous key must be at least 16 bytes");
+  }
+  SUBSTRAX_RETURN_IF_ERROR(ValidateTransport(options.transport, /*server=*/true));
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
-  server->impl_ = std::make_unique<Impl>(options, cluster, rendezvous, &server->stopping_);
+  server->impl_ =
+      std::make_unique<Impl>(options, cluster, rendezvous, auth, &server->stopping_);
   Impl& impl = *server->impl_;
   cluster->SetAttemptEndedCallback(
       [rendezvous](const std::string& job, int attempt) { rendezvous->CloseScope({job, attempt}); });
@@ -349,24 +456,40 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     server->health_server_->SetServing("", false);
   }
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  // A second server on a taken port must fail, not share it (gRPC sets SO_REUSEPORT).
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  EnableKeepalive(builder);
   grpc::ResourceQuota quota("substrax-coordinator");
   quota.SetMaxThreads(options.max_rpc_threads);
   quota.Resize(options.max_rpc_memory_bytes);
-  builder.SetResourceQuota(quota);
-  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
-  builder.RegisterService(&impl.coordinator_service);
-  builder.RegisterService(&impl.job_service);
-  builder.RegisterService(&impl.metrics_service);
-  server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen,
-                                               ": the address is in use or not local"));
+  const std::shared_ptr<grpc::ServerCredentials> credentials =
+      MakeServerCredentials(options.transport);
+  // One server per listener, so that each serves only its own services; both share the quota.
+  auto build = [&](const std::string& address, const std::vector<grpc::Service*>& services,
+                   int* port) -> absl::StatusOr<std::unique_ptr<grpc::Server>> {
+    grpc::ServerBuilder builder;
+    // A second server on a taken port must fail, not share it (gRPC sets SO_REUSEPORT).
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    EnableKeepalive(builder);
+    builder.SetResourceQuota(quota);
+    builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+    builder.AddListeningPort(address, credentials, port);
+    for (grpc::Service* service : services) builder.RegisterService(service);
+    std::unique_ptr<grpc::Server> built = builder.BuildAndStart();
+    if (built == nullptr || *port == 0) {
+      return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address,
+                                                 ": the address is in use or not local"));
+    }
+    return built;
+  };
+  std::vector<grpc::Service*> client_services = {&impl.job_service, &impl.metrics_service};
+  if (options.worker_listen.empty()) {
+    client_services.push_back(&impl.coordinator_service);
+  } else {
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        server->worker_server_,
+        build(options.worker_listen, {&impl.coordinator_service}, &server->worker_port_));
   }
+  SUBSTRAX_ASSIGN_OR_RETURN(server->server_,
+                            build(options.listen, client_services, &server->port_));
+  if (options.worker_listen.empty()) server->worker_port_ = server->port_;
   if (server->health_server_ != nullptr) server->health_server_->SetServing("", true);
   server->ticker_ = std::thread([s = server.get()] {
     while (!s->stopping_.load()) {
@@ -381,7 +504,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 void CoordinatorServer::Shutdown() {
   if (stopping_.exchange(true)) return;
   // Streams notice `stopping_` within kStreamPoll; give handlers that long to finish.
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
+  if (worker_server_ != nullptr) worker_server_->Shutdown(deadline);
+  server_->Shutdown(deadline);
   if (health_server_ != nullptr) health_server_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
 }

@@ -13,9 +13,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/auth.h"
 #include "coordinator/cluster.h"
 #include "coordinator/rendezvous.h"
 #include "proto/health_server.h"
+#include "rpc/transport.h"
 
 namespace grpc {
 class Server;
@@ -24,8 +26,17 @@ class Server;
 namespace substrax {
 
 struct CoordinatorServerOptions {
-  // host:port for gRPC (all services and health); port 0 picks a free port (see port()).
+  // host:port for the client-facing gRPC services (JobService, MetricsService) and health;
+  // port 0 picks a free port (see port()).
   std::string listen = "0.0.0.0:7070";
+  // host:port for the worker-facing CoordinatorService (worker daemons, runners) and health;
+  // empty: served on `listen` too. Apart, a network policy can admit it from workers only.
+  std::string worker_listen;
+  // How both listeners are secured (mutual TLS, or --insecure).
+  TransportOptions transport;
+  // Key of the attempts' rendezvous secrets (HMAC-SHA256 of "job/attempt"); stable over
+  // restarts (the coordinator keeps it in its state directory), so running attempts keep theirs.
+  std::string rendezvous_key;
   // host:port of a plaintext gRPC server with only grpc.health.v1 (for Kubernetes probes);
   // empty: health is served on `listen` only.
   std::string health_listen;
@@ -46,14 +57,17 @@ struct CoordinatorServerOptions {
 
 class CoordinatorServer {
  public:
-  // Starts serving. `cluster` and `rendezvous` must outlive the server. Errors: UNAVAILABLE when
-  // an address cannot be bound (names it).
+  // Starts serving. `cluster`, `rendezvous` and `auth` must outlive the server. Errors:
+  // UNAVAILABLE when an address cannot be bound (names it); INVALID_ARGUMENT (no rendezvous
+  // key).
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
-      const CoordinatorServerOptions& options, Cluster* cluster, Rendezvous* rendezvous);
+      const CoordinatorServerOptions& options, Cluster* cluster, Rendezvous* rendezvous,
+      Authenticator* auth);
   ~CoordinatorServer();
 
-  // The bound gRPC port.
+  // The bound gRPC ports: client-facing, and worker-facing (the same without worker_listen).
   int port() const { return port_; }
+  int worker_port() const { return worker_port_; }
   // Stops accepting, ends open streams, and returns when every handler has finished.
   void Shutdown();
   // Blocks until Shutdown.
@@ -64,8 +78,11 @@ class CoordinatorServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<grpc::Server> server_;
+  // The worker-facing server; null without worker_listen.
+  std::unique_ptr<grpc::Server> worker_server_;
   std::unique_ptr<HealthServer> health_server_;
   int port_ = 0;
+  int worker_port_ = 0;
   std::thread ticker_;
   std::atomic<bool> stopping_{false};
 };

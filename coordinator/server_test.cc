@@ -41,7 +41,14 @@ class ServerTest : public ::testing::Test {
     CoordinatorServerOptions options;
     options.listen = "127.0.0.1:0";
     options.metrics_listen = "";
-    auto server = CoordinatorServer::Start(options, cluster_.get(), &rendezvous_);
+    // Plaintext and unrestricted: authentication has its own tests (auth_test, tests/security);
+    // the rendezvous secret is checked whatever the transport.
+    options.transport.insecure = true;
+    options.rendezvous_key = "0123456789abcdef0123456789abcdef";
+    auto auth = Authenticator::Create(/*insecure=*/true, "");
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    auth_ = *std::move(auth);
+    auto server = CoordinatorServer::Start(options, cluster_.get(), &rendezvous_, auth_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
@@ -76,11 +83,12 @@ class ServerTest : public ::testing::Test {
   }
 
   // The rendezvous calls a runner makes (KeyValueSet / KeyValueGet of one attempt's scope).
-  grpc::Status KeyValueSet(const std::string& job_id, int attempt, const std::string& key,
-                           const std::string& value) {
+  grpc::Status KeyValueSet(const std::string& job_id, int attempt, const std::string& secret,
+                           const std::string& key, const std::string& value) {
     v1::KeyValueSetRequest request;
     request.mutable_scope()->set_job_id(job_id);
     request.mutable_scope()->set_attempt(attempt);
+    request.mutable_scope()->set_secret(secret);
     request.set_key(key);
     request.set_value(value);
     request.set_allow_overwrite(true);
@@ -88,11 +96,12 @@ class ServerTest : public ::testing::Test {
     return coordinator_->KeyValueSet(Context().get(), request, &response);
   }
 
-  grpc::Status KeyValueGet(const std::string& job_id, int attempt, const std::string& key,
-                           std::string* value) {
+  grpc::Status KeyValueGet(const std::string& job_id, int attempt, const std::string& secret,
+                           const std::string& key, std::string* value) {
     v1::KeyValueGetRequest request;
     request.mutable_scope()->set_job_id(job_id);
     request.mutable_scope()->set_attempt(attempt);
+    request.mutable_scope()->set_secret(secret);
     request.set_key(key);
     request.mutable_timeout()->set_seconds(10);
     v1::KeyValueGetResponse response;
@@ -102,6 +111,7 @@ class ServerTest : public ::testing::Test {
   }
 
   InMemoryStateStore state_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Cluster> cluster_;
   Rendezvous rendezvous_;
   std::unique_ptr<CoordinatorServer> server_;
@@ -149,14 +159,25 @@ TEST_F(ServerTest, AJobRunsThroughAssignmentsRendezvousAndReports) {
 
   // Rendezvous through the coordinator's store, as Gloo does: a get waits for the set.
   const int attempt = assignments[0].attempt();
+  const std::string secret = assignments[0].rendezvous_secret();
+  ASSERT_EQ(secret.size(), 64u);
+  EXPECT_EQ(assignments[1].rendezvous_secret(), secret);
   std::thread setter(
-      [&] { EXPECT_TRUE(KeyValueSet(id, attempt, "addr/0", "127.0.0.1:1234").ok()); });
+      [&] { EXPECT_TRUE(KeyValueSet(id, attempt, secret, "addr/0", "127.0.0.1:1234").ok()); });
   std::string got;
-  const grpc::Status got_status = KeyValueGet(id, attempt, "addr/0", &got);
+  const grpc::Status got_status = KeyValueGet(id, attempt, secret, "addr/0", &got);
   setter.join();
   ASSERT_TRUE(got_status.ok()) << got_status.error_message();
   EXPECT_EQ(got, "127.0.0.1:1234");
-  EXPECT_EQ(KeyValueSet(id, 7, "x", "y").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(KeyValueSet(id, 7, secret, "x", "y").error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // Without the attempt's secret (even over --insecure): refused, the key untouched.
+  EXPECT_EQ(KeyValueSet(id, attempt, "", "addr/0", "evil").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(KeyValueGet(id, attempt, std::string(64, '0'), "addr/0", &got).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(KeyValueGet(id, attempt, secret, "addr/0", &got).ok());
+  EXPECT_EQ(got, "127.0.0.1:1234");
   auto* shared = coordinator_.get();
 
   // Reports, then both processes succeed.

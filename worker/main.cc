@@ -25,6 +25,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "rpc/transport_flags.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -238,8 +239,11 @@ int main(int argc, char** argv) {
   CLI::App* daemon = app.add_subcommand(
       "daemon", "Run the worker agent: register this host's devices with the coordinator and run "
                 "the jobs it assigns");
-  daemon->add_option("--coordinator", daemon_options.coordinator, "Coordinator address host:port")
+  daemon->add_option("--coordinator", daemon_options.coordinator,
+                     "Coordinator address host:port (its worker-facing listener)")
       ->capture_default_str();
+  substrax::TransportFlags daemon_transport;
+  substrax::AddTransportFlags(daemon, &daemon_transport, substrax::TransportRole::kDaemon);
   CLI::Option* devices_flag = daemon->add_option(
       "--devices", daemon_options.devices,
       "Devices to offer: 'cuda' (every visible GPU; needs a --config=cuda build) or 'cpu:N'");
@@ -288,6 +292,8 @@ int main(int argc, char** argv) {
   run->add_option("--assignment", assignment, "Serialized substrax.v1.Assignment")->required();
   run->add_option("--coordinator", runner_options.coordinator, "Coordinator address host:port")
       ->required();
+  substrax::TransportFlags run_transport;
+  substrax::AddTransportFlags(run, &run_transport, substrax::TransportRole::kDaemon);
   run->add_option("--listen-host", runner_options.listen_host, "Address peers reach this runner on")
       ->capture_default_str();
   run->add_option("--result", runner_options.result_path, "Where to write the outcome")->required();
@@ -300,7 +306,19 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  for (auto [sub, flags] : {std::pair{daemon, &daemon_transport}, std::pair{run, &run_transport}}) {
+    if (!*sub) continue;
+    if (absl::Status s = substrax::FinishTransportFlags(flags); !s.ok()) {
+      std::cerr << "substrax-worker: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  daemon_options.transport = daemon_transport.options;
+  runner_options.transport = run_transport.options;
   if (*daemon) {
+    if (daemon_options.transport.insecure) {
+      std::cerr << substrax::InsecureWarning("substrax-worker daemon") << "\n";
+    }
     if (!substrax::ParseTimeout(stop_grace, &daemon_options.stop_grace)) return 2;
     absl::StatusOr<absl::Duration> retention = substrax::ParseRetention(log_retention);
     absl::StatusOr<int64_t> budget = substrax::ParseByteSize(log_budget);

@@ -9,8 +9,11 @@
 namespace substrax {
 
 CoordinatorStore::CoordinatorStore(std::shared_ptr<v1::CoordinatorService::StubInterface> stub,
-                                   std::string job_id, int attempt)
-    : stub_(std::move(stub)), job_id_(std::move(job_id)), attempt_(attempt) {}
+                                   std::string job_id, int attempt, std::string secret)
+    : stub_(std::move(stub)),
+      job_id_(std::move(job_id)),
+      attempt_(attempt),
+      secret_(std::move(secret)) {}
 
 absl::Status CoordinatorStore::Set(const std::string& key, const std::string& value) {
   grpc::ClientContext context;
@@ -18,6 +21,7 @@ absl::Status CoordinatorStore::Set(const std::string& key, const std::string& va
   v1::KeyValueSetRequest request;
   request.mutable_scope()->set_job_id(job_id_);
   request.mutable_scope()->set_attempt(attempt_);
+  request.mutable_scope()->set_secret(secret_);
   request.set_key(key);
   request.set_value(value);
   request.set_allow_overwrite(true);
@@ -33,6 +37,7 @@ absl::StatusOr<std::string> CoordinatorStore::Get(const std::string& key, absl::
   v1::KeyValueGetRequest request;
   request.mutable_scope()->set_job_id(job_id_);
   request.mutable_scope()->set_attempt(attempt_);
+  request.mutable_scope()->set_secret(secret_);
   request.set_key(key);
   *request.mutable_timeout() = ToProtoDuration(timeout);
   v1::KeyValueGetResponse response;

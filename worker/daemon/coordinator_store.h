@@ -18,8 +18,9 @@ namespace substrax {
 
 class CoordinatorStore final : public Store {
  public:
+  // `secret`: the attempt's Assignment.rendezvous_secret, sent with every call.
   CoordinatorStore(std::shared_ptr<v1::CoordinatorService::StubInterface> stub, std::string job_id,
-                   int attempt);
+                   int attempt, std::string secret);
 
   // Errors: as KeyValueSet (FAILED_PRECONDITION once the attempt has ended; UNAVAILABLE when the
   // coordinator cannot be reached).
@@ -31,6 +32,7 @@ class CoordinatorStore final : public Store {
   const std::shared_ptr<v1::CoordinatorService::StubInterface> stub_;
   const std::string job_id_;
   const int attempt_;
+  const std::string secret_;
 };
 
 }  // namespace substrax

@@ -16,10 +16,13 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_status.h"
 #include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
+#include "rpc/transport.h"
+#include "rpc/transport_flags.h"
 #include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/devices.h"
 #include "worker/daemon/runner_outcome.h"
@@ -74,6 +77,12 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   if (!devices.ok()) return devices.status();
   if (options.worker_id.empty()) options.worker_id = options.host;
   if (options.runner_binary.empty()) options.runner_binary = "/proc/self/exe";
+  SUBSTRAX_RETURN_IF_ERROR(ValidateTransport(options.transport, /*server=*/false));
+  if (!options.transport.insecure && options.transport.cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key are required: a worker's certificate (CN: its worker id, "
+        "O: substrax:worker) is its identity; `substraxctl certs issue --role worker` makes one");
+  }
   std::error_code error;
   std::filesystem::create_directories(options.work_dir, error);
   if (error) {
@@ -85,8 +94,9 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
 
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices)
     : options_(std::move(options)), devices_(std::move(devices)) {
-  stub_ = v1::CoordinatorService::NewStub(grpc::CreateCustomChannel(
-      options_.coordinator, grpc::InsecureChannelCredentials(), KeepaliveChannelArguments()));
+  // Validated by Create.
+  stub_ = v1::CoordinatorService::NewStub(
+      *MakeChannel(options_.coordinator, options_.transport, KeepaliveChannelArguments()));
 }
 
 WorkerDaemon::~WorkerDaemon() {
@@ -361,6 +371,7 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
       "--result", runner.result_path,
       "--collective-timeout", absl::FormatDuration(options_.collective_timeout),
   };
+  for (std::string& a : TransportArguments(options_.transport)) args.push_back(std::move(a));
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -39,14 +39,17 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "proto/health_server.h"
+#include "rpc/transport.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "worker/daemon/work_files.h"
 
 namespace substrax {
 
 struct WorkerDaemonOptions {
-  // host:port of the coordinator.
+  // host:port of the coordinator (its worker-facing listener), and how to reach it; the runners
+  // get the same credentials.
   std::string coordinator = "127.0.0.1:7070";
+  TransportOptions transport;
   // This worker's name (default: the host name).
   std::string worker_id;
   // The host name reported with the devices (default: gethostname()).
@@ -81,8 +84,8 @@ inline constexpr char kWorkerReadyService[] = "substrax.worker.ready";
 
 class WorkerDaemon {
  public:
-  // Discovers the devices to offer (DiscoverDevices). Errors: INVALID_ARGUMENT (bad options, a
-  // bad device spec), FAILED_PRECONDITION ("cuda" without a usable GPU), UNIMPLEMENTED ("cuda"
+  // Discovers the devices to offer (DiscoverDevices). Errors: INVALID_ARGUMENT (bad options,
+  // unusable credentials, a bad device spec), FAILED_PRECONDITION ("cuda" without a usable GPU), UNIMPLEMENTED ("cuda"
   // in a build without --config=cuda), UNAVAILABLE (work_dir cannot be created).
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
   ~WorkerDaemon();

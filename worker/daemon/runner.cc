@@ -11,6 +11,7 @@
 #include "grpcpp/grpcpp.h"
 #include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
+#include "rpc/transport.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "worker/collectives/store.h"
 #include "worker/daemon/coordinator_store.h"
@@ -88,11 +89,13 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   if (!mesh.ok()) return fail(Annotate(mesh.status(), "assignment mesh"));
   const std::vector<int> processes = ProcessTable(*mesh);
 
-  auto channel = grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(),
-                                           KeepaliveChannelArguments());
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(options.coordinator, options.transport, KeepaliveChannelArguments());
+  if (!channel.ok()) return fail(Annotate(channel.status(), "the coordinator's channel"));
   std::shared_ptr<v1::CoordinatorService::StubInterface> stub =
-      v1::CoordinatorService::NewStub(channel);
-  CoordinatorStore store(stub, assignment.job_id(), assignment.attempt());
+      v1::CoordinatorService::NewStub(*channel);
+  CoordinatorStore store(stub, assignment.job_id(), assignment.attempt(),
+                         assignment.rendezvous_secret());
 
   TrainerOptions trainer(*mesh);
   trainer.spec = assignment.spec();

@@ -12,13 +12,15 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/mesh.h"
+#include "rpc/transport.h"
 #include "substrax/v1/coordinator_service.pb.h"
 
 namespace substrax {
 
 struct RunnerOptions {
-  // host:port of the coordinator.
+  // host:port of the coordinator, and how to reach it (the daemon's own credentials).
   std::string coordinator;
+  TransportOptions transport;
   // Address peers reach this runner on (Gloo, peer monitor).
   std::string listen_host = "127.0.0.1";
   // Where the outcome is written (a serialized v1::ReportAttemptStatusRequest).

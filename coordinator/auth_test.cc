@@ -1,0 +1,204 @@
+#include "coordinator/auth.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "google/protobuf/descriptor.h"
+#include "gtest/gtest.h"
+#include "rpc/pki.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+#include "substrax/v1/metrics_service.grpc.pb.h"
+
+namespace substrax {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+std::string WriteConfig(const std::string& name, const std::string& text) {
+  const std::string path = TempPath(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string TokenConfig(const std::string& name, const std::string& role,
+                        const std::string& token) {
+  return "tokens:\n- name: " + name + "\n  role: " + role + "\n  sha256: " +
+         pki::Sha256Hex(token) + "\n";
+}
+
+PeerCredentials Cert(const std::string& cn, const std::string& role) {
+  PeerCredentials p;
+  p.common_name = cn;
+  p.subject = role.empty() ? "CN=" + cn : "O=substrax:" + role + ",CN=" + cn;
+  return p;
+}
+
+PeerCredentials Token(const std::string& token) {
+  PeerCredentials p;
+  p.authorization = "Bearer " + token;
+  return p;
+}
+
+TEST(MethodRulesTest, EveryRpcOfEveryServiceHasARule) {
+  std::set<std::string> ruled;
+  for (const MethodRule& rule : MethodRules()) {
+    EXPECT_TRUE(ruled.insert(rule.method).second) << "twice: " << rule.method;
+    EXPECT_NE(rule.roles, 0) << rule.method;
+  }
+  std::set<std::string> served;
+  for (const char* name : {v1::CoordinatorService::service_full_name(),
+                           v1::JobService::service_full_name(),
+                           v1::MetricsService::service_full_name()}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    ASSERT_NE(service, nullptr) << name;
+    for (int i = 0; i < service->method_count(); ++i) {
+      served.insert(service->full_name() + "/" + service->method(i)->name());
+    }
+  }
+  EXPECT_EQ(ruled, served);
+}
+
+TEST(SubjectTest, OrganizationsOfAnRfc2253Subject) {
+  EXPECT_EQ(SubjectOrganizations("O=substrax:admin,CN=alice"),
+            std::vector<std::string>{"substrax:admin"});
+  EXPECT_EQ(SubjectOrganizations("CN=x,O=a\\,b+O=substrax:viewer"),
+            (std::vector<std::string>{"a,b", "substrax:viewer"}));
+  EXPECT_TRUE(SubjectOrganizations("CN=O=substrax:admin").empty());
+}
+
+TEST(AuthenticatorTest, CertificatesCarryTheirRoleInO) {
+  auto auth = Authenticator::Create(false, "");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  absl::StatusOr<Caller> viewer =
+      (*auth)->Authorize(Cert("bob", "viewer"), "substrax.v1.JobService/ListJobs");
+  ASSERT_TRUE(viewer.ok()) << viewer.status();
+  EXPECT_EQ(viewer->name, "bob");
+  EXPECT_TRUE(viewer->Has(Role::kViewer));
+  EXPECT_FALSE(viewer->Has(Role::kSubmitter));
+
+  absl::StatusOr<Caller> submit =
+      (*auth)->Authorize(Cert("bob", "viewer"), "substrax.v1.JobService/SubmitJob");
+  EXPECT_EQ(submit.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(submit.status().message().find("admin, submitter"), std::string::npos)
+      << submit.status();
+  // A user's certificate is no worker's, and a worker's is no user's.
+  EXPECT_EQ((*auth)
+                ->Authorize(Cert("alice", "admin"), "substrax.v1.CoordinatorService/Heartbeat")
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*auth)->Authorize(Cert("w-1", "worker"), "substrax.v1.JobService/GetJob")
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  // No role at all (a server certificate used as a client's).
+  absl::StatusOr<Caller> none =
+      (*auth)->Authorize(Cert("substrax-coordinator", ""), "substrax.v1.JobService/GetJob");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(none.status().message().find("O=substrax:<role>"), std::string::npos);
+}
+
+TEST(AuthenticatorTest, NothingPresentedIsUnauthenticated) {
+  auto auth = Authenticator::Create(false, "");
+  ASSERT_TRUE(auth.ok());
+  absl::StatusOr<Caller> c = (*auth)->Authorize({}, "substrax.v1.JobService/GetJob");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(c.status().message().find("no client certificate and no bearer token"),
+            std::string::npos);
+}
+
+TEST(AuthenticatorTest, TokensAreMatchedByDigestAndNeverExplained) {
+  const std::string path = WriteConfig("tokens.yaml", TokenConfig("carol", "submitter", "s3cret"));
+  auto auth = Authenticator::Create(false, path);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  absl::StatusOr<Caller> carol =
+      (*auth)->Authorize(Token("s3cret"), "substrax.v1.JobService/SubmitJob");
+  ASSERT_TRUE(carol.ok()) << carol.status();
+  EXPECT_EQ(carol->name, "carol");
+  EXPECT_EQ(carol->via, "token");
+
+  absl::StatusOr<Caller> wrong = (*auth)->Authorize(Token("s3cres"), "substrax.v1.JobService/GetJob");
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(wrong.status().message(), "the bearer token is not recognized");
+  PeerCredentials basic;
+  basic.authorization = "Basic abc";
+  EXPECT_EQ((*auth)->Authorize(basic, "substrax.v1.JobService/GetJob").status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST(AuthenticatorTest, TheConfigIsReadAgainWhenItChanges) {
+  const std::string path = WriteConfig("reload.yaml", TokenConfig("dan", "viewer", "one"));
+  auto auth = Authenticator::Create(false, path);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  ASSERT_TRUE((*auth)->Authenticate(Token("one")).ok());
+  // A new file (a new inode and mtime) as a Secret update would write it; looked at again at
+  // most once a second, so poll with a deadline.
+  WriteConfig("reload.yaml.new", TokenConfig("dan", "viewer", "two"));
+  ASSERT_EQ(std::rename((path + ".new").c_str(), path.c_str()), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!(*auth)->Authenticate(Token("two")).ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));  // polling, bounded by the deadline
+  }
+  EXPECT_TRUE((*auth)->Authenticate(Token("two")).ok());
+  EXPECT_FALSE((*auth)->Authenticate(Token("one")).ok());
+}
+
+TEST(AuthenticatorTest, BadConfigsNameTheEntryAndField) {
+  EXPECT_NE(ParseAuthConfig("tokens:\n- name: a\n  role: root\n  sha256: x\n", "f.yaml")
+                .status()
+                .message()
+                .find("f.yaml: tokens[0].role: 'root'"),
+            std::string::npos);
+  EXPECT_NE(ParseAuthConfig("tokens:\n- name: a\n  role: viewer\n  sha256: abc\n", "f.yaml")
+                .status()
+                .message()
+                .find("tokens[0].sha256: not 64 hex digits"),
+            std::string::npos);
+  EXPECT_NE(ParseAuthConfig("users: []\n", "f.yaml").status().message().find("unknown key"),
+            std::string::npos);
+  EXPECT_TRUE(ParseAuthConfig("", "f.yaml").ok());
+  EXPECT_FALSE(Authenticator::Create(false, TempPath("missing.yaml")).ok());
+}
+
+TEST(AuthenticatorTest, InsecureLetsEveryoneThrough) {
+  auto auth = Authenticator::Create(true, "");
+  ASSERT_TRUE(auth.ok());
+  absl::StatusOr<Caller> c = (*auth)->Authorize({}, "substrax.v1.JobService/CancelJob");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->unrestricted);
+}
+
+TEST(AuthenticatorTest, AMethodWithoutARuleIsRefused) {
+  auto auth = Authenticator::Create(false, "");
+  ASSERT_TRUE(auth.ok());
+  EXPECT_EQ((*auth)->Authorize(Cert("alice", "admin"), "substrax.v1.JobService/Nope")
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
+}
+
+TEST(KeyTest, DrawnOnceAndKept) {
+  const std::string path = TempPath("rendezvous.key");
+  std::remove(path.c_str());
+  absl::StatusOr<std::string> first = LoadOrCreateKey(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GE(first->size(), 32u);
+  absl::StatusOr<std::string> again = LoadOrCreateKey(path);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*first, *again);
+  EXPECT_EQ(access(path.c_str(), R_OK), 0);
+}
+
+}  // namespace
+}  // namespace substrax
