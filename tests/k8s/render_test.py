@@ -581,11 +581,13 @@ class RenderedOverlayTest(unittest.TestCase):
             # does not reach into these strings: a wrong namespace here fails TLS at run time.
             dns = set(server.get("dnsNames") or [])
             for svc in ("substrax-coordinator", "substrax-coordinator-workers"):
-                for want in (svc, "%s.%s.svc" % (svc, ns), "%s.%s.svc.cluster.local" % (svc, ns)):
+                for want in (svc, "%s.%s" % (svc, ns), "%s.%s.svc" % (svc, ns),
+                             "%s.%s.svc.cluster.local" % (svc, ns)):
                     if want not in dns:
                         errors.append("%s: dnsNames lack %s (namespace %s: see params.yaml)" %
                                       (w, want, ns))
-            for extra in sorted(n for n in dns if ".svc" in n and (".%s.svc" % ns) not in n):
+            for extra in sorted(n for n in dns if n.startswith("substrax-") and "." in n
+                                and n.split(".")[1] != ns):
                 errors.append("%s: dnsName %s is not in namespace %s" % (w, extra, ns))
             admin = certs.get("substrax-admin", {}).get("spec", {})
             w = "%s: Certificate/substrax-admin" % overlay
