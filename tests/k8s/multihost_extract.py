@@ -14,8 +14,10 @@ Used by multihost_test.sh, which runs the results in network namespaces. Given t
     table (--map CONTAINER_PATH=TEST_PATH): a path is replaced where an argument is that path, or
     a `--flag=` value is, or either begins with it followed by '/'. Every directory in the table
     must be a volumeMount of the container, every volumeMount must be in the table or named with
-    --unmapped-mount, and no absolute path may be left unmapped in command or args. Nothing else
-    of command, args or env is changed.
+    --unmapped-mount, and no absolute path may be left unmapped in command or args, except one
+    the caller names with --image-path: a directory of the image that the test host has at the
+    same path (never a volumeMount), left as written. Nothing else of command, args or env is
+    changed.
   * --override-configmap NAME/KEY=VALUE replaces one ConfigMap value (the test's only override:
     the worker's device count, when the manifest's is not what the test needs).
 
@@ -123,7 +125,7 @@ def Env(container, configmaps, fields):
     return env
 
 
-def MapPath(arg, table):
+def MapPath(arg, table, image_paths=()):
     """arg with a container path (at its start or after the first '=') replaced by the test's."""
     prefix, value = ("", arg)
     if arg.startswith("-") and "=" in arg:
@@ -132,6 +134,9 @@ def MapPath(arg, table):
     for container_path, test_path in sorted(table.items(), key=lambda kv: -len(kv[0])):
         if value == container_path or value.startswith(container_path.rstrip("/") + "/"):
             return prefix + test_path + value[len(container_path):]
+    for path in image_paths:
+        if value == path or value.startswith(path.rstrip("/") + "/"):
+            return arg
     if value.startswith("/"):
         sys.exit("multihost_extract: %r names container path %s, which the table does not map" % (arg, value))
     return arg
@@ -143,6 +148,8 @@ def Facts(docs):
     worker_set = Find(docs, "DaemonSet", "substrax-worker")
     worker = Container(worker_set, "worker")
     service = Find(docs, "Service", "substrax-coordinator")
+    worker_service = Find(docs, "Service", "substrax-coordinator-workers")
+    certificate = Find(docs, "Certificate", "substrax-coordinator")["spec"]
     headless = Find(docs, "Service", "substrax-worker")
 
     def Flag(container, flag):
@@ -159,6 +166,14 @@ def Facts(docs):
         "COORDINATOR_SERVICE": service["metadata"]["name"],
         "COORDINATOR_SERVICE_PORT": str(service["spec"]["ports"][0]["port"]),
         "COORDINATOR_GRPC_PORT": Port(coordinator, "--listen"),
+        "COORDINATOR_WORKER_SERVICE": worker_service["metadata"]["name"],
+        "COORDINATOR_WORKER_SERVICE_PORT": str(worker_service["spec"]["ports"][0]["port"]),
+        "COORDINATOR_WORKER_PORT": Port(coordinator, "--worker-listen"),
+        # What the coordinator's server certificate names (cert-manager would issue it so).
+        "COORDINATOR_CERT_CN": certificate.get("commonName", ""),
+        "COORDINATOR_CERT_DNS": " ".join(certificate.get("dnsNames") or []),
+        "COORDINATOR_CERT_IPS": " ".join(certificate.get("ipAddresses") or []),
+        "WORKER_TLS_SERVER_NAME": Flag(worker, "--tls-server-name"),
         "COORDINATOR_HEALTH_PORT": Port(coordinator, "--health-listen"),
         "WORKER_HEALTH_PORT": Port(worker, "--health-listen"),
         "WORKER_COORDINATOR_FLAG": Flag(worker, "--coordinator"),
@@ -180,6 +195,8 @@ def main():
     p.add_argument("--map", action="append", default=[], help="CONTAINER_PATH=TEST_PATH")
     p.add_argument("--unmapped-mount", action="append", default=[],
                    help="a volumeMount no flag names (left unmapped on purpose)")
+    p.add_argument("--image-path", action="append", default=[],
+                   help="a directory of the image the test host has at the same path")
     p.add_argument("--override-configmap", action="append", default=[], help="NAME/KEY=VALUE")
     p.add_argument("--out", help="writes OUT.argv and OUT.env")
     a = p.parse_args()
@@ -203,12 +220,16 @@ def main():
                      % (path, a.container))
     for m in mounts - set(table) - set(a.unmapped_mount):
         sys.exit("multihost_extract: volumeMount %s of %s is not in the table" % (m, a.container))
+    for path in a.image_path:
+        if path in mounts or not os.path.isdir(path):
+            sys.exit("multihost_extract: --image-path %s is a volumeMount of %s or no directory "
+                     "on this host" % (path, a.container))
 
     env = Env(container, ConfigMaps(docs, a.override_configmap), fields)
     argv = [Expand(s, env) for s in command + (container.get("args") or [])]
     if not command:
         sys.exit("multihost_extract: %s has no command (the image's entrypoint is not known here)" % a.container)
-    argv = [MapPath(s, table) for s in argv]
+    argv = [MapPath(s, table, a.image_path) for s in argv]
     with open(a.out + ".argv", "wb") as f:
         f.write(b"".join(s.encode() + b"\0" for s in argv))
     with open(a.out + ".env", "wb") as f:

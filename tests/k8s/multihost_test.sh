@@ -18,12 +18,20 @@
 # the headless worker Service's pod names. Ports are the manifests' own (7070, 7071, 9090): each
 # host has its own network stack, as each pod does.
 #
+# TLS as on a cluster: the test makes, with openssl, what cert-manager would (a CA; the
+# coordinator's server certificate with the rendered Certificate's CN, dnsNames and ipAddresses;
+# each worker's client certificate with CN = its pod name, which is its --worker-id, and
+# O=substrax:worker, as the csi-driver volume asks; an admin client certificate, CN admin,
+# O=substrax:admin, for substraxctl), and puts them where the Secret and csi volumes would be
+# mounted. The coordinator's --auth-config is the rendered Secret substrax-auth's file. The
+# workers dial the worker Service's name (--coordinator, --tls-server-name) on its own port.
+#
 # It waits for each daemon through grpc.health.v1 (`substraxctl health` on its --health-listen
 # port, workers on substrax.worker.ready), then submits from the coordinator's namespace, through
 # the Service name, a data-parallel Fashion-MNIST job (examples/fashion_mnist_mlp.yaml with
 # `steps: 60` instead of `epochs`) over 2 workers x 2 CPU devices, and checks that it SUCCEEDED
-# with test metrics, that its mesh spans both worker hosts, and that the workers registered their
-# namespace IPs (--listen-host=$(POD_IP)): Gloo binds the runners there, and each host's only
+# with test metrics, that its mesh spans both worker hosts, that the workers registered as their
+# pod names (--worker-id=$(POD_NAME)) with their namespace IPs (--listen-host=$(POD_IP)): Gloo binds the runners there, and each host's only
 # route to the other is the bridge, so a succeeded job means the all-reduces crossed it.
 #
 # Cleans up on every exit (trap): the daemons and their runners, the namespaces, /etc/netns/<ns>,
@@ -135,6 +143,21 @@ eval "$("$PY" "$EXTRACT" --rendered "$TMP/rendered.yaml" --facts)"
   || die "the worker's --listen-host is $WORKER_LISTEN_HOST_ARG, not \$(POD_IP): this test assumes the pod IP"
 CLUSTER_DOMAIN=cluster.local   # Kubernetes' default; the manifests assume none
 
+# The manifests pass the mutual-TLS flags (docs/deploy.md#certificates). Binaries without them
+# cannot run the manifests as written: a failure that says so, not a skip and not a rewrite.
+missing=""
+for want in "$COORDINATOR_BIN:--worker-listen --tls-cert --tls-key --tls-ca --auth-config" \
+            "$WORKER_BIN daemon:--tls-cert --tls-key --tls-ca --tls-server-name --data-root" \
+            "$CTL:--tls-ca --tls-cert --tls-key"; do
+  cmd="${want%%:*}"
+  # shellcheck disable=SC2086
+  help="$($cmd --help 2>&1 || true)"
+  for flag in ${want#*:}; do
+    grep -q -- "$flag\b" <<<"$help" || missing+=" $(basename "${cmd%% *}") $flag;"
+  done
+done
+[ -z "$missing" ] || die "the manifests pass flags the binaries do not have yet:$missing the mutual-TLS code has not landed (tests/k8s/render_test.py PENDING_FLAGS)"
+
 # The substitution table: container path -> test path. The only changes made to what the
 # manifests say; each is a path inside the image or on a volume, and multihost_extract.py checks
 # that the directories are the container's volumeMounts and that no other path is left.
@@ -142,6 +165,12 @@ CLUSTER_DOMAIN=cluster.local   # Kubernetes' default; the manifests assume none
 #   /var/lib/substrax                    -> $TMP/<coordinator ns>/state      (PVC "state")
 #   /usr/local/bin/substrax-worker       -> the built worker                 (image)
 #   /var/lib/substrax-worker             -> $TMP/<worker ns>/work            (emptyDir "work")
+#   /etc/substrax/tls (coordinator)      -> $TMP/<coordinator ns>/tls        (cert-manager Secret)
+#   /etc/substrax/auth                   -> $TMP/<coordinator ns>/auth       (Secret substrax-auth)
+#   /etc/substrax/tls (worker)           -> $TMP/<worker ns>/tls             (csi.cert-manager.io)
+#   /var/lib/substrax-data               -> $TMP/<worker ns>/data, empty     (volume "data")
+#   /usr/share/datasets/fashion-mnist    -> itself: the CPU image's example data, which this
+#                                           host has at the same path (--image-path)
 #   /tmp                                 -> not mapped: no flag names it (emptyDir "tmp")
 # Devices per worker: the test needs 2 (2 workers x 2 = the job's 4 devices). The cpu overlay's
 # cpu-devices is 2 today; if it ever is not, ONLY that ConfigMap value is overridden to 2 here.
@@ -156,6 +185,57 @@ if [ "$manifest_devices" != 2 ]; then
   WORKER_DEVICE_OVERRIDE=(--override-configmap "substrax-worker-options/cpu-devices=2")
 fi
 
+# The certificates cert-manager would issue (see the header), with openssl: EC P-256 keys in
+# SEC1 PEM, as cert-manager writes them.
+PKI="$TMP/pki"
+mkdir -p "$PKI"
+pki_key() { timeout 20 openssl ecparam -genkey -name prime256v1 -noout -out "$1" 2>/dev/null; }
+pki_issue() {  # pki_issue OUT_DIR SUBJECT EXTENSIONS: OUT_DIR/{tls.key,tls.crt,ca.crt}
+  local dir="$1" subject="$2" ext="$3"
+  mkdir -p "$dir"
+  pki_key "$dir/tls.key" || die "openssl: no key for $subject"
+  printf '%b\n' "$ext" >"$dir/ext.cnf"
+  timeout 20 openssl req -new -key "$dir/tls.key" -subj "$subject" -out "$dir/tls.csr" \
+    && timeout 20 openssl x509 -req -in "$dir/tls.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
+         -CAcreateserial -days 1 -extfile "$dir/ext.cnf" -out "$dir/tls.crt" 2>/dev/null \
+    || die "openssl: cannot issue $subject"
+  cp "$PKI/ca.crt" "$dir/ca.crt"
+  rm -f "$dir/tls.csr" "$dir/ext.cnf"
+}
+command -v openssl >/dev/null 2>&1 || die "no openssl on PATH (Debian's openssl package)"
+pki_key "$PKI/ca.key" || die "openssl: no CA key"
+timeout 20 openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=substrax-ca" -days 1 \
+  -addext "basicConstraints=critical,CA:TRUE" \
+  -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+  -out "$PKI/ca.crt" || die "openssl: no CA certificate"
+[ -n "$COORDINATOR_CERT_DNS" ] || die "the rendered Certificate substrax-coordinator has no dnsNames"
+san=""
+for n in $COORDINATOR_CERT_DNS; do san+="${san:+,}DNS:$n"; done
+for n in $COORDINATOR_CERT_IPS; do san+="${san:+,}IP:$n"; done
+# The workers expect --tls-server-name in it; the names this test dials must be there too.
+for n in "$WORKER_TLS_SERVER_NAME" "$COORDINATOR_WORKER_SERVICE" "$COORDINATOR_SERVICE.$K8S_NAMESPACE"; do
+  [[ " $COORDINATOR_CERT_DNS " == *" $n "* ]] || die "the coordinator's certificate does not name $n"
+done
+pki_issue "$TMP/$C_NS/tls" "/CN=$COORDINATOR_CERT_CN" \
+  "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=$san"
+pki_issue "$PKI/admin" "/O=substrax:admin/CN=admin" \
+  "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+for i in 0 1; do
+  pki_issue "$TMP/${W_NS[$i]}/tls" "/O=substrax:worker/CN=substrax-worker-${W_NS[$i]}" \
+    "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+done
+# The coordinator's --auth-config: the files of the rendered Secret substrax-auth.
+mkdir -p "$TMP/$C_NS/auth"
+"$PY" - "$TMP/rendered.yaml" "$TMP/$C_NS/auth" <<'EOF'
+import base64, os, re, sys, yaml
+hits = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Secret"
+        and re.fullmatch(r"substrax-auth(-[a-z0-9]+)?", d["metadata"]["name"])]
+assert len(hits) == 1, "want one rendered Secret substrax-auth, got %d" % len(hits)
+for key, value in (hits[0].get("data") or {}).items():
+    with open(os.path.join(sys.argv[2], key), "wb") as f:
+        f.write(base64.b64decode(value))
+EOF
+
 mkdir -p "$TMP/$C_NS/state" "$TMP/$C_NS/home"
 log "coordinator ($C_NS, $C_IP):"
 "$PY" "$EXTRACT" --rendered "$TMP/rendered.yaml" \
@@ -164,11 +244,13 @@ log "coordinator ($C_NS, $C_IP):"
   --field "metadata.name=substrax-coordinator-0" --field "metadata.namespace=$K8S_NAMESPACE" \
   --map "/usr/local/bin/substrax-coordinator=$COORDINATOR_BIN" \
   --map "/var/lib/substrax=$TMP/$C_NS/state" \
+  --map "/etc/substrax/tls=$TMP/$C_NS/tls" \
+  --map "/etc/substrax/auth=$TMP/$C_NS/auth" \
   --unmapped-mount /tmp \
   --out "$TMP/$C_NS/cmd"
 for i in 0 1; do
   ns="${W_NS[$i]}"
-  mkdir -p "$TMP/$ns/work" "$TMP/$ns/home"
+  mkdir -p "$TMP/$ns/work" "$TMP/$ns/home" "$TMP/$ns/data"
   log "worker $((i + 1)) ($ns, ${W_IP[$i]}):"
   "$PY" "$EXTRACT" --rendered "$TMP/rendered.yaml" \
     --workload DaemonSet/substrax-worker --container worker \
@@ -176,6 +258,9 @@ for i in 0 1; do
     --field "metadata.name=substrax-worker-$ns" --field "metadata.namespace=$K8S_NAMESPACE" \
     --map "/usr/local/bin/substrax-worker=$WORKER_BIN" \
     --map "/var/lib/substrax-worker=$TMP/$ns/work" \
+    --map "/etc/substrax/tls=$TMP/$ns/tls" \
+    --map "/var/lib/substrax-data=$TMP/$ns/data" \
+    --image-path /usr/share/datasets/fashion-mnist \
     --unmapped-mount /tmp \
     "${WORKER_DEVICE_OVERRIDE[@]}" \
     --out "$TMP/$ns/cmd"
@@ -186,9 +271,11 @@ netns_bridge "$RUN"
 # /etc/hosts of every host: the coordinator Service and StatefulSet pod, the worker pods of the
 # headless Service, as cluster DNS would answer them.
 svc="$COORDINATOR_SERVICE.$K8S_NAMESPACE"
+wsvc="$COORDINATOR_WORKER_SERVICE.$K8S_NAMESPACE"
 HOSTS="127.0.0.1 localhost
 ::1 localhost ip6-localhost ip6-loopback
-$C_IP $COORDINATOR_SERVICE $svc $svc.svc $svc.svc.$CLUSTER_DOMAIN substrax-coordinator-0.$svc.svc.$CLUSTER_DOMAIN"
+$C_IP $COORDINATOR_SERVICE $svc $svc.svc $svc.svc.$CLUSTER_DOMAIN substrax-coordinator-0.$svc.svc.$CLUSTER_DOMAIN
+$C_IP $COORDINATOR_WORKER_SERVICE $wsvc $wsvc.svc $wsvc.svc.$CLUSTER_DOMAIN"
 for i in 0 1; do
   HOSTS+="
 ${W_IP[$i]} substrax-worker-${W_NS[$i]}.$WORKER_SUBDOMAIN.$K8S_NAMESPACE.svc.$CLUSTER_DOMAIN"
@@ -212,9 +299,15 @@ start() {  # start NS NAME
   PIDS+=($!)
   eval "PID_$name=$!"
 }
-ctl() {  # ctl NS SECONDS ARGS... : substraxctl inside a host's namespace
+ctl() {  # ctl NS SECONDS ARGS... : substraxctl inside a host's namespace (health: plaintext)
   local ns="$1" secs="$2"; shift 2
   ip netns exec "$ns" env -i PATH="$PATH" HOME="$TMP/$C_NS/home" timeout "$secs" "$CTL" "$@"
+}
+admin_ctl() {  # admin_ctl NS SECONDS ARGS... : substraxctl with the admin's certificate
+  local ns="$1" secs="$2"; shift 2
+  ip netns exec "$ns" env -i PATH="$PATH" HOME="$TMP/$C_NS/home" \
+    SUBSTRAX_TLS_CA="$PKI/admin/ca.crt" SUBSTRAX_TLS_CERT="$PKI/admin/tls.crt" \
+    SUBSTRAX_TLS_KEY="$PKI/admin/tls.key" timeout "$secs" "$CTL" "$@"
 }
 wait_serving() {  # wait_serving NAME PID ADDRESS SERVICE
   local name="$1" pid="$2" address="$3" service="$4" deadline=$((SECONDS + READY_S)) out
@@ -263,7 +356,7 @@ secs=$(( $(left) < JOB_S ? $(left) : JOB_S ))
 set +e
 # In the background and waited for, so that a SIGTERM (the overall timeout) runs the cleanup at
 # once; the cleanup kills whatever is left in the namespaces, this client included.
-ctl "$C_NS" "$secs" --coordinator "$COORDINATOR_ADDRESS" submit "$TMP/job.yaml" --watch \
+admin_ctl "$C_NS" "$secs" --coordinator "$COORDINATOR_ADDRESS" submit "$TMP/job.yaml" --watch \
   >"$TMP/submit.log" 2>&1 &
 wait $!
 rc=$?
@@ -271,10 +364,12 @@ set -e
 cat "$TMP/submit.log"
 [ "$rc" = 0 ] || die "substraxctl submit --watch exited $rc (124: over ${secs}s)"
 JOB_ID="$(head -n 1 "$TMP/submit.log" | tr -d '[:space:]')"
-ctl "$C_NS" 20 --coordinator "$COORDINATOR_ADDRESS" get "$JOB_ID" -o json >"$TMP/job.json" \
+admin_ctl "$C_NS" 20 --coordinator "$COORDINATOR_ADDRESS" get "$JOB_ID" -o json >"$TMP/job.json" \
   || die "substraxctl get $JOB_ID failed"
-ctl "$C_NS" 20 --coordinator "$COORDINATOR_ADDRESS" workers -o json >"$TMP/workers.json" \
+admin_ctl "$C_NS" 20 --coordinator "$COORDINATOR_ADDRESS" workers -o json >"$TMP/workers.json" \
   || die "substraxctl workers failed"
+# Worker ids are pod names (--worker-id=$(POD_NAME)): substrax-worker-<node>, as this test
+# names the pods (metadata.name) and their certificates' CNs.
 "$PY" - "$TMP/job.json" "$TMP/workers.json" "${W_NS[0]}=${W_IP[0]}" "${W_NS[1]}=${W_IP[1]}" <<'EOF'
 import json, sys
 job = json.load(open(sys.argv[1]))
@@ -293,11 +388,15 @@ if "test_accuracy" not in final:
 # The workers registered their namespace IPs (--listen-host=$(POD_IP)), where Gloo binds.
 listed = workers.get("workers", workers) if isinstance(workers, dict) else workers
 seen = {}
+ids = {}
 for w in listed:
     seen[w.get("host") or w.get("workerId")] = w.get("address")
+    ids[w.get("host")] = w.get("workerId", w.get("worker_id"))
 for node, ip in expected.items():
     if seen.get(node) != ip:
         errors.append("worker %s registered address %r, want its namespace IP %s" % (node, seen.get(node), ip))
+    if ids.get(node) != "substrax-worker-" + node:
+        errors.append("worker on %s registered as %r, want its pod name substrax-worker-%s" % (node, ids.get(node), node))
 if errors:
     print("multihost_test: job or workers wrong:\n  " + "\n  ".join(errors))
     print(json.dumps(job, indent=1)[:4000])
