@@ -165,6 +165,29 @@ std::string ResolveCoordinator(absl::string_view flag, absl::string_view env,
   return kDefaultCoordinator;
 }
 
+std::string LocalTlsDir(absl::string_view state_dir) { return absl::StrCat(state_dir, "/tls"); }
+
+TransportOptions ResolveTransport(TransportOptions flags,
+                                  const std::function<std::string(const char*)>& env,
+                                  const std::string& local_tls_dir) {
+  if (flags.insecure) return flags;
+  for (auto [field, name] : {std::pair{&flags.ca_file, kTlsCaEnv},
+                             std::pair{&flags.cert_file, kTlsCertEnv},
+                             std::pair{&flags.key_file, kTlsKeyEnv},
+                             std::pair{&flags.token_file, kTokenFileEnv}}) {
+    if (field->empty()) *field = env(name);
+  }
+  if (!flags.ca_file.empty()) return flags;
+  const std::string ca = local_tls_dir + "/ca.crt";
+  if (!std::ifstream(ca)) return flags;
+  flags.ca_file = ca;
+  if (flags.cert_file.empty() && flags.token_file.empty()) {
+    flags.cert_file = local_tls_dir + "/admin.crt";
+    flags.key_file = local_tls_dir + "/admin.key";
+  }
+  return flags;
+}
+
 std::string UserPath(const std::string& path, absl::string_view working_directory) {
   if (path.empty() || path[0] == '/' || working_directory.empty()) return path;
   return absl::StrCat(working_directory, "/", path);

@@ -6,6 +6,7 @@
 #ifndef SUBSTRAX_CLIENT_ARGS_H_
 #define SUBSTRAX_CLIENT_ARGS_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rpc/transport.h"
 #include "substrax/v1/job.pb.h"
 #include "substrax/v1/metrics.pb.h"
 #include "substrax/v1/metrics_service.pb.h"
@@ -30,6 +32,11 @@ inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 inline constexpr char kCoordinatorEnv[] = "SUBSTRAX_COORDINATOR";
 // The state directory of `substraxctl local` when --state-dir is not given.
 inline constexpr char kDefaultLocalStateDir[] = ".substrax-local";
+// Credentials from the environment when the flags do not give them.
+inline constexpr char kTlsCaEnv[] = "SUBSTRAX_TLS_CA";
+inline constexpr char kTlsCertEnv[] = "SUBSTRAX_TLS_CERT";
+inline constexpr char kTlsKeyEnv[] = "SUBSTRAX_TLS_KEY";
+inline constexpr char kTokenFileEnv[] = "SUBSTRAX_TOKEN_FILE";
 
 // Exit code for an RPC that ended with `code` (grpc::StatusCode values equal absl's):
 // UNAVAILABLE and DEADLINE_EXCEEDED mean the coordinator could not be reached (3);
@@ -73,6 +80,16 @@ absl::StatusOr<WorkersShape> ParseWorkersShape(absl::string_view text);
 // `substraxctl local up`) when that file exists and is not empty, else kDefaultCoordinator.
 std::string ResolveCoordinator(absl::string_view flag, absl::string_view env,
                                const std::string& local_address_file);
+
+// A local cluster's credentials directory: <state_dir>/tls (ca.crt, admin.crt, admin.key, ...).
+std::string LocalTlsDir(absl::string_view state_dir);
+
+// The credentials to use: `flags` (--tls-ca, --tls-cert, --tls-key, --token-file,
+// --insecure), each missing one from `env` (SUBSTRAX_TLS_CA, ...), and, when neither names a
+// CA, the admin credentials of the local cluster in `local_tls_dir` if it has them.
+TransportOptions ResolveTransport(TransportOptions flags,
+                                  const std::function<std::string(const char*)>& env,
+                                  const std::string& local_tls_dir);
 
 // `bazel run` starts binaries in their runfiles directory; relative paths on the command line
 // mean the directory the user typed them in, which Bazel passes as BUILD_WORKING_DIRECTORY.

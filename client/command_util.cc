@@ -8,8 +8,22 @@
 
 namespace substrax::ctl {
 
-std::shared_ptr<grpc::Channel> Connect(const std::string& address) {
-  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const CommandContext& ctx,
+                                                       const std::string& address,
+                                                       bool plaintext) {
+  TransportOptions transport = ctx.transport;
+  if (plaintext) transport.insecure = true;
+  return MakeChannel(address, transport);
+}
+
+int ReportCredentialError(const CommandContext& ctx, const absl::Status& status) {
+  *ctx.err << "substraxctl: " << status.message() << "\n"
+           << "substraxctl: give the coordinator's CA with --tls-ca (or $" << kTlsCaEnv
+           << ") and your identity with --tls-cert/--tls-key ($" << kTlsCertEnv << ", $"
+           << kTlsKeyEnv << ") or --token-file ($" << kTokenFileEnv
+           << "); a `substraxctl local up` cluster's credentials are found in "
+           << kDefaultLocalStateDir << "/tls (docs/security.md)\n";
+  return kExitUsage;
 }
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {

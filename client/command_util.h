@@ -12,8 +12,15 @@
 
 namespace substrax::ctl {
 
-// An insecure channel to `address` (the coordinator serves plaintext on its cluster network).
-std::shared_ptr<grpc::Channel> Connect(const std::string& address);
+// A channel to `address` with the credentials of `ctx` (mutual TLS or a token; or plaintext
+// with --insecure, and for `plaintext`: the health-only listeners). Errors: INVALID_ARGUMENT
+// (no CA, unreadable credential files), to be reported with ReportCredentialError.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const CommandContext& ctx,
+                                                       const std::string& address,
+                                                       bool plaintext = false);
+
+// Prints "substraxctl: <message>" and how to give credentials; returns kExitUsage.
+int ReportCredentialError(const CommandContext& ctx, const absl::Status& status);
 
 // Sets the deadline of one RPC to now + `timeout`.
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout);

@@ -35,12 +35,13 @@ int CallJobService(const CommandContext& ctx,
                    grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*,
                                                                 const Request&, Response*),
                    const Request& request, Response* response) {
-  std::shared_ptr<grpc::Channel> channel = Connect(ctx.coordinator);
-  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(channel);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(ctx, ctx.coordinator);
+  if (!channel.ok()) return ReportCredentialError(ctx, channel.status());
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(*channel);
   grpc::ClientContext context;
   SetDeadline(&context, ctx.timeout);
   const grpc::Status status = (stub.get()->*method)(&context, request, response);
-  if (!status.ok()) return ReportRpcError(ctx, status, channel.get());
+  if (!status.ok()) return ReportRpcError(ctx, status, channel->get());
   return kExitOk;
 }
 
@@ -180,8 +181,9 @@ int GetCommand(const CommandContext& ctx, const std::string& job_id) {
 }
 
 int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
-  std::shared_ptr<grpc::Channel> channel = Connect(ctx.coordinator);
-  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(channel);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(ctx, ctx.coordinator);
+  if (!channel.ok()) return ReportCredentialError(ctx, channel.status());
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(*channel);
   // No deadline: a job may run for days. The stream ends when the job does.
   grpc::ClientContext context;
   v1::WatchJobRequest request;
@@ -230,7 +232,7 @@ int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
   }
   end_bar();
   const grpc::Status status = reader->Finish();
-  if (!status.ok()) return ReportRpcError(ctx, status, channel.get());
+  if (!status.ok()) return ReportRpcError(ctx, status, channel->get());
   if (!last.has_value() || !IsTerminal(last->state())) {
     *ctx.err << "substraxctl: the coordinator ended the watch before job " << job_id
              << " ended (last state "
@@ -286,8 +288,12 @@ int WorkersCommand(const CommandContext& ctx) {
 int HealthCommand(const CommandContext& ctx, const std::string& address,
                   const std::string& service) {
   const std::string target = address.empty() ? ctx.coordinator : address;
-  std::shared_ptr<grpc::Channel> channel = Connect(target);
-  std::unique_ptr<grpc::health::v1::Health::Stub> stub = grpc::health::v1::Health::NewStub(channel);
+  // The health-only listeners (--health-listen) are plaintext, for kubelet probes.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      Connect(ctx, target, /*plaintext=*/!address.empty());
+  if (!channel.ok()) return ReportCredentialError(ctx, channel.status());
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub =
+      grpc::health::v1::Health::NewStub(*channel);
   grpc::ClientContext context;
   SetDeadline(&context, ctx.timeout);
   grpc::health::v1::HealthCheckRequest request;
@@ -297,7 +303,7 @@ int HealthCommand(const CommandContext& ctx, const std::string& address,
   if (!status.ok()) {
     CommandContext at_target = ctx;
     at_target.coordinator = target;
-    return ReportRpcError(at_target, status, channel.get());
+    return ReportRpcError(at_target, status, channel->get());
   }
   const bool serving = response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   *ctx.out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
@@ -371,13 +377,14 @@ int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
   }
   request.set_attempt(flags.attempt);
 
-  std::shared_ptr<grpc::Channel> channel = Connect(ctx.coordinator);
-  std::unique_ptr<v1::MetricsService::Stub> stub = v1::MetricsService::NewStub(channel);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(ctx, ctx.coordinator);
+  if (!channel.ok()) return ReportCredentialError(ctx, channel.status());
+  std::unique_ptr<v1::MetricsService::Stub> stub = v1::MetricsService::NewStub(*channel);
   grpc::ClientContext context;
   SetDeadline(&context, ctx.timeout);
   v1::QueryMetricsResponse response;
   const grpc::Status status = stub->QueryMetrics(&context, request, &response);
-  if (!status.ok()) return ReportRpcError(ctx, status, channel.get());
+  if (!status.ok()) return ReportRpcError(ctx, status, channel->get());
   return PrintResult(
       ctx, response, [&] { return FormatMetricsTable(response); }, response.series().empty(),
       absl::StrCat("no metrics for job ", job_id, " in that range"));

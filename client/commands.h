@@ -16,12 +16,15 @@
 #include "absl/time/time.h"
 #include "client/args.h"
 #include "client/format.h"
+#include "rpc/transport.h"
 
 namespace substrax::ctl {
 
 struct CommandContext {
   // The coordinator's "host:port" (ResolveCoordinator).
   std::string coordinator = kDefaultCoordinator;
+  // How to reach it (ResolveTransport).
+  TransportOptions transport;
   // Deadline of every unary RPC.
   absl::Duration timeout = absl::Seconds(10);
   OutputFormat format = OutputFormat::kTable;

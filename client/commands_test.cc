@@ -7,6 +7,7 @@
 // fake's workers.
 #include "client/commands.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/local_cluster.h"
@@ -265,10 +267,11 @@ class FakeMetricsService final : public v1::MetricsService::Service {
 
 // Starts the fakes on 127.0.0.1:0; `*address` gets the bound address.
 std::unique_ptr<grpc::Server> StartFakes(FakeJobService* jobs, FakeMetricsService* metrics,
-                                         const std::string& host, std::string* address) {
+                                         const std::string& host, std::string* address,
+                                         const TransportOptions& transport = InsecureTransport()) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::StrCat(host, ":0"), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::StrCat(host, ":0"), MakeServerCredentials(transport), &port);
   builder.RegisterService(jobs);
   builder.RegisterService(metrics);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -282,6 +285,7 @@ class CommandsTest : public ::testing::Test {
     std::string address;
     server_ = StartFakes(&jobs_, &metrics_, "127.0.0.1", &address);
     ctx_.coordinator = address;
+    ctx_.transport.insecure = true;
     ctx_.timeout = absl::Seconds(5);
     ctx_.out = &out_;
     ctx_.err = &err_;
@@ -683,7 +687,14 @@ TEST(LocalClusterCommandsTest, UpStatusDownAndRestartAfterDeath) {
   std::ifstream address_file(AddressFilePath(dir));
   std::string address;
   std::getline(address_file, address);
-  EXPECT_EQ(out.str(), absl::StrCat("export SUBSTRAX_COORDINATOR=", address, "\n"));
+  EXPECT_EQ(out.str(), absl::StrCat("export SUBSTRAX_COORDINATOR=", address,
+                                    " SUBSTRAX_TLS_CA=", dir, "/tls/ca.crt SUBSTRAX_TLS_CERT=",
+                                    dir, "/tls/admin.crt SUBSTRAX_TLS_KEY=", dir,
+                                    "/tls/admin.key\n"));
+  // The admin's key is the user's alone.
+  struct stat key;
+  ASSERT_EQ(stat((dir + "/tls/admin.key").c_str(), &key), 0);
+  EXPECT_EQ(key.st_mode & 0777, 0600);
   EXPECT_NE(err.str().find("local cluster up: coordinator at " + address), std::string::npos);
   absl::StatusOr<std::vector<LocalProcess>> processes = ReadPidFile(dir);
   ASSERT_TRUE(processes.ok()) << processes.status();
@@ -753,13 +764,20 @@ TEST(LocalClusterCommandsTest, MissingBinaryNamesWhatToBuild) {
 // --address-file, runs until a signal ends it.
 int FakeCoordinatorMain(int argc, char** argv) {
   std::string address_file;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--address-file") address_file = argv[i + 1];
+  // Serves mutual TLS with the credentials `local up` made, as the real coordinator would.
+  TransportOptions transport;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--address-file" && i + 1 < argc) address_file = argv[i + 1];
+    if (absl::StartsWith(arg, "--tls-ca=")) transport.ca_file = arg.substr(9);
+    if (absl::StartsWith(arg, "--tls-cert=")) transport.cert_file = arg.substr(11);
+    if (absl::StartsWith(arg, "--tls-key=")) transport.key_file = arg.substr(10);
   }
   FakeJobService jobs;
   FakeMetricsService metrics;
   std::string address;
-  std::unique_ptr<grpc::Server> server = StartFakes(&jobs, &metrics, "127.0.0.1", &address);
+  std::unique_ptr<grpc::Server> server =
+      StartFakes(&jobs, &metrics, "127.0.0.1", &address, transport);
   {
     std::ofstream out(address_file + ".tmp");
     out << address << "\n";

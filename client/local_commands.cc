@@ -12,8 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "client/commands.h"
-#include "client/local_cluster.h"
 #include "client/command_util.h"
+#include "client/local_cluster.h"
+#include "client/local_credentials.h"
+#include "rpc/transport_flags.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "substrax/v1/job_service.grpc.pb.h"
@@ -46,10 +48,17 @@ std::string StateDirFlag(const LocalFlags& flags) {
                                                    : absl::StrCat(" --state-dir ", flags.state_dir);
 }
 
-// ListWorkers with a short deadline: the liveness probe of `up` and the table of `status`.
-grpc::Status ListWorkers(const std::string& address, absl::Duration timeout,
-                         v1::ListWorkersResponse* response) {
-  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(Connect(address));
+// ListWorkers with a short deadline, as the local cluster's admin: the liveness probe of `up`
+// and the table of `status`.
+grpc::Status ListWorkers(const std::string& state_dir, const std::string& address,
+                         absl::Duration timeout, v1::ListWorkersResponse* response) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(address, LocalTransport(LocalTlsDir(state_dir), kLocalAdminIdentity));
+  if (!channel.ok()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        std::string(channel.status().message()));
+  }
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(*channel);
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   return stub->ListWorkers(&context, v1::ListWorkersRequest(), response);
@@ -142,13 +151,29 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     return WritePidFile(dir, processes);
   };
 
+  // Mutual TLS, as on a real cluster: a CA of the cluster's own and a certificate for each
+  // process and for the admin this substraxctl acts as.
+  std::vector<std::string> worker_names;
+  for (int i = 0; i < flags.workers; ++i) worker_names.push_back(WorkerName(i));
+  const std::string tls_dir = LocalTlsDir(dir);
+  if (absl::Status s = IssueLocalCredentials(tls_dir, worker_names); !s.ok()) {
+    return fail(absl::StrCat("cannot make its credentials: ", s.message()));
+  }
+  auto with_credentials = [&](std::vector<std::string> argv, const std::string& identity) {
+    for (std::string& a : TransportArguments(LocalTransport(tls_dir, identity))) {
+      argv.push_back(std::move(a));
+    }
+    return argv;
+  };
+
   const absl::Time deadline = absl::Now() + flags.start_timeout;
-  absl::Status started =
-      start(kCoordinatorName,
-            {*coordinator_binary, "--listen", absl::StrCat("127.0.0.1:", flags.port),
-             "--address-file", AddressFilePath(dir), "--metrics-listen",
-             absl::StrCat("127.0.0.1:", flags.metrics_port), "--state-dir",
-             absl::StrCat(dir, "/coordinator")});
+  absl::Status started = start(
+      kCoordinatorName,
+      with_credentials({*coordinator_binary, "--listen", absl::StrCat("127.0.0.1:", flags.port),
+                        "--address-file", AddressFilePath(dir), "--metrics-listen",
+                        absl::StrCat("127.0.0.1:", flags.metrics_port), "--state-dir",
+                        absl::StrCat(dir, "/coordinator")},
+                       kLocalCoordinatorIdentity));
   if (!started.ok()) return fail(std::string(started.message()));
   // The coordinator writes its address once it serves.
   std::string address;
@@ -163,10 +188,12 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     const std::string name = WorkerName(i);
     std::filesystem::create_directories(absl::StrCat(dir, "/workers/", name), ec);
     // Each worker poses as its own host, so meshes look like those of a multi-host cluster.
-    started = start(name, {*worker_binary, "daemon", "--coordinator", address, "--cpu-devices",
-                           absl::StrCat(flags.cpu_devices), "--worker-id", name, "--host", name,
-                           "--listen-host", "127.0.0.1", "--work-dir",
-                           absl::StrCat(dir, "/workers/", name)});
+    started = start(
+        name, with_credentials({*worker_binary, "daemon", "--coordinator", address,
+                                "--cpu-devices", absl::StrCat(flags.cpu_devices), "--worker-id",
+                                name, "--host", name, "--listen-host", "127.0.0.1",
+                                "--work-dir", absl::StrCat(dir, "/workers/", name)},
+                               name));
     if (!started.ok()) return fail(std::string(started.message()));
   }
   // Healthy: the coordinator answers ListWorkers and lists every worker of ours as ALIVE.
@@ -176,7 +203,7 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
       deadline,
       [&] {
         v1::ListWorkersResponse response;
-        last_error = ListWorkers(address, absl::Seconds(2), &response);
+        last_error = ListWorkers(dir, address, absl::Seconds(2), &response);
         if (!last_error.ok()) return false;
         alive_workers = 0;
         for (const v1::Worker& w : response.workers()) {
@@ -200,11 +227,14 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     return fail(absl::StrCat("waiting for ", flags.workers, " workers to register (",
                              alive_workers, " alive): ", why, "; logs are in ", dir, "/logs"));
   }
-  *ctx.out << "export " << kCoordinatorEnv << "=" << address << "\n";
+  const TransportOptions admin = LocalTransport(tls_dir, kLocalAdminIdentity);
+  *ctx.out << "export " << kCoordinatorEnv << "=" << address << " " << kTlsCaEnv << "="
+           << admin.ca_file << " " << kTlsCertEnv << "=" << admin.cert_file << " " << kTlsKeyEnv
+           << "=" << admin.key_file << "\n";
   ctx.out->flush();
   *ctx.err << "local cluster up: coordinator at " << address << ", " << flags.workers
            << " workers with " << flags.cpu_devices << " CPU devices each; state and logs in "
-           << dir << "\n"
+           << dir << "; mutual TLS with the credentials in " << tls_dir << "\n"
            << "use it:   export " << kCoordinatorEnv << "=" << address
            << "   (or eval \"$(substraxctl local up)\"; from the directory holding "
            << kDefaultLocalStateDir << " no setting is needed)\n"
@@ -262,7 +292,7 @@ int LocalStatusCommand(const CommandContext& ctx, const LocalFlags& flags) {
   }
   v1::ListWorkersResponse workers;
   grpc::Status workers_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no address");
-  if (!address.empty()) workers_status = ListWorkers(address, ctx.timeout, &workers);
+  if (!address.empty()) workers_status = ListWorkers(dir, address, ctx.timeout, &workers);
 
   if (ctx.format != OutputFormat::kTable) {
     google::protobuf::Struct status;

@@ -17,6 +17,7 @@
 #include "client/args.h"
 #include "client/commands.h"
 #include "client/local_cluster.h"
+#include "rpc/transport_flags.h"
 
 namespace {
 
@@ -38,6 +39,9 @@ constexpr char kFooter[] =
     "coordinator is unreachable.\n"
     "Coordinator address: --coordinator, else $SUBSTRAX_COORDINATOR, else the address in "
     "./.substrax-local/address (a `substraxctl local up` cluster), else 127.0.0.1:7070.\n"
+    "Credentials: --tls-ca with --tls-cert/--tls-key or --token-file, else $SUBSTRAX_TLS_CA, "
+    "$SUBSTRAX_TLS_CERT, $SUBSTRAX_TLS_KEY, $SUBSTRAX_TOKEN_FILE, else the admin credentials of "
+    "./.substrax-local/tls (docs/security.md).\n"
     "Reference: docs/cli.md\n";
 
 }  // namespace
@@ -58,6 +62,8 @@ int main(int argc, char** argv) {
                  "cluster's address, or 127.0.0.1:7070)");
   app.add_option("--timeout", timeout, "Deadline of each RPC (e.g. 10s, 500ms); not `watch`")
       ->capture_default_str();
+  substrax::TransportFlags transport;
+  substrax::AddTransportFlags(&app, &transport, substrax::TransportRole::kClient);
   auto add_output = [&output](CLI::App* sub) {
     sub->add_option("-o,--output", output, "Output format: table, json or yaml")
         ->check(CLI::IsMember({"table", "json", "yaml"}))
@@ -222,6 +228,13 @@ int main(int argc, char** argv) {
   ctx.coordinator = ctl::ResolveCoordinator(
       coordinator, Env(ctl::kCoordinatorEnv),
       ctl::UserPath(ctl::AddressFilePath(ctl::kDefaultLocalStateDir), ctx.working_directory));
+  if (absl::Status s = substrax::FinishTransportFlags(&transport); !s.ok()) {
+    std::cerr << "substraxctl: " << s.message() << "\n";
+    return ctl::kExitUsage;
+  }
+  ctx.transport = ctl::ResolveTransport(
+      transport.options, [](const char* name) { return Env(name); },
+      ctl::UserPath(ctl::LocalTlsDir(ctl::kDefaultLocalStateDir), ctx.working_directory));
   absl::StatusOr<absl::Duration> parsed_timeout = ctl::ParseTimeout(timeout);
   absl::StatusOr<absl::Duration> parsed_start = ctl::ParseTimeout(start_timeout);
   for (const auto* d : {&parsed_timeout, &parsed_start}) {

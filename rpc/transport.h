@@ -39,6 +39,13 @@ struct TransportOptions {
   absl::Duration reload_interval = absl::Seconds(60);
 };
 
+// Plaintext options (tests).
+inline TransportOptions InsecureTransport() {
+  TransportOptions options;
+  options.insecure = true;
+  return options;
+}
+
 // Checks the options before anything is served or dialled: every named file exists and is
 // readable, PEM files hold what their flag says, a certificate comes with its key, and a server
 // has a certificate, a key and a CA. Errors: INVALID_ARGUMENT naming the flag (`flag_prefix`,
