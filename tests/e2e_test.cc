@@ -19,6 +19,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "substrax/v1/job.pb.h"
+#include "tests/credentials.h"
 #include "tests/process.h"
 
 namespace substrax::testing {
@@ -57,18 +58,20 @@ int FreePort() {
 
 class LocalCluster {
  public:
-  explicit LocalCluster(const std::string& name) : dir_(TempDir(name)) {
+  // Mutual TLS, as users run it: the coordinator's certificate, one per worker, an admin's.
+  explicit LocalCluster(const std::string& name)
+      : dir_(TempDir(name)), pki_(dir_ + "/tls"), admin_(pki_.Issue("admin", "admin")) {
     StartCoordinator();
     for (int w = 0; w < 2; ++w) StartWorker(w);
   }
 
   void StartCoordinator() {
     std::remove((dir_ + "/address").c_str());
-    coordinator_ = std::make_unique<Process>(
-        std::vector<std::string>{Runfile("coordinator/substrax-coordinator"), "--listen",
-                                 "127.0.0.1:0", "--metrics-listen", "", "--state-dir",
-                                 dir_ + "/state", "--address-file", dir_ + "/address"},
-        dir_ + "/coordinator.log");
+    std::vector<std::string> argv = {Runfile("coordinator/substrax-coordinator"), "--listen",
+                                     "127.0.0.1:0", "--metrics-listen", "", "--state-dir",
+                                     dir_ + "/state", "--address-file", dir_ + "/address"};
+    for (std::string& flag : pki_.CoordinatorFlags()) argv.push_back(std::move(flag));
+    coordinator_ = std::make_unique<Process>(argv, dir_ + "/coordinator.log");
     EXPECT_TRUE(PollUntil(
         [&] {
           std::ifstream in(dir_ + "/address");
@@ -80,19 +83,23 @@ class LocalCluster {
 
   void StartWorker(int w) {
     health_ports_[w] = FreePort();
-    workers_[w] = std::make_unique<Process>(
-        std::vector<std::string>{Runfile("worker/substrax-worker"), "daemon", "--coordinator",
-                                 address_, "--cpu-devices", "2", "--worker-id",
-                                 absl::StrCat("w-", w + 1), "--host",
-                                 std::string("host-") + char('a' + w), "--work-dir",
-                                 absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
-                                 "20s", "--health-listen",
-                                 absl::StrCat("127.0.0.1:", health_ports_[w])},
-        absl::StrCat(dir_, "/worker-", w + 1, ".log"));
+    const std::string id = absl::StrCat("w-", w + 1);
+    std::vector<std::string> argv = {Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+                                     address_, "--cpu-devices", "2", "--worker-id", id, "--host",
+                                     std::string("host-") + char('a' + w), "--work-dir",
+                                     absl::StrCat(dir_, "/worker-", w + 1),
+                                     "--collective-timeout", "20s", "--health-listen",
+                                     absl::StrCat("127.0.0.1:", health_ports_[w])};
+    for (std::string& flag : TestPki::Flags(pki_.Issue(id, "worker"))) {
+      argv.push_back(std::move(flag));
+    }
+    workers_[w] = std::make_unique<Process>(argv, absl::StrCat(dir_, "/worker-", w + 1, ".log"));
   }
 
   CommandResult Ctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60)) {
     args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", address_});
+    const std::vector<std::string> credentials = TestPki::Flags(admin_);
+    args.insert(args.begin() + 3, credentials.begin(), credentials.end());
     return Run(args, timeout);
   }
 
@@ -143,6 +150,8 @@ class LocalCluster {
 
  private:
   std::string dir_;
+  TestPki pki_;
+  TransportOptions admin_;
   std::string address_;
   std::unique_ptr<Process> coordinator_;
   std::unique_ptr<Process> workers_[2];

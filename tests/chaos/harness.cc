@@ -369,6 +369,9 @@ void ChaosCluster::StartCoordinator(const std::vector<std::string>& env) {
   std::vector<std::string> argv = {Runfile("coordinator/substrax-coordinator"), "--listen",
                                    address_.empty() ? "127.0.0.1:0" : address_,
                                    "--metrics-listen", "", "--state-dir", dir_ + "/state",
+                                   // Faults, not credentials, are under test here
+                                   // (tests/security has those).
+                                   "--insecure",
                                    "--address-file", dir_ + "/address", "--heartbeat-interval",
                                    options_.heartbeat_interval, "--heartbeat-timeout",
                                    options_.heartbeat_timeout};
@@ -400,8 +403,8 @@ std::string ChaosCluster::worker_address() const {
 
 void ChaosCluster::StartWorker(int w) {
   workers_[w] = std::make_unique<Process>(
-      std::vector<std::string>{Runfile("worker/substrax-worker"), "daemon", "--coordinator",
-                               worker_address(), "--cpu-devices",
+      std::vector<std::string>{Runfile("worker/substrax-worker"), "daemon", "--insecure",
+                               "--coordinator", worker_address(), "--cpu-devices",
                                absl::StrCat(options_.cpu_devices_per_worker), "--worker-id",
                                absl::StrCat("w-", w + 1), "--host",
                                std::string("host-") + char('a' + w), "--work-dir",

@@ -117,12 +117,13 @@ netns_host "${W_NS[1]}" "${W_IP[1]}" "$HOSTS"
 
 # --- The cluster. ---------------------------------------------------------------------------
 mkdir -p "$TMP/state" "$TMP/w1" "$TMP/w2"
-ip netns exec "$C_NS" "$COORDINATOR_BIN" --listen "$ADDRESS" --state-dir "$TMP/state" \
+# Plaintext: partitions, not credentials, are under test (tests/security has those).
+ip netns exec "$C_NS" "$COORDINATOR_BIN" --insecure --listen "$ADDRESS" --state-dir "$TMP/state" \
   --heartbeat-interval 500ms --heartbeat-timeout "${HEARTBEAT_TIMEOUT}s" --restart-backoff 1s \
   >"$TMP/coordinator.log" 2>&1 &
 PIDS+=($!)
 for i in 0 1; do
-  ip netns exec "${W_NS[$i]}" "$WORKER_BIN" daemon --coordinator "$ADDRESS" --cpu-devices 2 \
+  ip netns exec "${W_NS[$i]}" "$WORKER_BIN" daemon --insecure --coordinator "$ADDRESS" --cpu-devices 2 \
     --worker-id "w-$((i + 1))" --host "${W_NS[$i]}" --listen-host "${W_IP[$i]}" \
     --work-dir "$TMP/w$((i + 1))" --stop-grace "${STOP_GRACE}s" --collective-timeout 20s \
     >"$TMP/w$((i + 1)).log" 2>&1 &
@@ -132,7 +133,7 @@ done
 WATCH_PID=$!
 
 ctl() {  # ctl ARGS... : substraxctl from the coordinator's host
-  ip netns exec "$C_NS" timeout 20 "$CTL" --coordinator "$ADDRESS" "$@"
+  ip netns exec "$C_NS" timeout 20 "$CTL" --insecure --coordinator "$ADDRESS" "$@"
 }
 # poll SECONDS WHAT COMMAND...: run COMMAND every 0.2 s until it succeeds, or fail naming WHAT.
 poll() {

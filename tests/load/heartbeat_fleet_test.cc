@@ -44,7 +44,7 @@ TEST(HeartbeatFleetTest, FiveHundredWorkersKeepTheirLeasesWhileARealJobTrains) {
             << absl::FormatDuration(absl::Now() - registering) << "\n";
 
   testing::Process daemon(
-      {testing::Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+      {testing::Runfile("worker/substrax-worker"), "daemon", "--insecure", "--coordinator",
        coordinator.address(), "--cpu-devices", "2", "--worker-id", "real-1", "--host",
        "real-host", "--work-dir", dir + "/real-1", "--collective-timeout", "60s",
        "--stop-grace", "2s"},

@@ -113,6 +113,8 @@ absl::Status CoordinatorProcess::Start(absl::Duration timeout) {
                                    "",
                                    "--state-dir",
                                    dir_ + "/state",
+                                   // Load, not credentials, is under test (tests/security).
+                                   "--insecure",
                                    "--address-file",
                                    address_file};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
