@@ -240,7 +240,8 @@ absl::Status SetRandomSerial(X509* cert) {
   bytes[0] &= 0x7f;  // DER INTEGERs are signed; keep the high bit clear so it stays 16 octets
   bytes[0] |= 0x01;  // ... and never zero
   BignumPtr serial(BN_bin2bn(bytes, sizeof(bytes), nullptr));
-  if (serial == nullptr || BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert)) == nullptr) {
+  if (serial == nullptr ||
+      BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert)) == nullptr) {
     return OpenSslError("setting the serial number");
   }
   return absl::OkStatus();
