@@ -164,9 +164,12 @@ int CertsInitCommand(const CommandContext& ctx, const CertsInitFlags& flags) {
   absl::StatusOr<pki::KeyAndCert> ca =
       pki::CreateCertificateAuthority(flags.name, now - kCertificateBackdate, not_after);
   if (!ca.ok()) {
-    return Fail(ctx, ca.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                             : kExitError,
-                absl::StrCat("cannot create the CA: ", ca.status().message()));
+    // CreateCertificateAuthority's INVALID_ARGUMENT can only be the name: --days was checked.
+    if (ca.status().code() == absl::StatusCode::kInvalidArgument) {
+      return Fail(ctx, kExitUsage, absl::StrCat("--name \"", flags.name, "\": ",
+                                                ca.status().message()));
+    }
+    return Fail(ctx, kExitError, absl::StrCat("cannot create the CA: ", ca.status().message()));
   }
   if (absl::Status s = EnsureDirectory(dir); !s.ok()) return Fail(ctx, kExitError, s.message());
   absl::Status written = WriteAll(

@@ -129,6 +129,7 @@ TEST_F(CertsCommandTest, InitRejectsBadFlags) {
   flags.days = 10;
   flags.name = "";
   EXPECT_EQ(Init(flags), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--name \"\": a certificate's CN must have 1 to 64"));
   EXPECT_FALSE(std::filesystem::exists(Path("ca")));
 }
 
