@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/args.h"
+#include "client/certs_command.h"
 #include "client/commands.h"
 #include "client/local_cluster.h"
 #include "rpc/transport_flags.h"
@@ -215,6 +216,60 @@ int main(int argc, char** argv) {
   add_output(status);
   status->callback(
       [&] { run = [&](auto& ctx) { return ctl::LocalStatusCommand(ctx, local_flags); }; });
+
+  // certs: the CA, certificates and tokens of mutual TLS (client/certs_command.h); no RPC.
+  CLI::App* certs = app.add_subcommand(
+      "certs", "Create a CA, issue certificates, make bearer tokens, show a certificate");
+  certs->require_subcommand(1);
+  ctl::CertsInitFlags certs_init;
+  ctl::CertsIssueFlags certs_issue;
+  std::string certs_token_name, certs_token_role, certs_file;
+  CLI::App* cert_init = certs->add_subcommand(
+      "init", "Create a certificate authority: DIR/ca.crt (0644) and DIR/ca.key (0600)");
+  cert_init->add_option("--dir", certs_init.dir, "Directory for ca.crt and ca.key")->required();
+  cert_init->add_option("--days", certs_init.days, "Validity in days")
+      ->check(CLI::Range(1, 36500))
+      ->capture_default_str();
+  cert_init->add_option("--name", certs_init.name, "The CA's CN")->capture_default_str();
+  cert_init->add_flag("--force", certs_init.force,
+                      "Replace an existing CA (what it issued stops verifying)");
+  cert_init->callback(
+      [&] { run = [&](auto& ctx) { return ctl::CertsInitCommand(ctx, certs_init); }; });
+  CLI::App* cert_issue = certs->add_subcommand(
+      "issue", "Issue a certificate signed by the CA: OUT/NAME.crt, OUT/NAME.key (0600), "
+               "OUT/ca.crt");
+  cert_issue->add_option("--ca-dir", certs_issue.ca_dir, "The CA's directory (certs init)")
+      ->required();
+  cert_issue->add_option("--out-dir", certs_issue.out_dir, "Directory for the new files")
+      ->required();
+  cert_issue->add_option("--name", certs_issue.name, "Identity (CN): a user name or worker id")
+      ->required();
+  cert_issue->add_option("--role", certs_issue.role, "admin, submitter, viewer, worker or server")
+      ->required();
+  cert_issue->add_option("--dns", certs_issue.dns, "DNS name of a server (repeatable)")
+      ->allow_extra_args(false);
+  cert_issue->add_option("--ip", certs_issue.ip, "IP address of a server (repeatable)")
+      ->allow_extra_args(false);
+  cert_issue->add_option("--days", certs_issue.days, "Validity in days")
+      ->check(CLI::Range(1, 36500))
+      ->capture_default_str();
+  cert_issue->add_flag("--force", certs_issue.force, "Replace existing NAME.crt and NAME.key");
+  cert_issue->callback(
+      [&] { run = [&](auto& ctx) { return ctl::CertsIssueCommand(ctx, certs_issue); }; });
+  CLI::App* cert_token = certs->add_subcommand(
+      "token", "Make a bearer token: the token on stdout, its --auth-config entry on stderr");
+  cert_token->add_option("--name", certs_token_name, "Identity the token stands for")->required();
+  cert_token->add_option("--role", certs_token_role, "admin, submitter or viewer")->required();
+  cert_token->callback([&] {
+    run = [&](auto& ctx) {
+      return ctl::CertsTokenCommand(ctx, certs_token_name, certs_token_role);
+    };
+  });
+  CLI::App* cert_show = certs->add_subcommand(
+      "show", "Show a certificate: subject, roles, names, issuer, validity, serial, expired?");
+  cert_show->add_option("FILE", certs_file, "Certificate (PEM)")->required();
+  cert_show->callback(
+      [&] { run = [&](auto& ctx) { return ctl::CertsShowCommand(ctx, certs_file); }; });
 
   try {
     app.parse(argc, argv);

@@ -213,7 +213,10 @@ absl::Status AddSubjectAltNames(X509* cert, const std::vector<std::string>& dns_
       return OpenSslError("building a DNS subjectAltName");
     }
     GENERAL_NAME_set0_value(name, GEN_DNS, text);
-    sk_GENERAL_NAME_push(names.get(), name);
+    if (sk_GENERAL_NAME_push(names.get(), name) == 0) {
+      GENERAL_NAME_free(name);
+      return OpenSslError("adding a DNS subjectAltName");
+    }
   }
   for (const std::string& ip : ip_addresses) {
     ASN1_OCTET_STRING* address = a2i_IPADDRESS(ip.c_str());
@@ -224,7 +227,10 @@ absl::Status AddSubjectAltNames(X509* cert, const std::vector<std::string>& dns_
       return OpenSslError("building an IP subjectAltName");
     }
     GENERAL_NAME_set0_value(name, GEN_IPADD, address);
-    sk_GENERAL_NAME_push(names.get(), name);
+    if (sk_GENERAL_NAME_push(names.get(), name) == 0) {
+      GENERAL_NAME_free(name);
+      return OpenSslError("adding an IP subjectAltName");
+    }
   }
   if (X509_add1_ext_i2d(cert, NID_subject_alt_name, names.get(), 0, X509V3_ADD_DEFAULT) != 1) {
     return OpenSslError("adding subjectAltNames");
@@ -240,7 +246,8 @@ absl::Status SetRandomSerial(X509* cert) {
   bytes[0] &= 0x7f;  // DER INTEGERs are signed; keep the high bit clear so it stays 16 octets
   bytes[0] |= 0x01;  // ... and never zero
   BignumPtr serial(BN_bin2bn(bytes, sizeof(bytes), nullptr));
-  if (serial == nullptr || BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert)) == nullptr) {
+  if (serial == nullptr ||
+      BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert)) == nullptr) {
     return OpenSslError("setting the serial number");
   }
   return absl::OkStatus();
