@@ -97,9 +97,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install_deps: done" >&2
 fi
 
-# The manifest test's validator: kubernetes-validate (offline Kubernetes API schemas) and PyYAML
-# from PyPI, pinned with their dependencies, in a virtual environment of Debian's python3 at a
-# fixed path (tests/k8s/render_test.sh runs it). A stamp with the pins makes this a no-op when
+# The test tools from PyPI: the manifest test's validator, kubernetes-validate (offline
+# Kubernetes API schemas) and PyYAML, and the Python gRPC client of the security tests; pinned
+# with their dependencies, in a virtual environment of Debian's python3 at a fixed path
+# (tests/k8s/render_test.sh and tests/security/python_client_test.sh run it). A stamp with the pins makes this a no-op when
 # they are installed; changing a pin reinstalls.
 [ "$K8S_TEST_TOOLS" = 1 ] || exit 0
 VENV=/opt/substrax/venv
@@ -114,6 +115,12 @@ PY_REQUIREMENTS=(
   importlib_resources==7.1.0
   packaging==26.4
   typing_extensions==4.16.0
+  # tests/security/python_client_test: a second, non-C++ gRPC client (Debian's python3-grpcio
+  # and python3-grpc-tools do not match each other).
+  grpcio==1.68.1
+  grpcio-tools==1.68.1
+  protobuf==5.29.6
+  setuptools==66.1.1
 )
 stamp="$VENV/.substrax-requirements"
 if [ "$(cat "$stamp" 2>/dev/null)" != "${PY_REQUIREMENTS[*]}" ]; then
