@@ -253,7 +253,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->excludes(devices_flag);
   daemon->add_option("--worker-id", daemon_options.worker_id,
-                     "This worker's name (default: the host name)");
+                     "This worker's name: its certificate's CN (the default); with --insecure, default the "
+                     "host name");
   daemon->add_option("--host", daemon_options.host, "Host name to report (default: gethostname)");
   daemon->add_option("--listen-host", daemon_options.listen_host,
                      "Address peers reach this host's runners on")

@@ -6,12 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <atomic>
+#include <sstream>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_status.h"
 #include "rpc/keepalive.h"
+#include "rpc/pki.h"
 #include "rpc/proto_time.h"
 #include "rpc/transport.h"
 #include "rpc/transport_flags.h"
@@ -75,14 +77,33 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   if (options.devices.empty()) options.devices = absl::StrCat("cpu:", options.cpu_devices);
   absl::StatusOr<std::vector<v1::Device>> devices = DiscoverDevices(options.devices, options.host);
   if (!devices.ok()) return devices.status();
+  SUBSTRAX_RETURN_IF_ERROR(ValidateTransport(options.transport, /*server=*/false));
+  if (!options.transport.insecure) {
+    // The certificate is the worker's identity: its CN is the worker id.
+    if (options.transport.cert_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-cert and --tls-key are required: a worker's certificate (CN: its worker id, "
+          "O: substrax:worker) is its identity; `substraxctl certs issue --role worker` makes "
+          "one");
+    }
+    std::ifstream in(options.transport.cert_file);
+    std::stringstream pem;
+    pem << in.rdbuf();
+    absl::StatusOr<pki::CertificateInfo> cert = pki::ParseCertificate(pem.str());
+    if (!cert.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls-cert ", options.transport.cert_file, ": ", cert.status().message()));
+    }
+    if (options.worker_id.empty()) options.worker_id = cert->common_name;
+    if (options.worker_id != cert->common_name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--worker-id ", options.worker_id, " but the certificate ",
+          options.transport.cert_file, " is worker ", cert->common_name,
+          "'s: the coordinator accepts a worker only under its certificate's name"));
+    }
+  }
   if (options.worker_id.empty()) options.worker_id = options.host;
   if (options.runner_binary.empty()) options.runner_binary = "/proc/self/exe";
-  SUBSTRAX_RETURN_IF_ERROR(ValidateTransport(options.transport, /*server=*/false));
-  if (!options.transport.insecure && options.transport.cert_file.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls-cert and --tls-key are required: a worker's certificate (CN: its worker id, "
-        "O: substrax:worker) is its identity; `substraxctl certs issue --role worker` makes one");
-  }
   std::error_code error;
   std::filesystem::create_directories(options.work_dir, error);
   if (error) {

@@ -50,7 +50,8 @@ struct WorkerDaemonOptions {
   // get the same credentials.
   std::string coordinator = "127.0.0.1:7070";
   TransportOptions transport;
-  // This worker's name (default: the host name).
+  // This worker's name (default: its certificate's CN; with --insecure, the host name). With
+  // TLS it must be the certificate's CN.
   std::string worker_id;
   // The host name reported with the devices (default: gethostname()).
   std::string host;
