@@ -20,6 +20,11 @@ std::string TempDir(const std::string& name);
 // A file's whole contents ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
 
+// The transport flags every coordinator and worker daemon a test starts is given, in one place:
+// none yet; "--insecure" (plaintext on loopback) once the binaries require a choice between it
+// and TLS flags.
+std::vector<std::string> TransportFlags();
+
 class Process {
  public:
   // Starts argv[0] with argv; stdout and stderr go to `log_path`. Extra environment: `env`

@@ -373,6 +373,7 @@ void ChaosCluster::StartCoordinator(const std::vector<std::string>& env) {
                                    options_.heartbeat_interval, "--heartbeat-timeout",
                                    options_.heartbeat_timeout};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
+  for (std::string& flag : TransportFlags()) argv.push_back(std::move(flag));
   // Each run has its own log, so that a restart keeps the first run's.
   ++coordinator_runs_;
   const std::string log = absl::StrCat(dir_, "/coordinator-", coordinator_runs_, ".log");
@@ -399,16 +400,18 @@ std::string ChaosCluster::worker_address() const {
 }
 
 void ChaosCluster::StartWorker(int w) {
-  workers_[w] = std::make_unique<Process>(
-      std::vector<std::string>{Runfile("worker/substrax-worker"), "daemon", "--coordinator",
-                               worker_address(), "--cpu-devices",
-                               absl::StrCat(options_.cpu_devices_per_worker), "--worker-id",
-                               absl::StrCat("w-", w + 1), "--host",
-                               std::string("host-") + char('a' + w), "--work-dir",
-                               absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
-                               options_.collective_timeout, "--stop-grace",
-                               options_.stop_grace},
-      absl::StrCat(dir_, "/worker-", w + 1, ".log"));
+  std::vector<std::string> argv = {Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+                                   worker_address(), "--cpu-devices",
+                                   absl::StrCat(options_.cpu_devices_per_worker), "--worker-id",
+                                   absl::StrCat("w-", w + 1), "--host",
+                                   std::string("host-") + char('a' + w), "--work-dir",
+                                   absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
+                                   options_.collective_timeout, "--stop-grace",
+                                   options_.stop_grace};
+  argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  for (std::string& flag : TransportFlags()) argv.push_back(std::move(flag));
+  workers_[w] = std::make_unique<Process>(argv, absl::StrCat(dir_, "/worker-", w + 1, ".log"),
+                                          options_.worker_env);
 }
 
 bool ChaosCluster::WaitForWorkers(int n, absl::Duration timeout) {
