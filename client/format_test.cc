@@ -224,7 +224,8 @@ TEST(FormatTest, YamlIsBlockStyleAndKeepsStringsStrings) {
             "        pci_bus_id: \"\"\n"
             "    seconds_since_heartbeat: 1.5\n"
             "    job_ids:\n"
-            "      - j-1\n");
+            "      - j-1\n"
+            "    data_roots: []\n");
   EXPECT_EQ(FormatMessage(v1::ListJobsResponse(), OutputFormat::kYaml),
             "jobs: []\nnext_page_token: \"\"\n");
 }

@@ -23,6 +23,7 @@ trap stop_cluster EXIT
 trap 'echo "demo: interrupted; stopping the cluster" >&2; exit 130' INT TERM
 
 "$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" >/dev/null \
+  --data-root /usr/share/datasets \
   --coordinator-binary "$BIN/coordinator/substrax-coordinator" \
   --worker-binary "$BIN/worker/substrax-worker"
 export SUBSTRAX_COORDINATOR

@@ -14,8 +14,9 @@ Used by multihost_test.sh, which runs the results in network namespaces. Given t
     table (--map CONTAINER_PATH=TEST_PATH): a path is replaced where an argument is that path, or
     a `--flag=` value is, or either begins with it followed by '/'. Every directory in the table
     must be a volumeMount of the container, every volumeMount must be in the table or named with
-    --unmapped-mount, and no absolute path may be left unmapped in command or args. Nothing else
-    of command, args or env is changed.
+    --unmapped-mount, and no absolute path may be left unmapped in command or args, except a
+    directory of the image that the test's hosts have at the same path (--image-path: the
+    worker's --data-root). Nothing else of command, args or env is changed.
   * --override-configmap NAME/KEY=VALUE replaces one ConfigMap value (the test's only override:
     the worker's device count, when the manifest's is not what the test needs).
 
@@ -180,6 +181,8 @@ def main():
     p.add_argument("--map", action="append", default=[], help="CONTAINER_PATH=TEST_PATH")
     p.add_argument("--unmapped-mount", action="append", default=[],
                    help="a volumeMount no flag names (left unmapped on purpose)")
+    p.add_argument("--image-path", action="append", default=[],
+                   help="a directory of the image the test's hosts have too (kept as it is)")
     p.add_argument("--override-configmap", action="append", default=[], help="NAME/KEY=VALUE")
     p.add_argument("--out", help="writes OUT.argv and OUT.env")
     a = p.parse_args()
@@ -192,6 +195,7 @@ def main():
     container = Container(workload, a.container)
     fields = dict(f.split("=", 1) for f in a.field)
     table = dict(m.split("=", 1) for m in a.map)
+    image_paths = {path: path for path in a.image_path}
 
     # The table must cover the container's mounts, and map nothing that is not a mount or a
     # command (binaries in the image).
@@ -208,7 +212,7 @@ def main():
     argv = [Expand(s, env) for s in command + (container.get("args") or [])]
     if not command:
         sys.exit("multihost_extract: %s has no command (the image's entrypoint is not known here)" % a.container)
-    argv = [MapPath(s, table) for s in argv]
+    argv = [MapPath(s, dict(table, **image_paths)) for s in argv]
     with open(a.out + ".argv", "wb") as f:
         f.write(b"".join(s.encode() + b"\0" for s in argv))
     with open(a.out + ".env", "wb") as f:

@@ -143,6 +143,8 @@ CLUSTER_DOMAIN=cluster.local   # Kubernetes' default; the manifests assume none
 #   /usr/local/bin/substrax-worker       -> the built worker                 (image)
 #   /var/lib/substrax-worker             -> $TMP/<worker ns>/work            (emptyDir "work")
 #   /tmp                                 -> not mapped: no flag names it (emptyDir "tmp")
+#   /usr/share/datasets                  -> itself: the worker's --data-root, a directory of the
+#                                           image (Fashion-MNIST); the test's jobs use no files
 # Devices per worker: the test needs 2 (2 workers x 2 = the job's 4 devices). The cpu overlay's
 # cpu-devices is 2 today; if it ever is not, ONLY that ConfigMap value is overridden to 2 here.
 WORKER_DEVICE_OVERRIDE=()
@@ -177,6 +179,7 @@ for i in 0 1; do
     --map "/usr/local/bin/substrax-worker=$WORKER_BIN" \
     --map "/var/lib/substrax-worker=$TMP/$ns/work" \
     --unmapped-mount /tmp \
+    --image-path /usr/share/datasets \
     "${WORKER_DEVICE_OVERRIDE[@]}" \
     --out "$TMP/$ns/cmd"
 done
