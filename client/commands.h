@@ -92,6 +92,8 @@ struct LocalFlags {
   std::string state_dir = kDefaultLocalStateDir;
   int workers = 2;
   int cpu_devices = 2;
+  // Each worker's --data-root flags: where jobs may read data files. None: synthetic data only.
+  std::vector<std::string> data_roots;
   // The coordinator's gRPC port and Prometheus port; 0: any free port.
   int port = 0;
   int metrics_port = 0;

@@ -188,12 +188,17 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     const std::string name = WorkerName(i);
     std::filesystem::create_directories(absl::StrCat(dir, "/workers/", name), ec);
     // Each worker poses as its own host, so meshes look like those of a multi-host cluster.
-    started = start(
-        name, with_credentials({*worker_binary, "daemon", "--coordinator", address,
-                                "--cpu-devices", absl::StrCat(flags.cpu_devices), "--worker-id",
-                                name, "--host", name, "--listen-host", "127.0.0.1",
-                                "--work-dir", absl::StrCat(dir, "/workers/", name)},
-                               name));
+    std::vector<std::string> argv = {*worker_binary, "daemon", "--coordinator", address,
+                                     "--cpu-devices", absl::StrCat(flags.cpu_devices),
+                                     "--worker-id", name, "--host", name, "--listen-host",
+                                     "127.0.0.1", "--work-dir",
+                                     absl::StrCat(dir, "/workers/", name)};
+    for (const std::string& root : flags.data_roots) {
+      // Relative to where `local up` runs, not to the daemon's directory.
+      argv.push_back("--data-root");
+      argv.push_back(std::filesystem::absolute(root).lexically_normal().string());
+    }
+    started = start(name, with_credentials(std::move(argv), name));
     if (!started.ok()) return fail(std::string(started.message()));
   }
   // Healthy: the coordinator answers ListWorkers and lists every worker of ours as ALIVE.

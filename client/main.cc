@@ -192,6 +192,10 @@ int main(int argc, char** argv) {
   up->add_option("--cpu-devices", local_flags.cpu_devices, "CPU devices of each worker")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  up->add_option("--data-root", local_flags.data_roots,
+                 "A directory every worker lets jobs read data files from (repeatable; each "
+                 "worker's --data-root). None: synthetic data only")
+      ->type_name("DIR");
   up->add_option("--port", local_flags.port, "Coordinator gRPC port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();

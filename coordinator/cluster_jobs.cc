@@ -443,12 +443,21 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
 
 absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
   AliveDevices alive;
+  std::vector<std::string> data_roots;
   {
     absl::MutexLock lock(&mu_);
     alive = AliveDevicesLocked();
+    // Every known worker's roots, alive or not: a dead worker may come back, and a job whose
+    // data it holds waits for it like one that waits for devices.
+    std::set<std::string> roots;
+    for (const auto& [id, worker] : workers_) {
+      roots.insert(worker.proto.data_roots().begin(), worker.proto.data_roots().end());
+    }
+    data_roots.assign(roots.begin(), roots.end());
   }
   // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
-  return substrax::AdmitJobSpec(std::move(spec), alive, options_.refuse_jobs_that_cannot_fit);
+  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots,
+                                options_.refuse_jobs_that_cannot_fit);
 }
 
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/cluster.h"
 #include "coordinator/limits.h"
+#include "core/data_paths.h"
 #include "core/status.h"
 #include "rpc/proto_time.h"
 
@@ -37,6 +38,24 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
     return absl::InvalidArgumentError(absl::StrCat(
         "worker ", worker_id, " (host ", request.host(), "): devices: none given; a worker "
         "needs at least one device"));
+  }
+  if (request.data_roots_size() > limits::kMaxDataRootsPerWorker) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", worker_id, ": data_roots: ", request.data_roots_size(),
+        " given, more than the limit of ", limits::kMaxDataRootsPerWorker));
+  }
+  for (int i = 0; i < request.data_roots_size(); ++i) {
+    const std::string& root = request.data_roots(i);
+    absl::Status valid = root.size() > limits::kMaxPathBytes
+                             ? absl::InvalidArgumentError(absl::StrCat(
+                                   root.size(), " bytes, more than the limit of ",
+                                   limits::kMaxPathBytes))
+                             : CheckNormalizedAbsolute(root);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("worker ", worker_id, ": data_roots[", i,
+                                                     "]: '", root.substr(0, 256), "' ",
+                                                     valid.message()));
+    }
   }
   std::set<int> local_indices;
   for (int i = 0; i < request.devices_size(); ++i) {
@@ -84,6 +103,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
       proto.set_address(request.address());
       proto.set_incarnation(request.incarnation());
       proto.set_state(v1::WORKER_STATE_ALIVE);
+      *proto.mutable_data_roots() = request.data_roots();
       for (const v1::Device& given : request.devices()) {
         v1::Device* device = proto.add_devices();
         *device = given;

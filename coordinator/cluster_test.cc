@@ -76,12 +76,14 @@ class ClusterTest : public ::testing::Test {
   }
 
   v1::RegisterWorkerResponse Register(const std::string& worker_id, const std::string& host,
-                                      int num_devices, const std::string& incarnation = "inc-1") {
+                                      int num_devices, const std::string& incarnation = "inc-1",
+                                      const std::vector<std::string>& data_roots = {}) {
     v1::RegisterWorkerRequest request;
     request.set_worker_id(worker_id);
     request.set_host(host);
     request.set_incarnation(incarnation);
     request.set_address(host + ":7000");
+    for (const std::string& root : data_roots) request.add_data_roots(root);
     for (int i = 0; i < num_devices; ++i) {
       v1::Device* d = request.add_devices();
       d->set_local_index(i);
@@ -1036,14 +1038,16 @@ TEST_F(ClusterTest, RestartLoadsProgressNotHistory) {
 }
 
 TEST_F(ClusterTest, RunnersSayTheTotalStepsAndInputWidth) {
-  RegisterTwoWorkers();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  Register("w-1", "a", 2, "inc-1", {dir});
+  Register("w-2", "b", 2);
   v1::JobSpec spec = Spec("files", 4);
   spec.mutable_data()->clear_synthetic();
   spec.mutable_data()->set_format(v1::DATA_FORMAT_IDX);
   // A FIFO nobody writes: opening it would block the coordinator forever, so this test would
   // time out if submit, progress or GetMesh read the data.
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string fifo = std::string(tmp != nullptr ? tmp : "/tmp") + "/no-writer.fifo";
+  const std::string fifo = dir + "/no-writer.fifo";
   ::unlink(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   spec.mutable_data()->mutable_train()->set_images(fifo);
@@ -1063,6 +1067,65 @@ TEST_F(ClusterTest, RunnersSayTheTotalStepsAndInputWidth) {
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   EXPECT_GT(mesh->layouts().count("dense_0/kernel"), 0u);
   EXPECT_EQ(state_.Load()->jobs[0].input_features(), 784);  // stored with the job
+}
+
+TEST_F(ClusterTest, DataPathsMustLieUnderAKnownWorkersDataRoot) {
+  v1::JobSpec spec = Spec("files", 2);
+  spec.mutable_data()->clear_synthetic();
+  spec.mutable_data()->set_format(v1::DATA_FORMAT_CSV);
+  spec.mutable_data()->mutable_csv()->set_label_column("y");
+  spec.mutable_data()->mutable_train()->set_path("/proc/self/environ");
+  spec.set_epochs(1);
+  Register("w-1", "a", 2);
+  absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.data.train.path: '/proc/self/environ' is not under a data root: no "
+                        "worker has reported any data root"));
+
+  Register("w-2", "b", 2, "inc-1", {"/data/sets", "/srv"});
+  refused = cluster_->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("'/proc/self/environ' is not under a data root of any worker (/data/sets, "
+                        "/srv)"));
+  for (const char* bad : {"/data/sets/../../etc/passwd", "/data/setsx/a.csv", "sets/a.csv",
+                          "/data/sets//a.csv"}) {
+    spec.mutable_data()->mutable_train()->set_path(bad);
+    refused = cluster_->SubmitJob(spec);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("spec.data.train.path")) << bad;
+  }
+  spec.mutable_data()->mutable_train()->set_path("/data/sets/iris.csv");
+  EXPECT_TRUE(cluster_->SubmitJob(spec).ok());
+
+  // The roots are kept with the worker: after a coordinator restart, and while it is dead (a
+  // job then waits for workers instead of being refused for its mesh).
+  cluster_.reset();
+  options_.refuse_jobs_that_cannot_fit = false;
+  cluster_ = MakeCluster(state_);
+  const std::vector<v1::Worker> workers = cluster_->ListWorkers();
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers[1].data_roots_size(), 2);
+  EXPECT_EQ(workers[1].data_roots(0), "/data/sets");
+  now_ += absl::Minutes(1);
+  cluster_->Tick();
+  ASSERT_EQ(cluster_->ListWorkers()[1].state(), v1::WORKER_STATE_DEAD);
+  EXPECT_TRUE(cluster_->SubmitJob(spec).ok());
+}
+
+TEST_F(ClusterTest, RegistrationRefusesDataRootsThatAreNotNormalizedAbsolutePaths) {
+  for (const char* bad : {"data", "/data/", "/data/../etc", ""}) {
+    v1::RegisterWorkerRequest request;
+    request.set_worker_id("w-1");
+    request.set_host("a");
+    request.set_incarnation("inc-1");
+    request.add_devices()->set_kind(v1::DEVICE_KIND_CPU);
+    request.add_data_roots(bad);
+    absl::StatusOr<v1::RegisterWorkerResponse> response = cluster_->RegisterWorker(request);
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(response.status().message(), HasSubstr("worker w-1: data_roots[0]")) << bad;
+  }
 }
 
 TEST_F(ClusterTest, ErrorTextAndTransitionsAreBounded) {

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/data_paths.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "core/status.h"
@@ -11,6 +12,7 @@
 namespace substrax {
 
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
+                                         const std::vector<std::string>& data_roots,
                                          bool refuse_jobs_that_cannot_fit) {
   for (const auto& [field, value] :
        {std::pair<const char*, int64_t>{"spec.max_duration_seconds", spec.max_duration_seconds()},
@@ -22,6 +24,9 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& a
   }
   ApplyJobSpecDefaults(&spec);
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  // Data files are read only beneath the roots the workers offer (their --data-root flags);
+  // the runner enforces it again when it opens them, through symlinks too.
+  SUBSTRAX_RETURN_IF_ERROR(CheckDataPathsUnderRoots(spec.data(), data_roots));
   // Restarts start from the beginning: refuse rather than run without the checkpoints asked for
   // (after validation, so that an invalid spec is INVALID_ARGUMENT whatever else it asks).
   if (spec.has_checkpoint()) {

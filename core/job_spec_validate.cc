@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data_paths.h"
 #include "core/job_spec.h"
 #include "core/job_spec_internal.h"
 #include "core/models.h"
@@ -56,14 +57,6 @@ class Validator {
   const Positions* positions_;
   Errors* errors_;
 };
-
-bool IsDns1123Label(const std::string& name) {
-  if (name.empty() || name.size() > 63) return false;
-  for (char c : name) {
-    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) return false;
-  }
-  return name.front() != '-' && name.back() != '-';
-}
 
 void ValidateModel(const v1::JobSpec& spec, Validator& v) {
   const v1::ModelSpec& model = spec.model();
@@ -359,10 +352,13 @@ void ValidateBatch(const v1::JobSpec& spec, Validator& v) {
 void ValidateRest(const v1::JobSpec& spec, Validator& v) {
   if (spec.name().empty()) {
     v.Add("metadata.name", "is required: a name for the job, such as fashion-mnist-mlp");
-  } else if (!IsDns1123Label(spec.name())) {
+  } else if (!IsDns1123Label(spec.name(), kMaxJobNameLength)) {
+    // At most 52 so that the job id "<name>-<sequence>" stays a DNS label of at most 63: job ids
+    // name files and processes on the workers.
     v.Add("metadata.name",
-          absl::StrCat("'", spec.name(), "' must be at most 63 lowercase letters, digits or '-', "
-                       "starting and ending with a letter or digit"));
+          absl::StrCat("'", spec.name(), "' must be at most ", kMaxJobNameLength,
+                       " lowercase letters, digits or '-', starting and ending with a letter or "
+                       "digit (a DNS-1123 label; the job id appends '-<number>')"));
   }
   switch (spec.length_case()) {
     case v1::JobSpec::kSteps:

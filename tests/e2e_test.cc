@@ -89,7 +89,9 @@ class LocalCluster {
                                      std::string("host-") + char('a' + w), "--work-dir",
                                      absl::StrCat(dir_, "/worker-", w + 1),
                                      "--collective-timeout", "20s", "--health-listen",
-                                     absl::StrCat("127.0.0.1:", health_ports_[w])};
+                                     absl::StrCat("127.0.0.1:", health_ports_[w]),
+                                     // Fashion-MNIST (tools/install_deps.sh) is read from here.
+                                     "--data-root", "/usr/share/datasets"};
     for (std::string& flag : TestPki::Flags(pki_.Issue(id, "worker"))) {
       argv.push_back(std::move(flag));
     }

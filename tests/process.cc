@@ -51,6 +51,8 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+std::vector<std::string> InsecureFlags() { return {"--insecure"}; }
+
 std::string Runfile(const std::string& path) {
   return std::filesystem::absolute(path).string();
 }

@@ -20,6 +20,11 @@ std::string TempDir(const std::string& name);
 // A file's whole contents ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
 
+// The flags that run a coordinator or worker daemon plaintext and unauthenticated, for tests of
+// something other than credentials (faults, load, a fake coordinator); tests/security and
+// tests/e2e_test run mutual TLS (tests/credentials.h).
+std::vector<std::string> InsecureFlags();
+
 class Process {
  public:
   // Starts argv[0] with argv; stdout and stderr go to `log_path`. Extra environment: `env`

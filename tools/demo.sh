@@ -22,11 +22,12 @@ stop_cluster() {
 trap stop_cluster EXIT
 trap 'echo "demo: interrupted; stopping the cluster" >&2; exit 130' INT TERM
 
-"$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" >/dev/null \
+# `local up` prints the address and the admin's credentials (mutual TLS, as on a real cluster)
+# as one `export` line.
+eval "$("$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" \
+  --data-root /usr/share/datasets \
   --coordinator-binary "$BIN/coordinator/substrax-coordinator" \
-  --worker-binary "$BIN/worker/substrax-worker"
-export SUBSTRAX_COORDINATOR
-SUBSTRAX_COORDINATOR=$(cat "$STATE/address")
+  --worker-binary "$BIN/worker/substrax-worker")"
 "$CTL" workers
 
 JOB=$("$CTL" submit examples/fashion_mnist_mlp.yaml)

@@ -1,14 +1,17 @@
 // substrax-worker: the worker binary, in three modes.
 //
-//   substrax-worker daemon --coordinator HOST:PORT --devices cuda|cpu:N [--worker-id NAME] ...
+//   substrax-worker daemon --coordinator HOST:PORT --devices cuda|cpu:N [--worker-id NAME]
+//                          [--data-root DIR ...] ...
 //       (--cpu-devices N is the same as --devices cpu:N; give one of them.)
-//       The agent on a host: registers its devices, keeps its lease, runs assigned jobs.
+//       The agent on a host: registers its devices, keeps its lease, runs assigned jobs, whose
+//       data files must lie under a --data-root (none: synthetic data only).
 //   substrax-worker run --assignment FILE --coordinator HOST:PORT --result FILE
+//                       [--data-root DIR ...]
 //       One runner process of one job attempt (started by the daemon).
 //   substrax-worker train --job FILE.yaml --local-devices N
 //       A whole job in this process on N CPU devices (one thread each, Gloo between them),
 //       without a coordinator: progress lines on stderr, the evaluation on stdout
-//       ("test_accuracy=0.8812").
+//       ("test_accuracy=0.8812"). The user's own process: it reads any data path given.
 //
 // Exit status: 0 ok; 1 failed (training, registration); 2 bad command line or job spec.
 #include <unistd.h>
@@ -30,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "core/data_paths.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "worker/collectives/store.h"
@@ -136,6 +140,9 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
   options.process_of_position.assign(mesh->size(), 0);
   options.store = &store;
   options.collective_timeout = timeout;
+  // The user's own process, reading what the user may read: no data roots. Errors still never
+  // quote a data file's contents.
+  options.data_access = DataAccess::Unconfined();
   options.explicit_collectives = explicit_collectives;
   options.on_progress = PrintProgress;
   absl::StatusOr<TrainResult> result = substrax::Train(options);
@@ -192,6 +199,15 @@ int RunRunner(const std::string& assignment_path, RunnerOptions options,
   if (!in || !assignment.ParseFromIstream(&in)) {
     std::cerr << "substrax-worker run: cannot read assignment " << assignment_path << "\n";
     return 2;
+  }
+  for (std::string& root : options.data_roots) {
+    absl::StatusOr<std::string> normalized = NormalizeAbsolute(root);
+    if (!normalized.ok()) {
+      std::cerr << "substrax-worker run: --data-root " << root << ": "
+                << normalized.status().message() << "\n";
+      return 2;
+    }
+    root = *std::move(normalized);
   }
   absl::Status status = RunAssignment(assignment, options);
   if (!status.ok()) {
@@ -262,6 +278,11 @@ int main(int argc, char** argv) {
   daemon->add_option("--work-dir", daemon_options.work_dir,
                      "Directory for assignments, results and runner logs")
       ->capture_default_str();
+  daemon->add_option("--data-root", daemon_options.data_roots,
+                     "A directory (absolute) under which jobs may read data files; repeat for "
+                     "several. Reported to the coordinator, which refuses jobs whose data lies "
+                     "elsewhere. None: the worker runs only jobs with synthetic data")
+      ->type_name("DIR");
   daemon->add_option("--health-listen", daemon_options.health_listen,
                      "Plaintext grpc.health.v1 address for Kubernetes probes (service "
                      "substrax.worker.ready: registered); empty: none");
@@ -300,6 +321,9 @@ int main(int argc, char** argv) {
   run->add_option("--result", runner_options.result_path, "Where to write the outcome")->required();
   run->add_option("--collective-timeout", runner_timeout, "Time every collective must finish in")
       ->capture_default_str();
+  run->add_option("--data-root", runner_options.data_roots,
+                  "A directory data files may be read from (repeatable; none: no data files)")
+      ->type_name("DIR");
 
   try {
     app.parse(argc, argv);

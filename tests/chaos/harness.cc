@@ -369,13 +369,12 @@ void ChaosCluster::StartCoordinator(const std::vector<std::string>& env) {
   std::vector<std::string> argv = {Runfile("coordinator/substrax-coordinator"), "--listen",
                                    address_.empty() ? "127.0.0.1:0" : address_,
                                    "--metrics-listen", "", "--state-dir", dir_ + "/state",
-                                   // Faults, not credentials, are under test here
-                                   // (tests/security has those).
-                                   "--insecure",
                                    "--address-file", dir_ + "/address", "--heartbeat-interval",
                                    options_.heartbeat_interval, "--heartbeat-timeout",
                                    options_.heartbeat_timeout};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
+  // Faults, not credentials, are under test here (tests/security has those).
+  for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
   // Each run has its own log, so that a restart keeps the first run's.
   ++coordinator_runs_;
   const std::string log = absl::StrCat(dir_, "/coordinator-", coordinator_runs_, ".log");
@@ -402,16 +401,18 @@ std::string ChaosCluster::worker_address() const {
 }
 
 void ChaosCluster::StartWorker(int w) {
-  workers_[w] = std::make_unique<Process>(
-      std::vector<std::string>{Runfile("worker/substrax-worker"), "daemon", "--insecure",
-                               "--coordinator", worker_address(), "--cpu-devices",
-                               absl::StrCat(options_.cpu_devices_per_worker), "--worker-id",
-                               absl::StrCat("w-", w + 1), "--host",
-                               std::string("host-") + char('a' + w), "--work-dir",
-                               absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
-                               options_.collective_timeout, "--stop-grace",
-                               options_.stop_grace},
-      absl::StrCat(dir_, "/worker-", w + 1, ".log"));
+  std::vector<std::string> argv = {Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+                                   worker_address(), "--cpu-devices",
+                                   absl::StrCat(options_.cpu_devices_per_worker), "--worker-id",
+                                   absl::StrCat("w-", w + 1), "--host",
+                                   std::string("host-") + char('a' + w), "--work-dir",
+                                   absl::StrCat(dir_, "/worker-", w + 1), "--collective-timeout",
+                                   options_.collective_timeout, "--stop-grace",
+                                   options_.stop_grace};
+  argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
+  workers_[w] = std::make_unique<Process>(argv, absl::StrCat(dir_, "/worker-", w + 1, ".log"),
+                                          options_.worker_env);
 }
 
 bool ChaosCluster::WaitForWorkers(int n, absl::Duration timeout) {

@@ -97,6 +97,10 @@ struct ChaosClusterOptions {
   std::vector<std::string> coordinator_flags;
   // Extra environment of the coordinator ("NAME=value").
   std::vector<std::string> coordinator_env;
+  // Extra flags of every worker daemon ("--data-root", "/dir"), and extra environment (which
+  // their runners inherit).
+  std::vector<std::string> worker_flags;
+  std::vector<std::string> worker_env;
 };
 
 class ChaosCluster {

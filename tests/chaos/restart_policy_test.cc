@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/proto_time.h"
@@ -16,6 +17,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Data under the worker's data root (DATA_ROOT), which does not exist there: the submit check
+// passes (by the path), the runner fails to open it.
 constexpr char kMissingData[] = R"(apiVersion: substrax/v1
 kind: TrainJob
 metadata: {name: missing}
@@ -23,8 +26,8 @@ spec:
   model: {type: mlp, hidden_sizes: [8], num_classes: 10}
   data:
     format: idx
-    train: {images: /nonexistent/train-images-idx3-ubyte.gz,
-            labels: /nonexistent/train-labels-idx1-ubyte.gz}
+    train: {images: DATA_ROOT/nonexistent/train-images-idx3-ubyte.gz,
+            labels: DATA_ROOT/nonexistent/train-labels-idx1-ubyte.gz}
   optimizer: {type: sgd, learning_rate: 0.1}
   mesh: {data_parallel_size: 1}
   batch: {global_batch_size: 8}
@@ -37,16 +40,19 @@ TEST(RestartPolicyTest, MissingDataFailsOnceAndATransientFailureBacksOff) {
   options.workers = 1;
   options.cpu_devices_per_worker = 1;
   options.coordinator_flags = {"--restart-backoff", "1s", "--max-restart-backoff", "10s"};
+  const std::string data_root = TempDir("restart_policy_data");
+  options.worker_flags = {"--data-root", data_root};
   ChaosCluster cluster("restart_policy", options);
   ASSERT_TRUE(cluster.WaitForWorkers(1, absl::Seconds(30))) << cluster.Logs();
 
-  const std::string missing = cluster.Submit(kMissingData);
+  const std::string missing =
+      cluster.Submit(absl::StrReplaceAll(kMissingData, {{"DATA_ROOT", data_root}}));
   ASSERT_EQ(missing.rfind("error", 0), std::string::npos) << missing;
   std::optional<v1::Job> job = cluster.WaitForEnd(missing, absl::Seconds(30));
   ASSERT_TRUE(job.has_value());
   EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED) << job->DebugString();
   EXPECT_EQ(job->attempt(), 1) << "restarted although retrying cannot help";
-  EXPECT_THAT(job->error(), HasSubstr("/nonexistent/train-images-idx3-ubyte.gz"));
+  EXPECT_THAT(job->error(), HasSubstr(data_root + "/nonexistent/train-images-idx3-ubyte.gz"));
   EXPECT_THAT(job->transitions().rbegin()->reason(), HasSubstr("retrying cannot help"));
 
   // Kill the runner of each attempt as soon as it is up.

@@ -32,7 +32,7 @@ void FuzzCsv(FuzzInput& in) {
   const char delimiter = kDelimiters[options % 4];
   const bool classification = (options & 4) != 0;
   absl::StatusOr<Dataset> dataset =
-      ReadCsv(file->Write(in.Rest()), "label", delimiter, classification);
+      ReadCsv(file->Write(in.Rest()), "label", delimiter, classification, DataAccess::Unconfined());
   if (!dataset.ok()) return;
   const int64_t n = dataset->num_examples();
   Check(n >= 1 && dataset->num_features() >= 1, "an empty dataset was accepted");

@@ -33,7 +33,7 @@ void FuzzIdx(FuzzInput& in) {
     images_bytes.push_back(static_cast<char>(in.Byte()));
   }
   absl::StatusOr<Dataset> dataset =
-      ReadIdx(images->Write(images_bytes), labels->Write(in.Rest()));
+      ReadIdx(images->Write(images_bytes), labels->Write(in.Rest()), DataAccess::Unconfined());
   if (!dataset.ok()) return;
   const int64_t n = dataset->num_examples();
   Check(n >= 1, "a dataset without examples was accepted");

@@ -172,6 +172,8 @@ done
 #   /usr/share/datasets/fashion-mnist    -> itself: the CPU image's example data, which this
 #                                           host has at the same path (--image-path)
 #   /tmp                                 -> not mapped: no flag names it (emptyDir "tmp")
+#   /usr/share/datasets                  -> itself: the worker's --data-root, a directory of the
+#                                           image (Fashion-MNIST); the test's jobs use no files
 # Devices per worker: the test needs 2 (2 workers x 2 = the job's 4 devices). The cpu overlay's
 # cpu-devices is 2 today; if it ever is not, ONLY that ConfigMap value is overridden to 2 here.
 WORKER_DEVICE_OVERRIDE=()
@@ -262,6 +264,7 @@ for i in 0 1; do
     --map "/var/lib/substrax-data=$TMP/$ns/data" \
     --image-path /usr/share/datasets/fashion-mnist \
     --unmapped-mount /tmp \
+    --image-path /usr/share/datasets \
     "${WORKER_DEVICE_OVERRIDE[@]}" \
     --out "$TMP/$ns/cmd"
 done

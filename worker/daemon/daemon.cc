@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,8 +16,11 @@
 #include <sstream>
 
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/data_paths.h"
 #include "core/status.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_status.h"
@@ -103,6 +107,25 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
     }
   }
   if (options.worker_id.empty()) options.worker_id = options.host;
+  for (std::string& root : options.data_roots) {
+    absl::StatusOr<std::string> normalized = NormalizeAbsolute(root);
+    if (!normalized.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data-root ", root, ": ", normalized.status().message()));
+    }
+    struct stat st;
+    if (stat(normalized->c_str(), &st) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--data-root ", root, ": ",
+                                                     std::strerror(errno),
+                                                     "; give an existing directory"));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data-root ", root, ": not a directory; give the directory that holds "
+                       "the data files"));
+    }
+    root = *std::move(normalized);
+  }
   if (options.runner_binary.empty()) options.runner_binary = "/proc/self/exe";
   std::error_code error;
   std::filesystem::create_directories(options.work_dir, error);
@@ -145,6 +168,7 @@ absl::Status WorkerDaemon::Register() {
   request.set_incarnation(incarnation);
   request.set_address(options_.listen_host);
   for (const v1::Device& d : devices_) *request.add_devices() = d;
+  for (const std::string& root : options_.data_roots) request.add_data_roots(root);
   // Retries only while the coordinator is unreachable (UNAVAILABLE / DEADLINE_EXCEEDED), with
   // exponential backoff and jitter up to 5 s, until stopped; anything else is the caller's to fix.
   absl::Duration backoff = absl::Milliseconds(100);
@@ -171,8 +195,10 @@ absl::Status WorkerDaemon::Register() {
       if (heartbeat_interval_ <= absl::ZeroDuration()) heartbeat_interval_ = absl::Seconds(1);
       Log(absl::StrCat("registered as ", options_.worker_id, " incarnation ", incarnation,
                        " (host ", options_.host, ", ",
-                       devices_.size(), " devices from '", options_.devices, "') with ",
-                       options_.coordinator));
+                       devices_.size(), " devices from '", options_.devices, "', data roots: ",
+                       options_.data_roots.empty() ? "none, synthetic data only"
+                                                   : absl::StrJoin(options_.data_roots, ", "),
+                       ") with ", options_.coordinator));
       return absl::OkStatus();
     }
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
@@ -251,6 +277,7 @@ void WorkerDaemon::HeartbeatLoop() {
       }
     }
     for (const v1::StopAttempt& stop : response.stop()) {
+      if (!CheckJobId(stop.job_id(), "a heartbeat's stop")) continue;
       Terminate(absl::StrCat(stop.job_id(), "/", stop.attempt()),
                 absl::StrCat("the coordinator says: ", stop.reason()));
     }
@@ -326,8 +353,10 @@ void WorkerDaemon::WatchLoop() {
         watch_epoch_ = event.epoch();
         watch_cursor_ = event.cursor();
       }
-      if (event.has_start()) Launch(event.start());
-      if (event.has_stop()) {
+      if (event.has_start() && CheckJobId(event.start().job_id(), "an assignment")) {
+        Launch(event.start());
+      }
+      if (event.has_stop() && CheckJobId(event.stop().job_id(), "a stop event")) {
         Terminate(absl::StrCat(event.stop().job_id(), "/", event.stop().attempt()),
                   event.stop().reason());
       }
@@ -340,6 +369,23 @@ void WorkerDaemon::WatchLoop() {
     Log(absl::StrCat("assignment stream ended (", status.error_message(), "); reopening"));
     stopped_.WaitForNotificationWithTimeout(absl::Seconds(1));
   }
+}
+
+bool WorkerDaemon::CheckJobId(const std::string& job_id, absl::string_view what) const {
+  if (IsDns1123Label(job_id)) return true;
+  // Not quoted as it came: it may hold anything, control characters included.
+  std::string shown;
+  for (char c : job_id.substr(0, 80)) {
+    const unsigned char byte = static_cast<unsigned char>(c);
+    shown += absl::ascii_isprint(byte) ? std::string(1, c) : absl::StrFormat("\\x%02x", byte);
+  }
+  Log(absl::StrCat("refused ", what, " for job id '", shown, "'",
+                   job_id.size() > 80 ? "..." : "", ": not a DNS-1123 label of at most ",
+                   kMaxDnsLabelLength,
+                   " characters (lowercase letters, digits, '-'); job ids name files, so nothing "
+                   "is run or written for it. Check the coordinator's version and address (",
+                   options_.coordinator, ")"));
+  return false;
 }
 
 void WorkerDaemon::Launch(const v1::Assignment& assignment) {
@@ -393,6 +439,10 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
       "--collective-timeout", absl::FormatDuration(options_.collective_timeout),
   };
   for (std::string& a : TransportArguments(options_.transport)) args.push_back(std::move(a));
+  for (const std::string& root : options_.data_roots) {
+    args.push_back("--data-root");
+    args.push_back(root);
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -74,6 +74,11 @@ struct WorkerDaemonOptions {
   // server as a whole ("") is SERVING while the daemon runs (liveness never depends on peers);
   // "substrax.worker.ready" is SERVING while the worker is registered with the coordinator.
   std::string health_listen;
+  // The directories (absolute; normalized by Create, and each must exist) under which runners
+  // read job data: reported to the coordinator, which refuses jobs whose data paths lie
+  // elsewhere, and handed to each runner, which opens data files only beneath them. None:
+  // synthetic data only.
+  std::vector<std::string> data_roots;
   // Which ended attempts' files (assignment, log, result) in work_dir are deleted, and when:
   // at start, every cleanup_interval and after each runner ends (work_files.h).
   LogRetention log_retention;
@@ -86,7 +91,9 @@ inline constexpr char kWorkerReadyService[] = "substrax.worker.ready";
 class WorkerDaemon {
  public:
   // Discovers the devices to offer (DiscoverDevices). Errors: INVALID_ARGUMENT (bad options,
-  // unusable credentials, a bad device spec), FAILED_PRECONDITION ("cuda" without a usable GPU), UNIMPLEMENTED ("cuda"
+  // unusable credentials, a --worker-id other than the certificate's CN, a bad device spec, a
+  // data root that is relative, has a ".." component, or is not an existing directory),
+  // FAILED_PRECONDITION ("cuda" without a usable GPU), UNIMPLEMENTED ("cuda"
   // in a build without --config=cuda), UNAVAILABLE (work_dir cannot be created).
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
   ~WorkerDaemon();
@@ -121,6 +128,9 @@ class WorkerDaemon {
   void SetReady(bool ready);
   void WatchLoop();
   void Launch(const v1::Assignment& assignment);
+  // False, with a log line, when `job_id` (from the coordinator) is not a DNS-1123 label: it
+  // names files in the work dir, so anything else ("../x", "a/b") is refused before use.
+  bool CheckJobId(const std::string& job_id, absl::string_view what) const;
   void Terminate(const std::string& key, const std::string& reason);
   void TerminateAll(const std::string& reason);
   // Waits until no runner is running (ended ones may wait for their acknowledgement), at most

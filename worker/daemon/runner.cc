@@ -104,6 +104,7 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   trainer.store = &store;
   trainer.listen_host = options.listen_host;
   trainer.collective_timeout = options.collective_timeout;
+  trainer.data_access = DataAccess::Confined(options.data_roots);
   // Step reports leave the step loop at once: a slow coordinator must not slow training
   // (step_reporter.h has the bounds).
   GrpcStepSender sender(stub);

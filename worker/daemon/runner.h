@@ -26,6 +26,9 @@ struct RunnerOptions {
   // Where the outcome is written (a serialized v1::ReportAttemptStatusRequest).
   std::string result_path;
   absl::Duration collective_timeout = absl::Seconds(30);
+  // The daemon's data roots (absolute, normalized): the only directories data files are read
+  // from (worker/data/safe_open.h). None: no data files, synthetic data only.
+  std::vector<std::string> data_roots;
 };
 
 // The process of each mesh position: process p drives the devices of the p-th distinct worker in

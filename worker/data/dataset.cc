@@ -24,6 +24,11 @@
 namespace substrax {
 namespace {
 
+// A CSV line longer than this is refused: 16 MiB holds a row of kMaxFeatures numbers of 15
+// characters each, and a file that is not CSV at all fails early instead of being split into
+// millions of fields.
+constexpr size_t kMaxCsvLineBytes = size_t{16} << 20;
+
 // Synthetic splits larger than this many feature values (8 GiB of floats) are refused: a typo in
 // a spec should not exhaust the host's memory.
 constexpr int64_t kMaxSyntheticValues = int64_t{1} << 31;
@@ -35,12 +40,16 @@ absl::Status FileError(int error, const std::string& message) {
   return absl::ErrnoToStatus(error, message);
 }
 
-// The whole content of `path`, decompressed when it is gzip data. zlib's gz* functions read plain
-// files unchanged, so one reader serves both and the file name's ending does not matter.
-absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path) {
+// The whole content of `path`, opened as `access` allows (safe_open.h), decompressed when it is
+// gzip data. zlib's gz* functions read plain files unchanged, so one reader serves both and the
+// file name's ending does not matter. Errors never quote the content: zlib's messages are its
+// own fixed texts.
+absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path, const DataAccess& access) {
+  SUBSTRAX_ASSIGN_OR_RETURN(ScopedFd fd, OpenDataFile(path, access, /*size=*/nullptr));
   errno = 0;
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) return FileError(errno, absl::StrCat(path, ": cannot open"));
+  gzFile file = gzdopen(fd.get(), "rb");
+  if (file == nullptr) return FileError(errno, absl::StrCat(path, ": cannot read"));
+  fd.Release();  // gzclose closes it
   std::string content;
   std::vector<char> buffer(1 << 20);
   absl::Status status;
@@ -60,6 +69,12 @@ absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path) {
         status =
             absl::InvalidArgumentError(absl::StrCat(path, ": truncated gzip data (", message, ")"));
       }
+      break;
+    }
+    if (static_cast<int64_t>(content.size()) + n > access.max_file_bytes) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(path, ": decompresses to more than the limit of ", access.max_file_bytes,
+                       " bytes for a data file"));
       break;
     }
     content.append(buffer.data(), n);
@@ -82,8 +97,9 @@ uint32_t BigEndian32(absl::string_view bytes) {
 
 // Reads an IDX file of unsigned bytes with `rank` dimensions (`what` names its content:
 // "images") and checks that its size is exactly what the header promises.
-absl::StatusOr<IdxFile> ReadIdxFile(const std::string& path, int rank, absl::string_view what) {
-  SUBSTRAX_ASSIGN_OR_RETURN(std::string content, ReadMaybeGzipped(path));
+absl::StatusOr<IdxFile> ReadIdxFile(const std::string& path, int rank, absl::string_view what,
+                                    const DataAccess& access) {
+  SUBSTRAX_ASSIGN_OR_RETURN(std::string content, ReadMaybeGzipped(path, access));
   const uint32_t expected_magic = 0x00000800u | static_cast<uint32_t>(rank);
   const size_t header = 4 + 4 * static_cast<size_t>(rank);
   if (content.size() < 4) {
@@ -91,11 +107,14 @@ absl::StatusOr<IdxFile> ReadIdxFile(const std::string& path, int rank, absl::str
         absl::StrCat(path, ": truncated: ", content.size(), " bytes, too short for an IDX header"));
   }
   const uint32_t magic = BigEndian32(content);
+  // The magic number found is not quoted: until it matches, the file may be anything, and its
+  // bytes must not reach the job's error. The sizes and dimensions quoted below come from a
+  // header that has matched, and are what a training job reports anyway.
   if (magic != expected_magic) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: magic number 0x%08x is not that of IDX %s (0x%08x: unsigned bytes, %d dimensions); "
-        "check that images and labels are not swapped",
-        path, magic, what, expected_magic, rank));
+        "%s: not an IDX %s file: its magic number (first 4 bytes) is not 0x%08x (unsigned "
+        "bytes, %d dimensions); check the path, and that images and labels are not swapped",
+        path, what, expected_magic, rank));
   }
   if (content.size() < header) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": truncated: ", content.size(),
@@ -141,16 +160,14 @@ std::vector<absl::string_view> SplitCsvLine(absl::string_view line, char delimit
 }
 
 // Parses one cell as a number that fits a finite float. The error says what is wrong with the
-// cell; the caller adds where it is (built only on error: files have millions of cells).
+// cell without quoting it (file contents never reach an error); the caller adds where it is
+// (built only on error: files have millions of cells).
 absl::StatusOr<double> ParseCell(absl::string_view cell) {
   double value = 0;
   if (cell.empty()) return absl::InvalidArgumentError("empty, expected a number");
-  if (!absl::SimpleAtod(cell, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", cell, "' is not a number"));
-  }
+  if (!absl::SimpleAtod(cell, &value)) return absl::InvalidArgumentError("not a number");
   if (!std::isfinite(static_cast<float>(value))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", cell, "' is not a finite number in the range of a 32-bit float"));
+    return absl::InvalidArgumentError("not a finite number in the range of a 32-bit float");
   }
   return value;
 }
@@ -160,11 +177,11 @@ absl::StatusOr<double> ParseClassLabel(absl::string_view cell) {
   SUBSTRAX_ASSIGN_OR_RETURN(const double value, ParseCell(cell));
   if (value < 0 || value != std::floor(value)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("class label '", cell, "' must be a non-negative integer (a class id)"));
+        "the class label is not a non-negative integer (a class id)");
   }
   if (value >= kMaxNumClasses) {
     return absl::InvalidArgumentError(
-        absl::StrCat("class label '", cell, "' is too large (at most ", kMaxNumClasses - 1, ")"));
+        absl::StrCat("the class label is too large (at most ", kMaxNumClasses - 1, ")"));
   }
   return value;
 }
@@ -219,7 +236,7 @@ std::vector<double> SyntheticCentres(Rng& rng, int64_t classes, int64_t features
 }
 
 absl::StatusOr<Dataset> LoadFromFiles(const v1::DataSpec& spec, bool test_split,
-                                      bool classification) {
+                                      bool classification, const DataAccess& access) {
   if (test_split && !spec.has_test()) {
     return absl::FailedPreconditionError(
         "the job's data has no test split (spec.data.test is not set)");
@@ -231,7 +248,7 @@ absl::StatusOr<Dataset> LoadFromFiles(const v1::DataSpec& spec, bool test_split,
           "idx data has class labels, but the model predicts values (regression); use a "
           "classification model");
     }
-    return ReadIdx(split.images(), split.labels());
+    return ReadIdx(split.images(), split.labels(), access);
   }
   const std::string& delimiter = spec.csv().delimiter();
   if (delimiter.size() > 1) {
@@ -239,7 +256,7 @@ absl::StatusOr<Dataset> LoadFromFiles(const v1::DataSpec& spec, bool test_split,
         absl::StrCat("spec.data.csv.delimiter: must be one character, got \"", delimiter, "\""));
   }
   return ReadCsv(split.path(), spec.csv().label_column(), delimiter.empty() ? ',' : delimiter[0],
-                 classification);
+                 classification, access);
 }
 
 absl::StatusOr<Dataset> LoadSynthetic(const v1::DataSpec& spec, bool test_split, uint64_t seed,
@@ -261,9 +278,10 @@ absl::StatusOr<Dataset> LoadSynthetic(const v1::DataSpec& spec, bool test_split,
 
 }  // namespace
 
-absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path) {
-  SUBSTRAX_ASSIGN_OR_RETURN(const IdxFile images, ReadIdxFile(images_path, 3, "images"));
-  SUBSTRAX_ASSIGN_OR_RETURN(const IdxFile labels, ReadIdxFile(labels_path, 1, "labels"));
+absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path,
+                                const DataAccess& access) {
+  SUBSTRAX_ASSIGN_OR_RETURN(const IdxFile images, ReadIdxFile(images_path, 3, "images", access));
+  SUBSTRAX_ASSIGN_OR_RETURN(const IdxFile labels, ReadIdxFile(labels_path, 1, "labels", access));
   const uint64_t n = images.dims[0];
   if (labels.dims[0] != n) {
     return absl::InvalidArgumentError(absl::StrCat(images_path, " holds ", n, " images but ",
@@ -290,8 +308,8 @@ absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::strin
 }
 
 absl::StatusOr<Dataset> ReadCsv(const std::string& path, const std::string& label_column,
-                                char delimiter, bool classification) {
-  SUBSTRAX_ASSIGN_OR_RETURN(const std::string content, ReadMaybeGzipped(path));
+                                char delimiter, bool classification, const DataAccess& access) {
+  SUBSTRAX_ASSIGN_OR_RETURN(const std::string content, ReadMaybeGzipped(path, access));
   absl::string_view rest = content;
   if (absl::StartsWith(rest, "\xEF\xBB\xBF")) rest.remove_prefix(3);  // UTF-8 byte order mark
 
@@ -303,18 +321,24 @@ absl::StatusOr<Dataset> ReadCsv(const std::string& path, const std::string& labe
     const size_t end = std::min(rest.find('\n'), rest.size());
     const absl::string_view line = rest.substr(0, end);
     rest.remove_prefix(std::min(end + 1, rest.size()));
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
     auto at = [&] { return absl::StrCat(path, ":", line_number); };
+    if (line.size() > kMaxCsvLineBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at(), ": the line is ", line.size(), " bytes, more than the limit of ", kMaxCsvLineBytes,
+          "; check that this is a CSV file with '\\n' line ends"));
+    }
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
     const std::vector<absl::string_view> fields = SplitCsvLine(line, delimiter);
 
     if (columns.empty()) {
       for (absl::string_view field : fields) columns.emplace_back(field);
       const auto count = std::count(columns.begin(), columns.end(), label_column);
+      // The header's other names are the file's contents: they are counted, never quoted.
       if (count != 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(at(), ": ", count == 0 ? "no" : "more than one", " column '", label_column,
-                         "' (the label column) in the header; columns: ",
-                         absl::StrJoin(columns, std::string(1, delimiter))));
+        return absl::InvalidArgumentError(absl::StrCat(
+            at(), ": ", count == 0 ? "no" : "more than one", " column '", label_column,
+            "' (spec.data.csv.label_column) in the header of ", columns.size(),
+            " columns; check the label column's name and spec.data.csv.delimiter"));
       }
       if (columns.size() < 2) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -333,7 +357,10 @@ absl::StatusOr<Dataset> ReadCsv(const std::string& path, const std::string& labe
       const absl::StatusOr<double> value =
           label && classification ? ParseClassLabel(fields[c]) : ParseCell(fields[c]);
       if (!value.ok()) {
-        return Annotate(value.status(), absl::StrCat(at(), ": column '", columns[c], "'"));
+        return Annotate(value.status(),
+                        absl::StrCat(at(), ": column ", c + 1,
+                                     label ? absl::StrCat(" ('", label_column, "', the label)")
+                                           : std::string()));
       }
       (label ? targets : features).push_back(static_cast<float>(*value));
       if (label && classification) largest = std::max(largest, static_cast<int64_t>(*value));
@@ -407,12 +434,12 @@ Dataset MakeSynthetic(const v1::SyntheticOptions& options, uint64_t seed, bool t
 }
 
 absl::StatusOr<Dataset> LoadSplit(const v1::DataSpec& spec, bool test_split, uint64_t seed,
-                                  bool classification) {
+                                  bool classification, const DataAccess& access) {
   absl::StatusOr<Dataset> data;
   switch (spec.format()) {
     case v1::DATA_FORMAT_IDX:
     case v1::DATA_FORMAT_CSV:
-      data = LoadFromFiles(spec, test_split, classification);
+      data = LoadFromFiles(spec, test_split, classification, access);
       break;
     case v1::DATA_FORMAT_SYNTHETIC:
       data = LoadSynthetic(spec, test_split, seed, classification);

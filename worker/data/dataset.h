@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "substrax/v1/job.pb.h"
+#include "worker/data/safe_open.h"
 #include "worker/tensor/tensor.h"
 
 namespace substrax {
@@ -35,11 +36,14 @@ struct Dataset {
 //   images: magic 0x00000803, uint8, dims N x rows x cols -> features [N, rows*cols] scaled to
 //           [0, 1] (byte / 255);
 //   labels: magic 0x00000801, uint8, dims N -> targets [N]; num_classes = 1 + the largest.
-// Errors, each naming the file: NOT_FOUND when a file does not exist (PERMISSION_DENIED and
-// the like when it cannot be opened); INVALID_ARGUMENT for a wrong magic number, a file shorter
-// or longer than its header says, corrupt gzip data, no examples, or image and label counts that
-// differ.
-absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path);
+// Files are opened as `access` allows (OpenDataFile in safe_open.h, whose errors these are too).
+// Errors, each naming the file and never quoting its contents: NOT_FOUND when a file does not
+// exist; PERMISSION_DENIED when it is outside the data roots or not a regular file;
+// INVALID_ARGUMENT for a wrong magic number, a file shorter or longer than its header says,
+// corrupt gzip data, more than access.max_file_bytes, no examples, or image and label counts
+// that differ.
+absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path,
+                                const DataAccess& access);
 
 // Reads a CSV file with a header row, gzip-compressed or plain. `label_column` names the label
 // column; every other column is a numeric feature, in file order. Fields are split at
@@ -48,13 +52,17 @@ absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::strin
 // UTF-8 byte order mark are accepted.
 // Classification: labels are non-negative integers (below kMaxNumClasses); targets [N].
 // Regression: any finite number; targets [N, 1].
-// Errors: NOT_FOUND when the file does not exist; INVALID_ARGUMENT for an empty file, a header
-// without `label_column` (or with it twice), no feature columns, no data rows, a row with the
-// wrong number of fields, a cell that is not a finite number, or a bad class label. Messages name
-// the file and line, and the column where one is at fault:
-//   "data/iris.csv:17: column 'petal_width': 'abc' is not a number".
+// The file is opened as `access` allows (OpenDataFile in safe_open.h, whose errors these are
+// too). Errors: NOT_FOUND when the file does not exist; PERMISSION_DENIED when it is outside
+// the data roots or not a regular file; INVALID_ARGUMENT for an empty file, a line longer than
+// 16 MiB, a header without `label_column` (or with it twice), no feature columns, no data rows,
+// a row with the wrong number of fields, a cell that is not a finite number, or a bad class
+// label. Messages name the file and line, and the column (by number, counted from 1) where one is
+// at fault; they never quote the file's contents (cells, header names), only the label column's
+// name, which comes from the spec:
+//   "/data/iris.csv:17: column 3: not a number".
 absl::StatusOr<Dataset> ReadCsv(const std::string& path, const std::string& label_column,
-                                char delimiter, bool classification);
+                                char delimiter, bool classification, const DataAccess& access);
 
 // Generates a split from `seed`; the test split draws its examples from another stream than the
 // train split, but from the same model (class centres, W_true, b_true), so a model fitted to one
@@ -71,13 +79,14 @@ absl::StatusOr<Dataset> ReadCsv(const std::string& path, const std::string& labe
 Dataset MakeSynthetic(const v1::SyntheticOptions& options, uint64_t seed, bool test_split);
 
 // Loads the train or the test split of `spec` by its format. `seed` is the job seed (synthetic
-// data); `classification` says whether the model predicts classes.
+// data); `classification` says whether the model predicts classes; data files are opened as
+// `access` allows.
 // Errors: FAILED_PRECONDITION when the test split is asked for and the spec has none;
 // INVALID_ARGUMENT for an unset format, synthetic options out of range, a synthetic task or IDX
 // data that does not suit the model, or a CSV delimiter that is not one character; otherwise
 // those of ReadIdx / ReadCsv. Messages start with the split ("test split: ...").
 absl::StatusOr<Dataset> LoadSplit(const v1::DataSpec& spec, bool test_split, uint64_t seed,
-                                  bool classification);
+                                  bool classification, const DataAccess& access);
 
 }  // namespace substrax
 

@@ -19,6 +19,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 MATCHER_P2(StatusIs, code, message_matcher,
            absl::StrCat("has code ", absl::StatusCodeToString(code), " and a message that ",
@@ -28,6 +29,12 @@ MATCHER_P2(StatusIs, code, message_matcher,
 }
 
 std::string TempPath(const std::string& name) { return ::testing::TempDir() + name; }
+
+// These tests read their own temporary files: no data roots.
+const DataAccess& AnyPath() {
+  static const DataAccess* const any = new DataAccess(DataAccess::Unconfined());
+  return *any;
+}
 
 // Writes `bytes` to a fresh file in TEST_TMPDIR, gzip-compressed when asked; returns its path.
 std::string WriteFile(const std::string& name, const std::string& bytes, bool gzip = false) {
@@ -80,7 +87,7 @@ TEST_P(IdxRoundTripTest, ReadsWhatWasWritten) {
   const std::string images =
       WriteFile("rt-images" + suffix, Idx(kImages, {3, 2, 2}, kPixels), gzip);
   const std::string labels = WriteFile("rt-labels" + suffix, Idx(kLabels, {3}, kLabelBytes), gzip);
-  absl::StatusOr<Dataset> data = ReadIdx(images, labels);
+  absl::StatusOr<Dataset> data = ReadIdx(images, labels, AnyPath());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->features.shape(), (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(data->num_examples(), 3);
@@ -99,24 +106,25 @@ INSTANTIATE_TEST_SUITE_P(PlainAndGzip, IdxRoundTripTest, ::testing::Bool(),
 TEST(IdxTest, MissingFileIsNotFound) {
   const std::string labels = WriteFile("nf-labels", Idx(kLabels, {3}, kLabelBytes));
   const std::string missing = TempPath("no-such-images");
-  EXPECT_THAT(ReadIdx(missing, labels).status(),
+  EXPECT_THAT(ReadIdx(missing, labels, AnyPath()).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr(missing)));
 
   const std::string images = WriteFile("nf-images", Idx(kImages, {3, 2, 2}, kPixels));
-  EXPECT_THAT(ReadIdx(images, TempPath("no-such-labels")).status(),
+  EXPECT_THAT(ReadIdx(images, TempPath("no-such-labels"), AnyPath()).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no-such-labels")));
 }
 
 TEST(IdxTest, BadMagicNamesTheFile) {
   const std::string labels = WriteFile("bm-labels", Idx(kLabels, {3}, kLabelBytes));
   const std::string images = WriteFile("bm-images", Idx(0x00000903, {3, 2, 2}, kPixels));
-  EXPECT_THAT(ReadIdx(images, labels).status(),
+  EXPECT_THAT(ReadIdx(images, labels, AnyPath()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr(images), HasSubstr("0x00000903"), HasSubstr("0x00000803"))));
+                       AllOf(HasSubstr(images), HasSubstr("not an IDX images file"),
+                             HasSubstr("0x00000803"), Not(HasSubstr("0x00000903")))));
 
   // Images and labels given the wrong way round.
   EXPECT_THAT(
-      ReadIdx(labels, images).status(),
+      ReadIdx(labels, images, AnyPath()).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr(labels), HasSubstr("swapped"))));
 }
 
@@ -126,7 +134,7 @@ TEST(IdxTest, TruncatedFilesAreRejected) {
   for (const std::string& content :
        {Idx(kImages, {3, 2, 2}, kPixels.substr(0, 11)), Idx(kImages, {3, 2}, ""), std::string()}) {
     const std::string images = WriteFile("tr-images", content);
-    EXPECT_THAT(ReadIdx(images, labels).status(),
+    EXPECT_THAT(ReadIdx(images, labels, AnyPath()).status(),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          AllOf(HasSubstr(images), HasSubstr("truncated"))));
   }
@@ -135,19 +143,19 @@ TEST(IdxTest, TruncatedFilesAreRejected) {
                                                 /*gzip=*/true));
   const std::string cut = WriteFile("tr-cut.gz", whole.substr(0, whole.size() - 10));
   EXPECT_THAT(
-      ReadIdx(cut, labels).status(),
+      ReadIdx(cut, labels, AnyPath()).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr(cut), HasSubstr("truncated"))));
 }
 
 TEST(IdxTest, ExtraBytesAndEmptyFilesAreRejected) {
   const std::string labels = WriteFile("ex-labels", Idx(kLabels, {3}, kLabelBytes));
   std::string images = WriteFile("ex-images", Idx(kImages, {3, 2, 2}, kPixels + "xy"));
-  EXPECT_THAT(ReadIdx(images, labels).status().message(),
+  EXPECT_THAT(ReadIdx(images, labels, AnyPath()).status().message(),
               AllOf(HasSubstr(images), HasSubstr("2 bytes after")));
 
   images = WriteFile("ex-images0", Idx(kImages, {0, 2, 2}, ""));
   const std::string labels0 = WriteFile("ex-labels0", Idx(kLabels, {0}, ""));
-  EXPECT_THAT(ReadIdx(images, labels0).status(),
+  EXPECT_THAT(ReadIdx(images, labels0, AnyPath()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr(images), HasSubstr("no images"))));
 }
@@ -155,7 +163,7 @@ TEST(IdxTest, ExtraBytesAndEmptyFilesAreRejected) {
 TEST(IdxTest, CountMismatchNamesBothFiles) {
   const std::string images = WriteFile("cm-images", Idx(kImages, {3, 2, 2}, kPixels));
   const std::string labels = WriteFile("cm-labels", Idx(kLabels, {2}, kLabelBytes.substr(0, 2)));
-  EXPECT_THAT(ReadIdx(images, labels).status(),
+  EXPECT_THAT(ReadIdx(images, labels, AnyPath()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr(images), HasSubstr("3 images"), HasSubstr(labels),
                              HasSubstr("2 labels"))));
@@ -166,7 +174,7 @@ TEST(IdxTest, CorruptGzipIsInvalidArgument) {
   std::string bytes = ReadBytes(WriteFile("cg-whole.gz", Idx(kImages, {3, 2, 2}, kPixels), true));
   for (size_t i = 10; i < bytes.size() - 8; ++i) bytes[i] = static_cast<char>(0xff);
   const std::string images = WriteFile("cg-images.gz", bytes);
-  EXPECT_THAT(ReadIdx(images, labels).status(),
+  EXPECT_THAT(ReadIdx(images, labels, AnyPath()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(images)));
 }
 
@@ -177,7 +185,7 @@ TEST(CsvTest, ReadsFeaturesInFileOrderAndTheLabelColumn) {
   const std::string path =
       WriteFile("good.csv",
                 "\xEF\xBB\xBF\"sepal\", species ,petal\r\n1.5,0,2\r\n\r\n-3,2, 4e-1\r\n0.25,1,0\n");
-  absl::StatusOr<Dataset> data = ReadCsv(path, "species", ',', /*classification=*/true);
+  absl::StatusOr<Dataset> data = ReadCsv(path, "species", ',', /*classification=*/true, AnyPath());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->features.shape(), (std::vector<int64_t>{3, 2}));
   EXPECT_THAT(data->features.span(), ElementsAre(1.5f, 2.0f, -3.0f, 0.4f, 0.25f, 0.0f));
@@ -188,7 +196,7 @@ TEST(CsvTest, ReadsFeaturesInFileOrderAndTheLabelColumn) {
 
 TEST(CsvTest, RegressionTargetsAreAColumn) {
   const std::string path = WriteFile("regression.csv", "x,y\n1,0.5\n2,-1.25\n");
-  absl::StatusOr<Dataset> data = ReadCsv(path, "y", ',', /*classification=*/false);
+  absl::StatusOr<Dataset> data = ReadCsv(path, "y", ',', /*classification=*/false, AnyPath());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->targets.shape(), (std::vector<int64_t>{2, 1}));
   EXPECT_THAT(data->targets.span(), ElementsAre(0.5f, -1.25f));
@@ -197,73 +205,123 @@ TEST(CsvTest, RegressionTargetsAreAColumn) {
 
 TEST(CsvTest, CustomDelimiterAndGzip) {
   const std::string semicolon = WriteFile("semicolon.csv.gz", "a;b;label\n1;2;1\n3;4;0\n", true);
-  absl::StatusOr<Dataset> data = ReadCsv(semicolon, "label", ';', true);
+  absl::StatusOr<Dataset> data = ReadCsv(semicolon, "label", ';', true, AnyPath());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_THAT(data->features.span(), ElementsAre(1, 2, 3, 4));
   EXPECT_THAT(data->targets.span(), ElementsAre(1, 0));
 
   const std::string tab = WriteFile("tab.tsv", "label\ta\n1\t7\n");
-  data = ReadCsv(tab, "label", '\t', true);
+  data = ReadCsv(tab, "label", '\t', true, AnyPath());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_THAT(data->features.span(), ElementsAre(7));
   // The same file split at the wrong delimiter has one column and no label column.
-  EXPECT_EQ(ReadCsv(tab, "label", ',', true).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadCsv(tab, "label", ',', true, AnyPath()).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CsvTest, MissingLabelColumnListsTheColumns) {
-  const std::string path = WriteFile("nolabel.csv", "a,b\n1,2\n");
-  EXPECT_THAT(ReadCsv(path, "label", ',', true).status(),
+TEST(CsvTest, MissingLabelColumnCountsTheColumnsWithoutQuotingThem) {
+  const std::string path = WriteFile("nolabel.csv", "alpha,beta\n1,2\n");
+  EXPECT_THAT(ReadCsv(path, "label", ',', true, AnyPath()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr(path + ":1:"), HasSubstr("'label'"), HasSubstr("a,b"))));
+                       AllOf(HasSubstr(path + ":1:"), HasSubstr("'label'"),
+                             HasSubstr("header of 2 columns"), Not(HasSubstr("alpha")),
+                             Not(HasSubstr("beta")))));
 }
 
 TEST(CsvTest, NonNumericCellNamesLineAndColumn) {
   const std::string path = WriteFile("iris.csv", "petal_width,species\n1.0,0\n\nabc,1\n");
-  EXPECT_THAT(ReadCsv(path, "species", ',', true).status(),
+  EXPECT_THAT(ReadCsv(path, "species", ',', true, AnyPath()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        ::testing::Eq(
-                           absl::StrCat(path, ":4: column 'petal_width': 'abc' is not a number"))));
+                           absl::StrCat(path, ":4: column 1: not a number"))));
 
   const std::string inf = WriteFile("inf.csv", "x,y\n1,inf\n");
-  EXPECT_THAT(ReadCsv(inf, "y", ',', false).status().message(),
-              AllOf(HasSubstr(inf + ":2: column 'y'"), HasSubstr("not a finite number")));
+  EXPECT_THAT(ReadCsv(inf, "y", ',', false, AnyPath()).status().message(),
+              AllOf(HasSubstr(inf + ":2: column 2 ('y', the label)"),
+                    HasSubstr("not a finite number"), Not(HasSubstr("inf\n"))));
   const std::string empty_cell = WriteFile("emptycell.csv", "x,y\n,1\n");
-  EXPECT_THAT(ReadCsv(empty_cell, "y", ',', false).status().message(),
-              HasSubstr(empty_cell + ":2: column 'x': empty"));
+  EXPECT_THAT(ReadCsv(empty_cell, "y", ',', false, AnyPath()).status().message(),
+              HasSubstr(empty_cell + ":2: column 1: empty"));
 }
 
 TEST(CsvTest, ClassLabelsMustBeNonNegativeIntegers) {
   for (const std::string label : {"-1", "1.5"}) {
     const std::string path = WriteFile("badlabel.csv", "x,y\n1,0\n2," + label + "\n");
-    EXPECT_THAT(ReadCsv(path, "y", ',', true).status(),
+    EXPECT_THAT(ReadCsv(path, "y", ',', true, AnyPath()).status(),
                 StatusIs(absl::StatusCode::kInvalidArgument,
-                         AllOf(HasSubstr(path + ":3: column 'y'"), HasSubstr("'" + label + "'"),
-                               HasSubstr("non-negative integer"))));
+                         AllOf(HasSubstr(path + ":3: column 2 ('y', the label)"),
+                               Not(HasSubstr(label)), HasSubstr("non-negative integer"))));
     // The same values are fine as regression targets.
-    EXPECT_TRUE(ReadCsv(path, "y", ',', false).ok());
+    EXPECT_TRUE(ReadCsv(path, "y", ',', false, AnyPath()).ok());
   }
+}
+
+// Whatever a file holds, no error quotes it: a job's error is readable by everyone who may get
+// the job.
+TEST(CsvTest, ErrorsNeverQuoteTheFile) {
+  const std::string secret = "SECRET-5b1e";
+  for (const std::string& content :
+       {secret + "=1,y\n" + secret + ",0\n", "x,y\n" + secret + ",0\n", "x,y\n1," + secret + "\n",
+        secret + "\n", "x,y\n1,2," + secret + "\n", "x," + secret + "\n1,2\n"}) {
+    const std::string path = WriteFile("secret.csv", content);
+    for (bool classification : {true, false}) {
+      const absl::Status s = ReadCsv(path, "y", ',', classification, AnyPath()).status();
+      EXPECT_FALSE(s.ok()) << content;
+      EXPECT_THAT(s.message(), Not(HasSubstr("SECRET"))) << content;
+    }
+  }
+  const std::string idx = WriteFile("secret.idx", secret + secret);
+  const absl::Status s = ReadIdx(idx, idx, AnyPath()).status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), Not(HasSubstr("SECRET")));
+  EXPECT_THAT(s.message(), Not(HasSubstr("0x53454352")));  // "SECR" as a magic number
+}
+
+TEST(CsvTest, OverlongLinesAreRefused) {
+  const std::string path = WriteFile("long.csv", "x,y\n" + std::string((16 << 20) + 1, '1') + "\n");
+  EXPECT_THAT(ReadCsv(path, "y", ',', false, AnyPath()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(path + ":2: the line is 16777217 bytes"),
+                             HasSubstr("more than the limit"))));
+}
+
+TEST(LoadSplitTest, ConfinedAccessReadsOnlyUnderTheRoots) {
+  const std::string path = WriteFile("confined.csv", "x,y\n1,0\n2,1\n");
+  v1::DataSpec spec;
+  spec.set_format(v1::DATA_FORMAT_CSV);
+  spec.mutable_csv()->set_label_column("y");
+  spec.mutable_train()->set_path(path);
+  const absl::Status none = LoadSplit(spec, false, 1, true, DataAccess::Confined({})).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kPermissionDenied) << none;
+  EXPECT_THAT(none.message(), HasSubstr("train split: " + path));
+  std::string dir = ::testing::TempDir();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  EXPECT_TRUE(LoadSplit(spec, false, 1, true, DataAccess::Confined({dir})).ok());
+  DataAccess small = DataAccess::Confined({dir});
+  small.max_file_bytes = 4;
+  EXPECT_EQ(LoadSplit(spec, false, 1, true, small).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CsvTest, RaggedRowIsRejected) {
   const std::string path = WriteFile("ragged.csv", "a,b,label\n1,2,0\n3,1\n");
   EXPECT_THAT(
-      ReadCsv(path, "label", ',', true).status(),
+      ReadCsv(path, "label", ',', true, AnyPath()).status(),
       StatusIs(absl::StatusCode::kInvalidArgument,
                ::testing::Eq(absl::StrCat(path, ":3: 2 fields, but the header has 3 columns"))));
 }
 
 TEST(CsvTest, EmptyHeaderOnlyAndMissingFiles) {
   const std::string empty = WriteFile("empty.csv", "\n\n");
-  EXPECT_THAT(ReadCsv(empty, "y", ',', true).status().message(), HasSubstr("header"));
+  EXPECT_THAT(ReadCsv(empty, "y", ',', true, AnyPath()).status().message(), HasSubstr("header"));
   const std::string header_only = WriteFile("header.csv", "x,y\n");
-  EXPECT_THAT(ReadCsv(header_only, "y", ',', true).status().message(),
+  EXPECT_THAT(ReadCsv(header_only, "y", ',', true, AnyPath()).status().message(),
               AllOf(HasSubstr(header_only), HasSubstr("no data rows")));
   const std::string label_only = WriteFile("labelonly.csv", "y\n1\n");
-  EXPECT_THAT(ReadCsv(label_only, "y", ',', true).status().message(),
+  EXPECT_THAT(ReadCsv(label_only, "y", ',', true, AnyPath()).status().message(),
               HasSubstr("no feature columns"));
   const std::string twice = WriteFile("twice.csv", "y,x,y\n1,2,3\n");
-  EXPECT_THAT(ReadCsv(twice, "y", ',', true).status().message(), HasSubstr("more than one"));
-  EXPECT_THAT(ReadCsv(TempPath("missing.csv"), "y", ',', true).status(),
+  EXPECT_THAT(ReadCsv(twice, "y", ',', true, AnyPath()).status().message(), HasSubstr("more than one"));
+  EXPECT_THAT(ReadCsv(TempPath("missing.csv"), "y", ',', true, AnyPath()).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.csv")));
 }
 
@@ -421,21 +479,21 @@ TEST(LoadSplitTest, IdxTrainAndTest) {
   spec.set_format(v1::DATA_FORMAT_IDX);
   spec.mutable_train()->set_images(WriteFile("ls-images", Idx(kImages, {3, 2, 2}, kPixels)));
   spec.mutable_train()->set_labels(WriteFile("ls-labels", Idx(kLabels, {3}, kLabelBytes)));
-  absl::StatusOr<Dataset> train = LoadSplit(spec, false, 1, true);
+  absl::StatusOr<Dataset> train = LoadSplit(spec, false, 1, true, AnyPath());
   ASSERT_TRUE(train.ok()) << train.status();
   EXPECT_EQ(train->num_examples(), 3);
 
-  EXPECT_THAT(LoadSplit(spec, true, 1, true).status(),
+  EXPECT_THAT(LoadSplit(spec, true, 1, true, AnyPath()).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("test split"), HasSubstr("spec.data.test"))));
 
   spec.mutable_test()->set_images(TempPath("ls-missing"));
   spec.mutable_test()->set_labels(spec.train().labels());
-  EXPECT_THAT(LoadSplit(spec, true, 1, true).status(),
+  EXPECT_THAT(LoadSplit(spec, true, 1, true, AnyPath()).status(),
               StatusIs(absl::StatusCode::kNotFound,
                        AllOf(HasSubstr("test split: "), HasSubstr("ls-missing"))));
 
-  EXPECT_EQ(LoadSplit(spec, false, 1, /*classification=*/false).status().code(),
+  EXPECT_EQ(LoadSplit(spec, false, 1, /*classification=*/false, AnyPath()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -445,11 +503,11 @@ TEST(LoadSplitTest, CsvUsesTheSpecsDelimiter) {
   spec.mutable_train()->set_path(WriteFile("ls.csv", "a;y\n1;2\n"));
   spec.mutable_csv()->set_label_column("y");
   spec.mutable_csv()->set_delimiter(";");
-  absl::StatusOr<Dataset> data = LoadSplit(spec, false, 1, false);
+  absl::StatusOr<Dataset> data = LoadSplit(spec, false, 1, false, AnyPath());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_THAT(data->targets.span(), ElementsAre(2));
   spec.mutable_csv()->set_delimiter(";;");
-  EXPECT_THAT(LoadSplit(spec, false, 1, false).status().message(),
+  EXPECT_THAT(LoadSplit(spec, false, 1, false, AnyPath()).status().message(),
               HasSubstr("spec.data.csv.delimiter"));
 }
 
@@ -457,23 +515,23 @@ TEST(LoadSplitTest, SyntheticSplitsAndTheirErrors) {
   v1::DataSpec spec;
   spec.set_format(v1::DATA_FORMAT_SYNTHETIC);
   *spec.mutable_synthetic() = Synthetic(v1::SYNTHETIC_TASK_CLASSIFICATION, 50, 20, 4, 3, 0.2);
-  absl::StatusOr<Dataset> train = LoadSplit(spec, false, 9, true);
-  absl::StatusOr<Dataset> test = LoadSplit(spec, true, 9, true);
+  absl::StatusOr<Dataset> train = LoadSplit(spec, false, 9, true, AnyPath());
+  absl::StatusOr<Dataset> test = LoadSplit(spec, true, 9, true, AnyPath());
   ASSERT_TRUE(train.ok()) << train.status();
   ASSERT_TRUE(test.ok()) << test.status();
   EXPECT_EQ(train->features, MakeSynthetic(spec.synthetic(), 9, false).features);
   EXPECT_EQ(test->num_examples(), 20);
 
-  EXPECT_THAT(LoadSplit(spec, false, 9, /*classification=*/false).status().message(),
+  EXPECT_THAT(LoadSplit(spec, false, 9, /*classification=*/false, AnyPath()).status().message(),
               HasSubstr("does not suit"));
   spec.mutable_synthetic()->set_num_features(0);
-  EXPECT_THAT(LoadSplit(spec, false, 9, true).status(),
+  EXPECT_THAT(LoadSplit(spec, false, 9, true, AnyPath()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("train split: spec.data.synthetic.num_features: must be in [1,")));
   spec.mutable_synthetic()->set_num_test_examples(0);
-  EXPECT_EQ(LoadSplit(spec, true, 9, true).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(LoadSplit(spec, true, 9, true, AnyPath()).status().code(), absl::StatusCode::kFailedPrecondition);
 
-  EXPECT_THAT(LoadSplit(v1::DataSpec(), false, 9, true).status().message(),
+  EXPECT_THAT(LoadSplit(v1::DataSpec(), false, 9, true, AnyPath()).status().message(),
               HasSubstr("spec.data.format"));
 }
 

@@ -24,7 +24,7 @@ class FashionMnistTest : public ::testing::TestWithParam<Split> {};
 TEST_P(FashionMnistTest, ReadsEveryImageAndLabel) {
   const Split& split = GetParam();
   absl::StatusOr<Dataset> data = ReadIdx(kDir + split.name + "-images-idx3-ubyte.gz",
-                                         kDir + split.name + "-labels-idx1-ubyte.gz");
+                                         kDir + split.name + "-labels-idx1-ubyte.gz", DataAccess::Unconfined());
   ASSERT_TRUE(data.ok()) << data.status()
                          << "\n(install Debian's dataset-fashion-mnist: tools/install_deps.sh)";
   EXPECT_EQ(data->features.shape(), (std::vector<int64_t>{split.examples, 784}));

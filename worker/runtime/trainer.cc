@@ -147,17 +147,19 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
 
 }  // namespace
 
-absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec) {
+absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec, const DataAccess& access) {
   TrainingData data;
   const bool classification = IsClassification(spec.model().type());
   SUBSTRAX_ASSIGN_OR_RETURN(data.train,
-                            LoadSplit(spec.data(), /*test_split=*/false, spec.seed(), classification));
+                            LoadSplit(spec.data(), /*test_split=*/false, spec.seed(), classification,
+                                      access));
   const bool has_test = spec.data().has_test() ||
                         (spec.data().format() == v1::DATA_FORMAT_SYNTHETIC &&
                          spec.data().synthetic().num_test_examples() > 0);
   if (has_test) {
     SUBSTRAX_ASSIGN_OR_RETURN(data.test,
-                              LoadSplit(spec.data(), /*test_split=*/true, spec.seed(), classification));
+                              LoadSplit(spec.data(), /*test_split=*/true, spec.seed(), classification,
+                                        access));
   }
   if (classification && data.train.num_classes > spec.model().num_classes()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -230,7 +232,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
                                                    mesh.ShapeString()));
   }
 
-  SUBSTRAX_ASSIGN_OR_RETURN(const TrainingData data, LoadTrainingData(spec));
+  SUBSTRAX_ASSIGN_OR_RETURN(const TrainingData data, LoadTrainingData(spec, options.data_access));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor, StartPeerMonitor(options));
 
   std::vector<absl::StatusOr<TrainResult>> results(local_devices.size(),

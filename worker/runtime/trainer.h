@@ -47,6 +47,9 @@ struct TrainerOptions {
   absl::Duration collective_timeout = absl::Seconds(30);
   // Connecting to every peer at start may take this long.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // How data files are opened (safe_open.h). The default opens none (synthetic data only): a
+  // runner confines reads to its daemon's data roots, `substrax-worker train` reads any path.
+  DataAccess data_access = DataAccess::Confined({});
   // Train with the explicit collective step (the guide's pmap path) instead of SpmdTrainStep.
   bool explicit_collectives = false;
   // Called on the process that holds mesh position 0, from a device thread; keep it short.
@@ -71,7 +74,7 @@ struct TrainingData {
   std::shared_ptr<BatchSampler> sampler;
   int64_t total_steps = 0;
 };
-absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec);
+absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec, const DataAccess& access);
 
 // The ids of the mesh devices this process drives (options.process_of_position).
 std::vector<int> LocalDeviceIds(const TrainerOptions& options);

@@ -1,0 +1,107 @@
+#include "core/data_paths.h"
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace substrax {
+
+bool IsDns1123Label(absl::string_view name, size_t max_length) {
+  if (name.empty() || name.size() > max_length) return false;
+  for (char c : name) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) return false;
+  }
+  return name.front() != '-' && name.back() != '-';
+}
+
+absl::Status CheckNormalizedAbsolute(absl::string_view path) {
+  if (!absl::StartsWith(path, "/")) {
+    return absl::InvalidArgumentError("is not an absolute path (it must start with '/')");
+  }
+  if (path == "/") return absl::OkStatus();
+  for (absl::string_view component : absl::StrSplit(path.substr(1), '/')) {
+    if (component.empty()) {
+      return absl::InvalidArgumentError("has an empty component ('//' or a trailing '/')");
+    }
+    if (component == "." || component == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("has a '", component, "' component; write the path without it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> NormalizeAbsolute(absl::string_view path) {
+  if (!absl::StartsWith(path, "/")) {
+    return absl::InvalidArgumentError("is not an absolute path (it must start with '/')");
+  }
+  std::vector<absl::string_view> kept;
+  for (absl::string_view component : absl::StrSplit(path, '/')) {
+    if (component.empty() || component == ".") continue;
+    if (component == "..") {
+      return absl::InvalidArgumentError(
+          "has a '..' component, which only the file system could resolve; give the directory "
+          "itself");
+    }
+    kept.push_back(component);
+  }
+  return absl::StrCat("/", absl::StrJoin(kept, "/"));
+}
+
+bool IsUnderRoot(absl::string_view path, absl::string_view root) {
+  if (root == "/") return absl::StartsWith(path, "/");
+  if (!absl::StartsWith(path, root)) return false;
+  return path.size() == root.size() || path[root.size()] == '/';
+}
+
+const std::string* FindRoot(absl::string_view path, const std::vector<std::string>& roots) {
+  const std::string* best = nullptr;
+  for (const std::string& root : roots) {
+    if (IsUnderRoot(path, root) && (best == nullptr || root.size() > best->size())) best = &root;
+  }
+  return best;
+}
+
+std::vector<std::pair<std::string, std::string>> DataPaths(const v1::DataSpec& data) {
+  std::vector<std::pair<std::string, std::string>> paths;
+  auto add = [&paths](const std::string& field, const std::string& path) {
+    if (!path.empty()) paths.emplace_back(field, path);
+  };
+  for (const auto& [name, split] : {std::pair<const char*, const v1::DataSplit*>{
+                                        "train", &data.train()},
+                                    {"test", &data.test()}}) {
+    const std::string p = absl::StrCat("spec.data.", name, ".");
+    add(p + "images", split->images());
+    add(p + "labels", split->labels());
+    add(p + "path", split->path());
+  }
+  return paths;
+}
+
+absl::Status CheckDataPathsUnderRoots(const v1::DataSpec& data,
+                                      const std::vector<std::string>& roots) {
+  std::vector<std::string> problems;
+  for (const auto& [field, path] : DataPaths(data)) {
+    if (absl::Status normalized = CheckNormalizedAbsolute(path); !normalized.ok()) {
+      problems.push_back(absl::StrCat(field, ": '", path, "' ", normalized.message(),
+                                      "; data paths are absolute paths on the workers"));
+    } else if (FindRoot(path, roots) == nullptr) {
+      problems.push_back(
+          roots.empty()
+              ? absl::StrCat(field, ": '", path,
+                             "' is not under a data root: no worker has reported any data root "
+                             "(start the worker daemons with --data-root DIR)")
+              : absl::StrCat(field, ": '", path, "' is not under a data root of any worker (",
+                             absl::StrJoin(roots, ", "),
+                             "); move the data there or start a worker with --data-root"));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+}
+
+}  // namespace substrax
