@@ -143,21 +143,6 @@ eval "$("$PY" "$EXTRACT" --rendered "$TMP/rendered.yaml" --facts)"
   || die "the worker's --listen-host is $WORKER_LISTEN_HOST_ARG, not \$(POD_IP): this test assumes the pod IP"
 CLUSTER_DOMAIN=cluster.local   # Kubernetes' default; the manifests assume none
 
-# The manifests pass the mutual-TLS flags (docs/deploy.md#certificates). Binaries without them
-# cannot run the manifests as written: a failure that says so, not a skip and not a rewrite.
-missing=""
-for want in "$COORDINATOR_BIN:--worker-listen --tls-cert --tls-key --tls-ca --auth-config" \
-            "$WORKER_BIN daemon:--tls-cert --tls-key --tls-ca --tls-server-name --data-root" \
-            "$CTL:--tls-ca --tls-cert --tls-key"; do
-  cmd="${want%%:*}"
-  # shellcheck disable=SC2086
-  help="$($cmd --help 2>&1 || true)"
-  for flag in ${want#*:}; do
-    grep -q -- "$flag\b" <<<"$help" || missing+=" $(basename "${cmd%% *}") $flag;"
-  done
-done
-[ -z "$missing" ] || die "the manifests pass flags the binaries do not have yet:$missing the mutual-TLS code has not landed (tests/k8s/render_test.py PENDING_FLAGS)"
-
 # The substitution table: container path -> test path. The only changes made to what the
 # manifests say; each is a path inside the image or on a volume, and multihost_extract.py checks
 # that the directories are the container's volumeMounts and that no other path is left.

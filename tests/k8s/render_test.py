@@ -6,8 +6,7 @@ the properties the deployment promises: Pod Security "restricted" on every conta
 probes on the --health-listen port (worker readiness on substrax.worker.ready, liveness on
 nothing but the process), a headless worker Service publishing not-ready addresses, tagged
 images, no placeholders, options ConfigMap keys that are flag names, and that every binary
-and flag the manifests and Dockerfiles name exists in the binaries' --help (or is one of the
-PENDING_FLAGS, announced for the mutual-TLS change and not yet in the code).
+and flag the manifests and Dockerfiles name exists in the binaries' --help.
 
 cert-manager's objects (cert-manager.io/v1 Issuer, Certificate) have no schema in
 kubernetes-validate, nor anywhere else offline: they are validated against a schema if the
@@ -56,17 +55,6 @@ DOCKERFILE_OF_IMAGE = {
 # may be missing from a binary's --help; every other flag must be there. Tighten this as the
 # code lands: delete a flag here once its binary has it (the test says which ones it already
 # finds), and delete the table once it is empty.
-PENDING_FLAGS = {
-    ("substrax-coordinator", None): {
-        "--worker-listen", "--tls-cert", "--tls-key", "--tls-ca", "--tls-reload-interval",
-        "--auth-config", "--insecure",
-    },
-    ("substrax-worker", "daemon"): {
-        "--tls-cert", "--tls-key", "--tls-ca", "--tls-server-name", "--data-root", "--insecure",
-    },
-    ("substraxctl", None): {"--tls-ca", "--tls-cert", "--tls-key", "--token-file"},
-}
-
 CERT_MANAGER_API = "cert-manager.io/v1"
 CSI_DRIVER = "csi.cert-manager.io"
 # The csi-driver's volume attributes (github.com/cert-manager/csi-driver pkg/apis/v1alpha1);
@@ -140,9 +128,8 @@ class Binaries:
             self.cache[key] = set(re.findall(r"(--[a-z][a-z0-9-]*)", out.stdout))
         return self.cache[key]
 
-    def Check(self, where, command, args, pending=None):
-        """Errors for a command line: the binary must be one of ours, each flag in its --help
-        or, if `pending` (PENDING_FLAGS) is given, announced there for this binary."""
+    def Check(self, where, command, args):
+        """Errors for a command line: the binary must be one of ours, each flag in its --help."""
         if not command:
             return ["%s: no command" % where]
         binary = os.path.basename(command[0])
@@ -157,11 +144,9 @@ class Binaries:
                         (where, rest[:1])]
             subcommand, rest = rest[0], rest[1:]
         known = self.HelpFlags(binary, subcommand)
-        tolerated = (pending or {}).get((binary, subcommand), set())
         name = binary + (" " + subcommand if subcommand else "")
-        return ["%s: %s has no flag %s (not in its --help%s)" % (
-                    where, name, f, "" if pending is None else ", nor in PENDING_FLAGS")
-                for f in Flags(rest) if f not in known and f not in tolerated]
+        return ["%s: %s has no flag %s (not in its --help)" % (where, name, f)
+                for f in Flags(rest) if f not in known]
 
 
 def Render(overlay):
@@ -800,14 +785,7 @@ class RenderedOverlayTest(unittest.TestCase):
                 for c in pod["containers"]:
                     errors += self.binaries.Check(
                         "%s: %s container %s" % (overlay, Name(obj), c["name"]),
-                        c.get("command", []), c.get("args", []), pending=PENDING_FLAGS)
-        # A pending flag the binary now has: say so, so that PENDING_FLAGS gets tightened.
-        landed = sorted("%s%s %s" % (b, " " + sub if sub else "", f)
-                        for (b, sub), flags in PENDING_FLAGS.items()
-                        for f in flags & self.binaries.HelpFlags(b, sub))
-        if landed:
-            print("\nrender_test: PENDING_FLAGS already in the binaries' --help, remove them "
-                  "there: %s" % ", ".join(landed), file=sys.stderr)
+                        c.get("command", []), c.get("args", []))
         Fail(errors)
 
 
