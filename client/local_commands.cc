@@ -240,9 +240,9 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
   *ctx.err << "local cluster up: coordinator at " << address << ", " << flags.workers
            << " workers with " << flags.cpu_devices << " CPU devices each; state and logs in "
            << dir << "; mutual TLS with the credentials in " << tls_dir << "\n"
-           << "use it:   export " << kCoordinatorEnv << "=" << address
-           << "   (or eval \"$(substraxctl local up)\"; from the directory holding "
-           << kDefaultLocalStateDir << " no setting is needed)\n"
+           << "use it:   the export line on stdout sets the address and the admin's "
+              "credentials (eval \"$(substraxctl local up)\"); from the directory holding "
+           << kDefaultLocalStateDir << " no setting is needed\n"
            << "          substraxctl workers\n"
            << "stop it:  substraxctl local down" << StateDirFlag(flags) << "\n";
   return kExitOk;
