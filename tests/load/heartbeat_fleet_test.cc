@@ -8,11 +8,13 @@
 #include <signal.h>
 
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/chaos/harness.h"
 #include "tests/load/load_harness.h"
 
 namespace substrax::load {
@@ -137,6 +139,15 @@ TEST(HeartbeatFleetTest, FiveHundredWorkersKeepTheirLeasesWhileARealJobTrains) {
   daemon.Signal(SIGTERM);
   EXPECT_TRUE(daemon.Wait(absl::Seconds(30)).has_value());
   EXPECT_TRUE(coordinator.Stop().ok()) << coordinator.Logs();
+  // Nothing outlives the test: no coordinator, daemon or runner still names its directory.
+  std::vector<pid_t> left;
+  EXPECT_TRUE(testing::PollUntil(
+      [&] {
+        left = testing::ProcessesMentioning(dir);
+        return left.empty();
+      },
+      absl::Seconds(10)))
+      << left.size() << " processes outlived the test, the first pid " << left.front();
 }
 
 }  // namespace
