@@ -36,6 +36,7 @@ PACKAGES=(
   prometheus-cpp-dev
   libsqlite3-dev
   libssl-dev
+  libxxhash-dev
   libopenmpi-dev
   openmpi-bin
   dataset-fashion-mnist
@@ -121,6 +122,9 @@ PY_REQUIREMENTS=(
   grpcio-tools==1.68.1
   protobuf==5.29.6
   setuptools==66.1.1
+  # worker/checkpoint/python_interop_test: checkpoint shards (safetensors) read from Python.
+  numpy==2.2.1
+  safetensors==0.4.5
 )
 stamp="$VENV/.substrax-requirements"
 if [ "$(cat "$stamp" 2>/dev/null)" != "${PY_REQUIREMENTS[*]}" ]; then

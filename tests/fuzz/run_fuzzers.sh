@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 seconds=${FUZZ_SECONDS:-60}
-targets=(job_spec_fuzzer mesh_fuzzer idx_fuzzer csv_fuzzer cluster_fuzzer)
+targets=(job_spec_fuzzer mesh_fuzzer idx_fuzzer csv_fuzzer cluster_fuzzer safetensors_fuzzer)
 if [ $# -gt 0 ]; then targets=("$@"); fi
 
 labels=()
