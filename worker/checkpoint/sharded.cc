@@ -204,6 +204,15 @@ absl::StatusOr<const SafetensorsFile*> CheckpointReader::File(const v1::Checkpoi
   return &files_.emplace(entry.name(), *std::move(file)).first->second;
 }
 
+absl::Status CheckpointReader::VerifyAll() {
+  for (const v1::CheckpointFile& entry : manifest_.files()) {
+    if (absl::StatusOr<const SafetensorsFile*> file = File(entry); !file.ok()) {
+      return file.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tensor> CheckpointReader::ReadBlock(const std::string& name,
                                                    const std::vector<IndexRange>& index) {
   const v1::CheckpointArray* array = nullptr;

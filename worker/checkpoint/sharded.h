@@ -69,6 +69,9 @@ class CheckpointReader {
   // index does not fit the array), DATA_LOSS (a shard file whose checksum or contents do not
   // match the manifest).
   absl::StatusOr<Tensor> ReadBlock(const std::string& name, const std::vector<IndexRange>& index);
+  // Reads every shard file once and checks it against the manifest (size, checksum, format).
+  // Errors: as ReadBlock's for files.
+  absl::Status VerifyAll();
 
  private:
   // A shard file, read and checked once.
