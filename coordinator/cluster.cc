@@ -134,8 +134,12 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
 
   for (const v1::Job& job : snapshot.jobs) {
     JobEntry& entry = jobs_[job.id()];
-    if (entry.job.id().empty()) job_order_.push_back(job.id());
+    if (entry.job.id().empty()) {
+      job_order_.push_back(job.id());
+      entry.order = next_order_++;
+    }
     entry.job = job;
+    NotePendingLocked(entry);
     const size_t dash = job.id().rfind('-');
     int64_t number = 0;
     if (dash != std::string::npos && absl::SimpleAtoi(job.id().substr(dash + 1), &number)) {

@@ -298,6 +298,8 @@ class Cluster {
     absl::Time first_start = absl::InfinitePast();
     // (attempt, highest step) at the last metric prune.
     std::pair<int, int64_t> pruned{0, 0};
+    // Its place in the submission order (the key of pending_).
+    int64_t order = 0;
   };
   // Attempts that ended inside a locked section, reported to the callback after unlocking.
   using EndedAttempts = std::vector<std::pair<std::string, int>>;
@@ -371,6 +373,8 @@ class Cluster {
                                   EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLeasesLocked(EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps pending_ in step with the entry's state (after every state change).
+  void NotePendingLocked(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the "; waiting for ..." part of a pending job's reason (a change only if it differs).
   void SetWaitingLocked(JobEntry& entry, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -404,6 +408,9 @@ class Cluster {
   // Jobs by id, and their submission order (the FIFO queue is this order, PENDING ones).
   std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);
+  // The PENDING jobs by (order, id): what scheduling walks, rather than every job ever kept.
+  std::set<std::pair<int64_t, std::string>> pending_ ABSL_GUARDED_BY(mu_);
+  int64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
   // (worker_id, local_index) -> device id, for stable ids; the next id to hand out.
   std::map<std::pair<std::string, int>, int> device_ids_ ABSL_GUARDED_BY(mu_);
   int next_device_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -52,6 +52,7 @@ void Cluster::TransitionLocked(JobEntry& entry, v1::JobState to, const std::stri
     transitions->DeleteSubrange(1, transitions->size() - limits::kMaxTransitionsKept);
   }
   entry.job.set_state(to);
+  NotePendingLocked(entry);
   if (to == v1::JOB_STATE_PENDING) entry.pending_reason = reason;
   // An ended job's progress is final and stored with it; its recent points are not needed.
   if (IsTerminalJobState(to)) metrics_.Forget(entry.job.id());
@@ -508,6 +509,8 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::str
     JobEntry& entry = jobs_[id];
     entry.job = std::move(job);
     entry.pending_reason = "submitted";
+    entry.order = next_order_++;
+    NotePendingLocked(entry);
     job_order_.push_back(id);
     ++version_;
     ScheduleLocked();
@@ -580,6 +583,7 @@ absl::Status Cluster::DeleteJob(const std::string& job_id) {
 uint64_t Cluster::DeleteJobsLocked(const std::set<std::string>& job_ids) {
   uint64_t ticket = 0;
   for (const std::string& id : job_ids) {
+    if (auto found = jobs_.find(id); found != jobs_.end()) pending_.erase({found->second.order, id});
     jobs_.erase(id);
     dirty_jobs_.erase(id);
     metrics_.Forget(id);

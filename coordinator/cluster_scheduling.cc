@@ -107,6 +107,14 @@ AliveDevices Cluster::AliveDevicesLocked() const {
   return alive;
 }
 
+void Cluster::NotePendingLocked(const JobEntry& entry) {
+  if (entry.job.state() == v1::JOB_STATE_PENDING) {
+    pending_.emplace(entry.order, entry.job.id());
+  } else {
+    pending_.erase({entry.order, entry.job.id()});
+  }
+}
+
 void Cluster::ScheduleLocked() {
   const AliveDevices everything = AliveDevicesLocked();
   const std::vector<Device>& all_alive = everything.devices;
@@ -117,7 +125,11 @@ void Cluster::ScheduleLocked() {
   }
   // The oldest job that the alive workers could hold but not now; everything younger waits.
   std::string blocked_by;
-  for (const std::string& job_id : job_order_) {
+  // The pending jobs in submission order; a copy, since starting one changes pending_.
+  std::vector<std::string> queue;
+  queue.reserve(pending_.size());
+  for (const auto& [order, id] : pending_) queue.push_back(id);
+  for (const std::string& job_id : queue) {
     JobEntry& entry = jobs_.at(job_id);
     if (entry.job.state() != v1::JOB_STATE_PENDING) continue;
     const v1::JobSpec& spec = entry.job.spec();
