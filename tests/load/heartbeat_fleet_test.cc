@@ -45,12 +45,13 @@ TEST(HeartbeatFleetTest, FiveHundredWorkersKeepTheirLeasesWhileARealJobTrains) {
   std::cout << "registered " << kSimulatedWorkers << " simulated workers in "
             << absl::FormatDuration(absl::Now() - registering) << "\n";
 
-  testing::Process daemon(
-      {testing::Runfile("worker/substrax-worker"), "daemon", "--insecure", "--coordinator",
-       coordinator.address(), "--cpu-devices", "2", "--worker-id", "real-1", "--host",
-       "real-host", "--work-dir", dir + "/real-1", "--collective-timeout", "60s",
-       "--stop-grace", "2s"},
-      dir + "/real-1.log");
+  std::vector<std::string> daemon_argv = {
+      testing::Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+      coordinator.address(), "--cpu-devices", "2", "--worker-id", "real-1", "--host",
+      "real-host", "--work-dir", dir + "/real-1", "--collective-timeout", "60s",
+      "--stop-grace", "2s"};
+  for (std::string& flag : testing::InsecureFlags()) daemon_argv.push_back(std::move(flag));
+  testing::Process daemon(daemon_argv, dir + "/real-1.log");
   auto jobs = v1::JobService::NewStub(Connect(coordinator.address()));
   ASSERT_TRUE(testing::PollUntil(
       [&] {

@@ -113,10 +113,10 @@ absl::Status CoordinatorProcess::Start(absl::Duration timeout) {
                                    "",
                                    "--state-dir",
                                    dir_ + "/state",
-                                   // Load, not credentials, is under test (tests/security).
-                                   "--insecure",
                                    "--address-file",
                                    address_file};
+  // Load, not credentials, is under test (tests/security has those).
+  for (std::string& flag : testing::InsecureFlags()) argv.push_back(std::move(flag));
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   ++runs_;
   started_ = absl::Now();
