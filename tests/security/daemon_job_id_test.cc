@@ -19,6 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "tests/chaos/harness.h"
 #include "tests/process.h"
 
 namespace substrax::testing {
@@ -173,6 +174,8 @@ TEST(DaemonJobIdTest, RefusesJobIdsThatAreNotDnsLabelsAndStaysUp) {
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.Wait(absl::Seconds(30)), 0) << daemon.Log();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  // Nothing outlives the test: no daemon or runner still names its directory.
+  EXPECT_TRUE(PollUntil([&] { return ProcessesMentioning(base).empty(); }, absl::Seconds(10)));
 }
 
 }  // namespace
