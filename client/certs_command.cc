@@ -210,15 +210,9 @@ int CertsIssueCommand(const CommandContext& ctx, const CertsIssueFlags& flags) {
   }
 
   const absl::Time now = ctx.clock();
-  pki::CertificateRequest request;
-  request.common_name = flags.name;
-  if (!server) request.organizations = {absl::StrCat(pki::kRolePrefix, flags.role)};
-  request.dns_names = flags.dns;
-  request.ip_addresses = flags.ip;
-  request.server_auth = server;
-  request.client_auth = !server;
-  request.not_before = now - kCertificateBackdate;
-  request.not_after = now + absl::Hours(24) * flags.days;
+  const pki::CertificateRequest request =
+      pki::RequestFor(flags.name, flags.role, flags.dns, flags.ip, now - kCertificateBackdate,
+                      now + absl::Hours(24) * flags.days);
   if (absl::Status s = pki::ValidateCertificateRequest(request); !s.ok()) {
     return Fail(ctx, kExitUsage, s.message());
   }

@@ -41,7 +41,9 @@ absl::Status IssueLocalCredentials(const std::string& tls_dir,
                                    const std::vector<std::string>& workers) {
   std::error_code ec;
   std::filesystem::create_directories(tls_dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", tls_dir, ": ", ec.message()));
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot create ", tls_dir, ": ", ec.message()));
+  }
   std::filesystem::permissions(tls_dir, std::filesystem::perms::owner_all,
                                std::filesystem::perm_options::replace, ec);
   const absl::Time now = absl::Now();
@@ -60,32 +62,27 @@ absl::Status IssueLocalCredentials(const std::string& tls_dir,
     if (absl::Status s = WritePair(tls_dir, "ca", ca); !s.ok()) return s;
   }
   struct Leaf {
-    std::string name;
-    std::string role;
-  };
-  std::vector<Leaf> leaves = {{kLocalCoordinatorIdentity, ""}, {kLocalAdminIdentity, "admin"}};
-  for (const std::string& w : workers) leaves.push_back({w, "worker"});
-  for (const Leaf& leaf : leaves) {
+    std::string file;  // NAME of NAME.crt, NAME.key
     pki::CertificateRequest request;
-    request.not_before = now - kBackdate;
-    request.not_after = now + kLeafValidity;
-    if (leaf.role.empty()) {
-      request.common_name = pki::kCoordinatorCommonName;
-      request.dns_names = {"localhost"};
-      request.ip_addresses = {"127.0.0.1", "::1"};
-      request.server_auth = true;
-      request.client_auth = false;
-    } else {
-      request.common_name = leaf.name;
-      request.organizations = {absl::StrCat(pki::kRolePrefix, leaf.role)};
-    }
-    absl::StatusOr<pki::KeyAndCert> issued = pki::IssueCertificate(ca, request);
+  };
+  std::vector<Leaf> leaves = {
+      {kLocalCoordinatorIdentity,
+       pki::RequestFor(pki::kCoordinatorCommonName, "server", {"localhost"}, {"127.0.0.1", "::1"},
+                       now - kBackdate, now + kLeafValidity)},
+      {kLocalAdminIdentity, pki::RequestFor(kLocalAdminIdentity, "admin", {}, {}, now - kBackdate,
+                                            now + kLeafValidity)}};
+  for (const std::string& w : workers) {
+    leaves.push_back(
+        {w, pki::RequestFor(w, "worker", {}, {}, now - kBackdate, now + kLeafValidity)});
+  }
+  for (const Leaf& leaf : leaves) {
+    absl::StatusOr<pki::KeyAndCert> issued = pki::IssueCertificate(ca, leaf.request);
     if (!issued.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("cannot issue the local certificate of ",
-                                                     leaf.name, " with the CA in ", tls_dir,
+                                                     leaf.file, " with the CA in ", tls_dir,
                                                      ": ", issued.status().message()));
     }
-    if (absl::Status s = WritePair(tls_dir, leaf.name, *issued); !s.ok()) return s;
+    if (absl::Status s = WritePair(tls_dir, leaf.file, *issued); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

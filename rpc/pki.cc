@@ -425,6 +425,23 @@ absl::Status ValidateCertificateRequest(const CertificateRequest& request) {
   return CheckValidity(request.not_before, request.not_after);
 }
 
+CertificateRequest RequestFor(const std::string& name, const std::string& role,
+                              std::vector<std::string> dns_names,
+                              std::vector<std::string> ip_addresses, absl::Time not_before,
+                              absl::Time not_after) {
+  CertificateRequest request;
+  request.common_name = name;
+  const bool server = role == "server";
+  if (!server && !role.empty()) request.organizations = {absl::StrCat(kRolePrefix, role)};
+  request.dns_names = std::move(dns_names);
+  request.ip_addresses = std::move(ip_addresses);
+  request.server_auth = server;
+  request.client_auth = !server;
+  request.not_before = not_before;
+  request.not_after = not_after;
+  return request;
+}
+
 absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
                                             const CertificateRequest& request) {
   if (absl::Status s = ValidateCertificateRequest(request); !s.ok()) return s;

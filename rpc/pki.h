@@ -60,6 +60,14 @@ struct CertificateRequest {
   absl::Time not_after = absl::InfinitePast();
 };
 
+// The request of substrax's certificate for `name` with `role`: "server" is a server's
+// (serverAuth, the SANs given); any other role a client's (clientAuth, subject O
+// substrax:<role>; no O when `role` is empty). Validity from `not_before` to `not_after`.
+CertificateRequest RequestFor(const std::string& name, const std::string& role,
+                              std::vector<std::string> dns_names,
+                              std::vector<std::string> ip_addresses, absl::Time not_before,
+                              absl::Time not_after);
+
 // A new self-signed CA: a fresh P-256 key and a certificate with subject and issuer CN
 // `common_name`, valid from `not_before` to `not_after`.
 // Errors: INVALID_ARGUMENT for an empty or over-64-character name, or a validity that is

@@ -37,15 +37,11 @@ TestPki::TestPki(std::string dir, const std::string& ca_name) : dir_(std::move(d
               "the CA");
   ca_file_ = dir_ + "/ca.crt";
   WriteOrDie(ca_file_, ca_.cert_pem, false);
-  pki::CertificateRequest server;
-  server.common_name = pki::kCoordinatorCommonName;
-  server.dns_names = {"localhost"};
-  server.ip_addresses = {"127.0.0.1"};
-  server.server_auth = true;
-  server.client_auth = false;
-  server.not_before = now - absl::Hours(1);
-  server.not_after = now + absl::Hours(24);
-  const pki::KeyAndCert pair = OrDie(pki::IssueCertificate(ca_, server), "the server certificate");
+  const pki::KeyAndCert pair = OrDie(
+      pki::IssueCertificate(ca_, pki::RequestFor(pki::kCoordinatorCommonName, "server",
+                                                 {"localhost"}, {"127.0.0.1"},
+                                                 now - absl::Hours(1), now + absl::Hours(24))),
+      "the server certificate");
   WriteOrDie(dir_ + "/coordinator.crt", pair.cert_pem, false);
   WriteOrDie(dir_ + "/coordinator.key", pair.key_pem, true);
 }
@@ -58,12 +54,13 @@ std::vector<std::string> TestPki::CoordinatorFlags() const {
 TransportOptions TestPki::Issue(const std::string& name, const std::string& role,
                                 absl::Time not_before, absl::Time not_after) {
   const absl::Time now = absl::Now();
-  pki::CertificateRequest request;
-  request.common_name = name;
-  if (!role.empty()) request.organizations = {absl::StrCat(pki::kRolePrefix, role)};
-  request.not_before = not_before == absl::InfinitePast() ? now - absl::Hours(1) : not_before;
-  request.not_after = not_after == absl::InfinitePast() ? now + absl::Hours(24) : not_after;
-  const pki::KeyAndCert pair = OrDie(pki::IssueCertificate(ca_, request), "a client certificate");
+  const pki::KeyAndCert pair = OrDie(
+      pki::IssueCertificate(
+          ca_, pki::RequestFor(
+                   name, role, {}, {},
+                   not_before == absl::InfinitePast() ? now - absl::Hours(1) : not_before,
+                   not_after == absl::InfinitePast() ? now + absl::Hours(24) : not_after)),
+      "a client certificate");
   TransportOptions options;
   options.ca_file = ca_file_;
   options.cert_file = absl::StrCat(dir_, "/", name, ".crt");
