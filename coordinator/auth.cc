@@ -253,12 +253,11 @@ absl::StatusOr<Caller> Authenticator::Authenticate(const PeerCredentials& peer) 
         "no client certificate and no bearer token: give substraxctl --tls-cert/--tls-key or "
         "--token-file (docs/security.md)");
   }
+  pki::CertificateInfo subject;
+  subject.organizations = SubjectOrganizations(peer.subject);
   RoleSet roles = 0;
-  for (const std::string& o : SubjectOrganizations(peer.subject)) {
-    if (!absl::StartsWith(o, pki::kRolePrefix)) continue;
-    if (std::optional<Role> r = ParseRole(o.substr(sizeof(pki::kRolePrefix) - 1))) {
-      roles |= R(*r);
-    }
+  for (const std::string& name : pki::RolesOf(subject)) {
+    if (std::optional<Role> r = ParseRole(name)) roles |= R(*r);
   }
   return Caller{peer.common_name, roles, "certificate", false};
 }
