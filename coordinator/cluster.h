@@ -191,9 +191,11 @@ class Cluster {
   // from the attempt's mesh, time from the clock when unset. A non-finite "loss" fails the
   // attempt (then FAILED_PRECONDITION: the runner should stop). Errors: NOT_FOUND (unknown job),
   // FAILED_PRECONDITION (the attempt is not running: the runner should stop), INVALID_ARGUMENT
-  // (a device outside the attempt's mesh, a report of another job or attempt), UNAVAILABLE
-  // (the state store failed: retry the same call).
-  absl::Status ReportSteps(const v1::ReportStepsRequest& request);
+  // (a device outside the attempt's mesh, a report of another job or attempt), PERMISSION_DENIED
+  // (`reporter` given and not the worker that drives a reported device: a worker reports only
+  // its own devices), UNAVAILABLE (the state store failed: retry the same call).
+  absl::Status ReportSteps(const v1::ReportStepsRequest& request,
+                           const std::string& reporter = "");
   // RUNNING: noted. SUCCEEDED: once every process of the attempt has succeeded the job is
   // SUCCEEDED, with process 0's final_metrics in Job.progress.final_metrics. FAILED: the
   // attempt fails (see the class comment). Errors: NOT_FOUND (unknown job),
@@ -204,11 +206,6 @@ class Cluster {
   // OK iff (job_id, attempt) is the job's current running attempt. Errors: NOT_FOUND (unknown
   // job), FAILED_PRECONDITION (the message says how the attempt or job stands).
   absl::Status CheckAttemptRunning(const std::string& job_id, int attempt) const;
-  // OK iff every report of `request` is about a device that `worker_id` drives in the running
-  // attempt (a worker reports only its own devices). Errors: CheckAttemptRunning's;
-  // PERMISSION_DENIED naming the device and the worker that drives it.
-  absl::Status CheckStepReporter(const v1::ReportStepsRequest& request,
-                                 const std::string& worker_id) const;
 
   // --- client-facing ---
 
@@ -321,7 +318,8 @@ class Cluster {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckAttemptRunningLocked(const std::string& job_id, int attempt) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReportStepsLocked(const v1::ReportStepsRequest& request, EndedAttempts* ended,
+  absl::Status ReportStepsLocked(const v1::ReportStepsRequest& request,
+                                 const std::string& reporter, EndedAttempts* ended,
                                  uint64_t* ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a report says about the data (total steps, input features), kept with the job.
   void NoteDataFactsLocked(JobEntry& entry, const v1::StepReport& report)

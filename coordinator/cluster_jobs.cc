@@ -208,35 +208,15 @@ absl::Status Cluster::CheckAttemptRunningLocked(const std::string& job_id, int a
   return absl::FailedPreconditionError(absl::StrCat(how, "; the runner should stop"));
 }
 
-absl::Status Cluster::CheckStepReporter(const v1::ReportStepsRequest& request,
-                                        const std::string& worker_id) const {
-  absl::MutexLock lock(&mu_);
-  SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(request.job_id(), request.attempt()));
-  const JobEntry& entry = jobs_.at(request.job_id());
-  std::map<int, const std::string*> driver;  // device id -> worker id
-  for (const Process& process : entry.processes) {
-    for (int id : process.device_ids) driver[id] = &process.worker_id;
-  }
-  for (const v1::StepReport& report : request.reports()) {
-    auto d = driver.find(report.device_id());
-    // A device outside the mesh is ReportSteps' INVALID_ARGUMENT.
-    if (d == driver.end() || *d->second == worker_id) continue;
-    return absl::PermissionDeniedError(absl::StrCat(
-        "worker ", worker_id, " reported device ", report.device_id(), " of job ",
-        request.job_id(), " attempt ", request.attempt(), ", which worker ", *d->second,
-        " drives; a worker reports only its own devices"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request) {
+absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request,
+                                  const std::string& reporter) {
   SUBSTRAX_RETURN_IF_ERROR(CheckReportLimits(request));
   EndedAttempts ended;
   absl::Status status;
   uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
-    status = ReportStepsLocked(request, &ended, &ticket);
+    status = ReportStepsLocked(request, reporter, &ended, &ticket);
   }
   NotifyEnded(ended);
   // Acknowledged means stored: wait for the commit that holds the points (never under the lock).
@@ -247,7 +227,8 @@ absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request) {
 }
 
 absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
-                                        EndedAttempts* ended, uint64_t* ticket) {
+                                        const std::string& reporter, EndedAttempts* ended,
+                                        uint64_t* ticket) {
   SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(request.job_id(), request.attempt()));
   JobEntry* entry = &jobs_.at(request.job_id());
   std::map<int, std::pair<std::string, int>> where;  // device id -> (host, process index)
@@ -273,6 +254,12 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
       return absl::InvalidArgumentError(absl::StrCat(
           scope, ": reports[", i, "].device_id: device ", report.device_id(),
           " is not in the attempt's mesh (devices ", absl::StrJoin(ids, ", "), ")"));
+    }
+    const std::string& driver = entry->processes[device->second.second].worker_id;
+    if (!reporter.empty() && driver != reporter) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "worker ", reporter, " reported device ", report.device_id(), " of ", scope,
+          ", which worker ", driver, " drives; a worker reports only its own devices"));
     }
     report.set_job_id(request.job_id());
     report.set_attempt(request.attempt());
