@@ -81,10 +81,14 @@ TEST(RunnerSignalsTest, SigtermEndsARunnerAndCancelStopsItWithinTheGrace) {
   EXPECT_TRUE(PollUntil(
       [&] {
         const std::string logs = cluster.Logs();
+        // SIGTERM from its daemon, or the runner ending itself when the coordinator refused
+        // its next report (the refused call is named when it was ReportSteps).
         return logs.find("killed by signal 15 (stopped: cancelled by user)") !=
                    std::string::npos ||
                logs.find("failed: stopped by the coordinator: attempt 1 of job cancel-2 has "
-                         "ended: the job is CANCELLED") != std::string::npos;
+                         "ended: the job is CANCELLED") != std::string::npos ||
+               logs.find("failed: stopped by the coordinator: ReportSteps: attempt 1 of job "
+                         "cancel-2 has ended: the job is CANCELLED") != std::string::npos;
       },
       absl::Seconds(5)))
       << cluster.Logs();
