@@ -157,6 +157,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string contents,
   const int64_t data_size = static_cast<int64_t>(contents.size()) - file.data_start_;
   for (const auto& [name, value] : json.fields()) {
     const std::string where = absl::StrCat("tensor '", name, "'");
+    // What EncodeSafetensors cannot write is not read either.
+    if (name.empty()) return bad("a tensor has an empty name");
     if (value.kind_case() != google::protobuf::Value::kStructValue) {
       return bad(absl::StrCat(where, " is not an object"));
     }

@@ -101,6 +101,8 @@ TEST(SafetensorsTest, EveryMalformedFileIsRefusedSayingWhy) {
        "overlaps another"},
       {File(R"({"x":{"dtype":"F32","shape":[4]}})", four), "needs dtype, shape and data_offsets"},
       {File(R"({"__metadata__":{"k":1}})", ""), "metadata 'k' is not a string"},
+      {File(R"({"":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})", ""),
+       "a tensor has an empty name"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Parse(c.contents, "bad.safetensors");
