@@ -93,6 +93,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"substrax.v1.CoordinatorService/WatchAssignments", kWorkers},
       {"substrax.v1.CoordinatorService/ReportSteps", kWorkers},
       {"substrax.v1.CoordinatorService/ReportAttemptStatus", kWorkers},
+      {"substrax.v1.CoordinatorService/ReportCheckpoints", kWorkers},
       // Rendezvous also needs the attempt's secret.
       {"substrax.v1.CoordinatorService/KeyValueSet", kWorkers},
       {"substrax.v1.CoordinatorService/KeyValueGet", kWorkers},

@@ -203,6 +203,15 @@ class Cluster {
   // already failed: nothing changes and the daemon may ignore this; or the worker does not run
   // that process of the attempt), INVALID_ARGUMENT (state UNSPECIFIED), UNAVAILABLE.
   absl::Status ReportAttemptStatus(const v1::ReportAttemptStatusRequest& request);
+  // Process 0 of the running attempt says where it resumed from (Job.resumed_from_step, and a
+  // RUNNING -> RUNNING transition that says so, naming every checkpoint skipped and why) and
+  // which committed checkpoints the job's directory holds (Job.checkpoints). `reporter`, when
+  // not empty, must be the worker that runs process 0. Errors: NOT_FOUND (unknown job),
+  // FAILED_PRECONDITION (not the running attempt, or not its process 0's worker),
+  // INVALID_ARGUMENT (more than limits::kMaxCheckpointRecords records, a negative step, a path
+  // outside the job's checkpoint directory), UNAVAILABLE.
+  absl::Status ReportCheckpoints(const v1::ReportCheckpointsRequest& request,
+                                 const std::string& reporter = "");
   // OK iff (job_id, attempt) is the job's current running attempt. Errors: NOT_FOUND (unknown
   // job), FAILED_PRECONDITION (the message says how the attempt or job stands).
   absl::Status CheckAttemptRunning(const std::string& job_id, int attempt) const;

@@ -431,20 +431,23 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
 
 absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
   AliveDevices alive;
-  std::vector<std::string> data_roots;
+  std::vector<std::string> data_roots, checkpoint_roots;
   {
     absl::MutexLock lock(&mu_);
     alive = AliveDevicesLocked();
     // Every known worker's roots, alive or not: a dead worker may come back, and a job whose
     // data it holds waits for it like one that waits for devices.
-    std::set<std::string> roots;
+    std::set<std::string> data, checkpoints;
     for (const auto& [id, worker] : workers_) {
-      roots.insert(worker.proto.data_roots().begin(), worker.proto.data_roots().end());
+      data.insert(worker.proto.data_roots().begin(), worker.proto.data_roots().end());
+      checkpoints.insert(worker.proto.checkpoint_roots().begin(),
+                         worker.proto.checkpoint_roots().end());
     }
-    data_roots.assign(roots.begin(), roots.end());
+    data_roots.assign(data.begin(), data.end());
+    checkpoint_roots.assign(checkpoints.begin(), checkpoints.end());
   }
   // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
-  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots,
+  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots,
                                 options_.refuse_jobs_that_cannot_fit);
 }
 

@@ -39,22 +39,26 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
         "worker ", worker_id, " (host ", request.host(), "): devices: none given; a worker "
         "needs at least one device"));
   }
-  if (request.data_roots_size() > limits::kMaxDataRootsPerWorker) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker ", worker_id, ": data_roots: ", request.data_roots_size(),
-        " given, more than the limit of ", limits::kMaxDataRootsPerWorker));
-  }
-  for (int i = 0; i < request.data_roots_size(); ++i) {
-    const std::string& root = request.data_roots(i);
-    absl::Status valid = root.size() > limits::kMaxPathBytes
-                             ? absl::InvalidArgumentError(absl::StrCat(
-                                   root.size(), " bytes, more than the limit of ",
-                                   limits::kMaxPathBytes))
-                             : CheckNormalizedAbsolute(root);
-    if (!valid.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("worker ", worker_id, ": data_roots[", i,
-                                                     "]: '", root.substr(0, 256), "' ",
-                                                     valid.message()));
+  for (const auto& [field, roots] :
+       {std::pair{"data_roots", &request.data_roots()},
+        std::pair{"checkpoint_roots", &request.checkpoint_roots()}}) {
+    if (roots->size() > limits::kMaxDataRootsPerWorker) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker ", worker_id, ": ", field, ": ", roots->size(),
+          " given, more than the limit of ", limits::kMaxDataRootsPerWorker));
+    }
+    for (int i = 0; i < roots->size(); ++i) {
+      const std::string& root = roots->Get(i);
+      absl::Status valid = root.size() > limits::kMaxPathBytes
+                               ? absl::InvalidArgumentError(absl::StrCat(
+                                     root.size(), " bytes, more than the limit of ",
+                                     limits::kMaxPathBytes))
+                               : CheckNormalizedAbsolute(root);
+      if (!valid.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("worker ", worker_id, ": ", field, "[", i,
+                                                       "]: '", root.substr(0, 256), "' ",
+                                                       valid.message()));
+      }
     }
   }
   std::set<int> local_indices;
@@ -104,6 +108,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
       proto.set_incarnation(request.incarnation());
       proto.set_state(v1::WORKER_STATE_ALIVE);
       *proto.mutable_data_roots() = request.data_roots();
+      *proto.mutable_checkpoint_roots() = request.checkpoint_roots();
       for (const v1::Device& given : request.devices()) {
         v1::Device* device = proto.add_devices();
         *device = given;

@@ -52,12 +52,17 @@ void Cluster::PushStartEventsLocked(JobEntry& entry) {
   // Checked by the scheduler before it chose this mesh (or loaded with the running job).
   absl::StatusOr<google::protobuf::Map<std::string, v1::ShardLayout>> layouts =
       LayoutsFor(job.spec(), *entry.mesh);
+  const absl::StatusOr<int64_t> data_size = entry.mesh->AxisSize(kDataAxis);
+  // The spec as this attempt runs it: an elastic axis may be smaller than the spec's.
+  const v1::JobSpec attempt_spec =
+      data_size.ok() ? SpecWithDataParallelSize(job.spec(), static_cast<int>(*data_size))
+                     : job.spec();
   for (size_t p = 0; p < entry.processes.size(); ++p) {
     v1::WatchAssignmentsResponse event;
     v1::Assignment* a = event.mutable_start();
     a->set_job_id(job.id());
     a->set_attempt(job.attempt());
-    *a->mutable_spec() = job.spec();
+    *a->mutable_spec() = attempt_spec;
     *a->mutable_mesh() = job.mesh();
     a->set_process_index(static_cast<int32_t>(p));
     a->set_num_processes(static_cast<int32_t>(entry.processes.size()));
@@ -74,6 +79,7 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
   job.clear_error();
   job.clear_next_attempt_time();
   job.clear_succeeded_processes();
+  job.set_resumed_from_step(0);  // the attempt's process 0 reports where it resumed from
   if (entry.first_start == absl::InfinitePast()) entry.first_start = clock_();
   v1::JobProgress* progress = job.mutable_progress();
   const int64_t total = progress->total_steps();  // computed at submit
@@ -133,7 +139,10 @@ void Cluster::ScheduleLocked() {
     JobEntry& entry = jobs_.at(job_id);
     if (entry.job.state() != v1::JOB_STATE_PENDING) continue;
     const v1::JobSpec& spec = entry.job.spec();
-    const int64_t need = RequiredDevices(spec);
+    // An elastic data axis may be planned smaller (largest first); a fixed one has one size.
+    const std::vector<int> sizes = DataParallelSizes(spec);
+    const v1::JobSpec smallest = SpecWithDataParallelSize(spec, sizes.back());
+    const int64_t need = RequiredDevices(smallest);
     // Only devices of the kind the job's backend runs on.
     const std::vector<Device> alive = DevicesForBackend(spec.backend(), all_alive);
     std::vector<Device> free = DevicesForBackend(spec.backend(), all_free);
@@ -161,7 +170,7 @@ void Cluster::ScheduleLocked() {
                                                  " runs on: no alive worker has any"));
       continue;
     }
-    absl::StatusOr<Mesh> could = CreateMeshForJob(spec.mesh(), alive);
+    absl::StatusOr<Mesh> could = CreateMeshForJob(smallest.mesh(), alive);
     if (!could.ok()) {
       // Not even an idle cluster could hold it: wait for more workers, without blocking others.
       SetWaitingLocked(entry, absl::StrCat("workers: the ", Count(alive.size(), "device"),
@@ -177,7 +186,15 @@ void Cluster::ScheduleLocked() {
       blocked_by = job_id;
       continue;
     }
-    absl::StatusOr<Mesh> mesh = CreateMeshForJob(spec.mesh(), free);
+    absl::StatusOr<Mesh> mesh = absl::UnavailableError("no size tried");
+    int planned_size = sizes.front();
+    for (int size : sizes) {
+      const v1::JobSpec planned = SpecWithDataParallelSize(spec, size);
+      if (static_cast<int64_t>(free.size()) < RequiredDevices(planned)) continue;
+      mesh = CreateMeshForJob(planned.mesh(), free);
+      planned_size = size;
+      if (mesh.ok()) break;
+    }
     if (!mesh.ok()) {
       SetWaitingLocked(entry, absl::StrCat("free devices that can hold the mesh; ", free_note,
                                            " (", mesh.status().message(), ")"));
@@ -191,9 +208,13 @@ void Cluster::ScheduleLocked() {
     }
     std::set<std::string> workers;
     for (const Device& device : mesh->devices()) workers.insert(device.worker_id);
-    const std::string reason =
+    std::string reason =
         absl::StrCat("scheduled on ", Count(mesh->devices().size(), "device"), " of ",
                      Count(workers.size(), "worker"), " (", absl::StrJoin(workers, ", "), ")");
+    if (planned_size != sizes.front()) {
+      absl::StrAppend(&reason, "; elastic: data axis ", planned_size, " of at most ",
+                      sizes.front(), ", the global batch kept");
+    }
     std::set<int> taken;
     for (const Device& device : mesh->devices()) taken.insert(device.id);
     all_free.erase(std::remove_if(all_free.begin(), all_free.end(),

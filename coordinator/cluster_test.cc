@@ -77,8 +77,10 @@ class ClusterTest : public ::testing::Test {
 
   v1::RegisterWorkerResponse Register(const std::string& worker_id, const std::string& host,
                                       int num_devices, const std::string& incarnation = "inc-1",
-                                      const std::vector<std::string>& data_roots = {}) {
+                                      const std::vector<std::string>& data_roots = {},
+                                      const std::vector<std::string>& checkpoint_roots = {}) {
     v1::RegisterWorkerRequest request;
+    for (const std::string& root : checkpoint_roots) request.add_checkpoint_roots(root);
     request.set_worker_id(worker_id);
     request.set_host(host);
     request.set_incarnation(incarnation);
@@ -440,6 +442,73 @@ TEST_F(ClusterTest, FailedAttemptRestartsUpToMaxRestartsWithEveryTransitionRecor
   EXPECT_THAT(ended_, ElementsAre(std::make_pair(job, 1), std::make_pair(job, 2)));
 }
 
+TEST_F(ClusterTest, ElasticJobRestartsOnTheDevicesLeftAndKeepsItsCheckpoints) {
+  options_.restart_backoff = absl::ZeroDuration();
+  cluster_ = MakeCluster(state_);
+  Register("w-1", "a", 2, "inc-1", {}, {"/ckpt"});
+  Register("w-2", "b", 2, "inc-1", {}, {"/ckpt"});
+  v1::JobSpec spec = Spec("elastic", 4, 1, /*max_restarts=*/1);
+  spec.mutable_mesh()->set_min_data_parallel_size(2);
+  spec.mutable_checkpoint()->set_directory("/ckpt/elastic");
+  spec.mutable_checkpoint()->set_every_steps(5);
+  v1::JobSpec outside = spec;
+  outside.mutable_checkpoint()->set_directory("/elsewhere");
+  EXPECT_THAT(cluster_->SubmitJob(outside).status().message(),
+              HasSubstr("is not under a checkpoint root of any worker (/ckpt)"));
+  const std::string job = Submit(spec);
+  ASSERT_EQ(Get(job).mesh().devices_size(), 4);
+
+  // Only process 0's worker reports checkpoints, and only of the job's directory.
+  v1::ReportCheckpointsRequest report;
+  report.set_job_id(job);
+  report.set_attempt(1);
+  report.mutable_resumed()->set_step(0);
+  v1::CheckpointRecord* record = report.mutable_listing()->add_checkpoints();
+  record->set_step(5);
+  record->set_path("/ckpt/elastic/step-000000000005");
+  record->set_mesh("(data=4)");
+  EXPECT_EQ(cluster_->ReportCheckpoints(report, "w-2").code(),
+            absl::StatusCode::kFailedPrecondition);
+  v1::ReportCheckpointsRequest stray = report;
+  stray.mutable_listing()->mutable_checkpoints(0)->set_path("/ckpt/other/step-000000000005");
+  EXPECT_EQ(cluster_->ReportCheckpoints(stray, "w-1").code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(cluster_->ReportCheckpoints(report, "w-1").ok());
+  EXPECT_EQ(Get(job).checkpoints_size(), 1);
+  EXPECT_THAT(Get(job).transitions().rbegin()->reason(),
+              HasSubstr("attempt 1 started from the beginning: no whole checkpoint in "
+                        "/ckpt/elastic"));
+
+  // w-2 is gone for good: the next attempt runs on w-1's two devices, the global batch kept.
+  RunFor(options_.heartbeat_timeout + absl::Seconds(2), {"w-1"});
+  const v1::Job restarted = Get(job);
+  ASSERT_EQ(restarted.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(restarted.attempt(), 2);
+  EXPECT_EQ(restarted.mesh().devices_size(), 2);
+  EXPECT_THAT(restarted.transitions().rbegin()->reason(),
+              HasSubstr("elastic: data axis 2 of at most 4, the global batch kept"));
+  const std::vector<v1::WatchAssignmentsResponse> events = Poll("w-1");
+  ASSERT_FALSE(events.empty());
+  const v1::Assignment& start = events.back().start();
+  EXPECT_EQ(start.attempt(), 2);
+  EXPECT_EQ(start.spec().mesh().data_parallel_size(), 2);
+  EXPECT_EQ(start.spec().batch().global_batch_size(), 8);
+  EXPECT_EQ(start.spec().batch().per_device_batch_size(), 4);
+  EXPECT_EQ(Get(job).checkpoints_size(), 1);  // kept across attempts
+
+  report.set_attempt(2);
+  report.mutable_resumed()->set_step(5);
+  report.mutable_resumed()->set_path("/ckpt/elastic/step-000000000005");
+  report.mutable_resumed()->add_skipped("step 10: shard file process-00001.safetensors is damaged");
+  report.clear_listing();
+  ASSERT_TRUE(cluster_->ReportCheckpoints(report, "w-1").ok());
+  EXPECT_EQ(Get(job).resumed_from_step(), 5);
+  EXPECT_THAT(Get(job).transitions().rbegin()->reason(),
+              HasSubstr("attempt 2 resumed from the checkpoint of step 5 "
+                        "(/ckpt/elastic/step-000000000005); skipped step 10: shard file "
+                        "process-00001.safetensors is damaged"));
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+}
+
 TEST_F(ClusterTest, SucceedsWhenEveryProcessHasSucceeded) {
   RegisterTwoWorkers();
   const std::string job = Submit(Spec("train", 4));
@@ -559,7 +628,12 @@ TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
   v1::JobSpec checkpointed = Spec("checkpointed", 2);
   checkpointed.mutable_checkpoint()->set_directory("/tmp/ckpt");
   checkpointed.mutable_checkpoint()->set_every_steps(5);
-  EXPECT_EQ(cluster_->SubmitJob(checkpointed).status().code(), absl::StatusCode::kUnimplemented);
+  // No worker offers a checkpoint root.
+  EXPECT_EQ(cluster_->SubmitJob(checkpointed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cluster_->SubmitJob(checkpointed).status().message(),
+              HasSubstr("spec.checkpoint.directory: '/tmp/ckpt' is not under a checkpoint root: "
+                        "no worker has reported any checkpoint root"));
   EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
   // Fits, though busy: admitted, and waits.
   EXPECT_EQ(Get(Submit(Spec("first", 4))).state(), v1::JOB_STATE_RUNNING);

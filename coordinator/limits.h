@@ -45,6 +45,9 @@ inline constexpr size_t kMaxStderrBytes = 2048;
 // Transitions kept per job: the first (submission) and the newest ones, so that a job restarting
 // many times does not grow without bound (Job.attempt still counts every attempt).
 inline constexpr int kMaxTransitionsKept = 64;
+// Checkpoint records kept per job (ReportCheckpoints), and the text of a resume's skipped list.
+inline constexpr int kMaxCheckpointRecords = 1000;
+inline constexpr size_t kMaxSkippedBytes = 2048;
 
 }  // namespace limits
 

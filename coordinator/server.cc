@@ -193,6 +193,15 @@ struct CoordinatorServer::Impl {
       return ToGrpcStatus(impl_->cluster->ReportAttemptStatus(*request));
     }
 
+    grpc::Status ReportCheckpoints(grpc::ServerContext* context,
+                                   const v1::ReportCheckpointsRequest* request,
+                                   v1::ReportCheckpointsResponse*) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/ReportCheckpoints");
+      // Only the worker of process 0 (unchecked with --insecure).
+      return ToGrpcStatus(impl_->cluster->ReportCheckpoints(
+          *request, caller->unrestricted ? "" : caller->name));
+    }
+
     grpc::Status KeyValueSet(grpc::ServerContext* context, const v1::KeyValueSetRequest* request,
                              v1::KeyValueSetResponse*) override {
       SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/KeyValueSet");

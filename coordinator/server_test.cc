@@ -292,9 +292,9 @@ TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
   *checkpointed.mutable_spec() = good;
   checkpointed.mutable_spec()->mutable_checkpoint()->set_directory("/tmp/ckpt");
   checkpointed.mutable_spec()->mutable_checkpoint()->set_every_steps(5);
-  grpc::Status unimplemented = jobs_->SubmitJob(Context().get(), checkpointed, &refused);
-  EXPECT_EQ(unimplemented.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(unimplemented.error_message(), HasSubstr("spec.checkpoint"));
+  grpc::Status no_root = jobs_->SubmitJob(Context().get(), checkpointed, &refused);
+  EXPECT_EQ(no_root.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(no_root.error_message(), HasSubstr("spec.checkpoint.directory"));
 
   v1::ListJobsResponse list;
   ASSERT_TRUE(jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &list).ok());

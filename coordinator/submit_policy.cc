@@ -13,6 +13,7 @@ namespace substrax {
 
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          const std::vector<std::string>& data_roots,
+                                         const std::vector<std::string>& checkpoint_roots,
                                          bool refuse_jobs_that_cannot_fit) {
   for (const auto& [field, value] :
        {std::pair<const char*, int64_t>{"spec.max_duration_seconds", spec.max_duration_seconds()},
@@ -27,18 +28,16 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& a
   // Data files are read only beneath the roots the workers offer (their --data-root flags);
   // the runner enforces it again when it opens them, through symlinks too.
   SUBSTRAX_RETURN_IF_ERROR(CheckDataPathsUnderRoots(spec.data(), data_roots));
-  // Restarts start from the beginning: refuse rather than run without the checkpoints asked for
-  // (after validation, so that an invalid spec is INVALID_ARGUMENT whatever else it asks).
-  if (spec.has_checkpoint()) {
-    return absl::UnimplementedError(
-        "spec.checkpoint: checkpoints are not implemented yet (restarts start from the "
-        "beginning); remove the checkpoint section");
-  }
+  // Checkpoints are written and read only beneath the workers' --checkpoint-root directories;
+  // the runner checks again, on the file system, before it writes or reads one.
+  SUBSTRAX_RETURN_IF_ERROR(CheckCheckpointPathsUnderRoots(spec, checkpoint_roots));
   if (!refuse_jobs_that_cannot_fit) return spec;
   // A mesh the alive cluster could never hold is refused now, saying what is available, rather
   // than left waiting for workers that may never come.
+  // (An elastic data axis needs only its smallest size.)
+  const v1::JobSpec smallest = SpecWithDataParallelSize(spec, DataParallelSizes(spec).back());
   absl::StatusOr<Mesh> mesh =
-      CreateMeshForJob(spec.mesh(), DevicesForBackend(spec.backend(), alive.devices));
+      CreateMeshForJob(smallest.mesh(), DevicesForBackend(spec.backend(), alive.devices));
   if (!mesh.ok()) {
     return absl::ResourceExhaustedError(
         absl::StrCat(mesh.status().message(), "; the cluster has ", alive.workers,

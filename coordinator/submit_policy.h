@@ -25,14 +25,15 @@ struct AliveDevices {
 // INVALID_ARGUMENT (a negative max_duration_seconds or progress_timeout_seconds; then
 // ValidateJobSpec's message: one "path: problem" per line; then a data path that is not
 // absolute and normalized or not under one of `data_roots`, the data roots the known workers
-// report: CheckDataPathsUnderRoots in core/data_paths.h, by the path string alone), UNIMPLEMENTED (spec.checkpoint is
-// set: checkpoints are not implemented, and a job must not run without the checkpoints it
-// asked for), and, when `refuse_jobs_that_cannot_fit`, RESOURCE_EXHAUSTED (even
-// idle, `alive` could not hold the job's mesh on its backend's devices; the message is
-// CreateMeshForJob's and says how many alive workers there are). A job that fits but finds the
+// report: CheckDataPathsUnderRoots in core/data_paths.h, by the path string alone; then a
+// checkpoint directory or resume_from not under one of `checkpoint_roots`:
+// CheckCheckpointPathsUnderRoots), and, when `refuse_jobs_that_cannot_fit`, RESOURCE_EXHAUSTED
+// (even idle, `alive` could not hold the job's smallest mesh on its backend's devices; the
+// message is CreateMeshForJob's and says how many alive workers there are). A job that fits but finds the
 // devices busy is admitted: it waits, PENDING.
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          const std::vector<std::string>& data_roots,
+                                         const std::vector<std::string>& checkpoint_roots,
                                          bool refuse_jobs_that_cannot_fit);
 
 // Steps an admitted job will run: spec.steps, or epochs x steps per epoch for synthetic data;

@@ -82,26 +82,57 @@ std::vector<std::pair<std::string, std::string>> DataPaths(const v1::DataSpec& d
   return paths;
 }
 
-absl::Status CheckDataPathsUnderRoots(const v1::DataSpec& data,
-                                      const std::vector<std::string>& roots) {
+namespace {
+
+// One line per path of `paths` that is not normalized or not under one of `roots`; `what` names
+// the kind of root ("data", "checkpoint") and `flag` the daemon flag that offers one.
+std::vector<std::string> PathsNotUnderRoots(
+    const std::vector<std::pair<std::string, std::string>>& paths,
+    const std::vector<std::string>& roots, absl::string_view what, absl::string_view flag) {
   std::vector<std::string> problems;
-  for (const auto& [field, path] : DataPaths(data)) {
+  for (const auto& [field, path] : paths) {
     if (absl::Status normalized = CheckNormalizedAbsolute(path); !normalized.ok()) {
-      problems.push_back(absl::StrCat(field, ": '", path, "' ", normalized.message(),
-                                      "; data paths are absolute paths on the workers"));
+      problems.push_back(absl::StrCat(field, ": '", path, "' ", normalized.message(), "; ", what,
+                                      " paths are absolute paths on the workers"));
     } else if (FindRoot(path, roots) == nullptr) {
       problems.push_back(
           roots.empty()
-              ? absl::StrCat(field, ": '", path,
-                             "' is not under a data root: no worker has reported any data root "
-                             "(start the worker daemons with --data-root DIR)")
-              : absl::StrCat(field, ": '", path, "' is not under a data root of any worker (",
-                             absl::StrJoin(roots, ", "),
-                             "); move the data there or start a worker with --data-root"));
+              ? absl::StrCat(field, ": '", path, "' is not under a ", what, " root: no worker has "
+                             "reported any ", what, " root (start the worker daemons with ", flag,
+                             " DIR)")
+              : absl::StrCat(field, ": '", path, "' is not under a ", what, " root of any worker (",
+                             absl::StrJoin(roots, ", "), "); use a directory there or start a "
+                             "worker with ", flag));
     }
   }
+  return problems;
+}
+
+absl::Status Problems(const std::vector<std::string>& problems) {
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+}
+
+}  // namespace
+
+absl::Status CheckDataPathsUnderRoots(const v1::DataSpec& data,
+                                      const std::vector<std::string>& roots) {
+  return Problems(PathsNotUnderRoots(DataPaths(data), roots, "data", "--data-root"));
+}
+
+std::vector<std::pair<std::string, std::string>> CheckpointPaths(const v1::JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> paths;
+  if (!spec.checkpoint().directory().empty()) {
+    paths.emplace_back("spec.checkpoint.directory", spec.checkpoint().directory());
+  }
+  if (!spec.resume_from().empty()) paths.emplace_back("spec.resume_from", spec.resume_from());
+  return paths;
+}
+
+absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
+                                            const std::vector<std::string>& roots) {
+  return Problems(
+      PathsNotUnderRoots(CheckpointPaths(spec), roots, "checkpoint", "--checkpoint-root"));
 }
 
 }  // namespace substrax

@@ -59,6 +59,15 @@ std::vector<std::pair<std::string, std::string>> DataPaths(const v1::DataSpec& d
 absl::Status CheckDataPathsUnderRoots(const v1::DataSpec& data,
                                       const std::vector<std::string>& roots);
 
+// The checkpoint directories of `spec` with their fields ("spec.checkpoint.directory",
+// "spec.resume_from"); empty fields are left out. Runners write and read them.
+std::vector<std::pair<std::string, std::string>> CheckpointPaths(const v1::JobSpec& spec);
+
+// OK when every checkpoint path of `spec` is absolute, normalized and under one of `roots` (the
+// workers' --checkpoint-root directories). INVALID_ARGUMENT otherwise, as for data paths.
+absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
+                                            const std::vector<std::string>& roots);
+
 }  // namespace substrax
 
 #endif  // SUBSTRAX_CORE_DATA_PATHS_H_

@@ -146,6 +146,33 @@ int64_t PerDeviceBatchSize(const v1::JobSpec& spec) {
   return dp > 0 ? spec.batch().global_batch_size() / dp : 0;
 }
 
+std::vector<int> DataParallelSizes(const v1::JobSpec& spec) {
+  const int max = static_cast<int>(DataAxisSize(spec));
+  const int min = spec.mesh().min_data_parallel_size();
+  const int64_t global = spec.batch().global_batch_size();
+  if (min <= 0 || min >= max || spec.mesh().type() == v1::MESH_TYPE_MODEL_PARALLEL) return {max};
+  std::vector<int> sizes;
+  for (int size = max; size >= min; --size) {
+    if (global > 0 && global % size == 0) sizes.push_back(size);
+  }
+  if (sizes.empty()) sizes.push_back(max);  // validation refuses such a spec
+  return sizes;
+}
+
+v1::JobSpec SpecWithDataParallelSize(v1::JobSpec spec, int size) {
+  if (spec.mesh().type() == v1::MESH_TYPE_MODEL_PARALLEL || size <= 0) return spec;
+  spec.mutable_mesh()->set_data_parallel_size(size);
+  if (spec.batch().global_batch_size() > 0) {
+    spec.mutable_batch()->set_per_device_batch_size(spec.batch().global_batch_size() / size);
+  }
+  return spec;
+}
+
+bool CheckpointAtEnd(const v1::JobSpec& spec) {
+  return spec.has_checkpoint() &&
+         (!spec.checkpoint().has_at_end() || spec.checkpoint().at_end());
+}
+
 bool IsClassification(v1::ModelType type) {
   const ModelInfo* info = FindModel(type);
   return info != nullptr && info->task == ModelInfo::Task::kClassification;

@@ -25,6 +25,11 @@ class Defaults {
     if (spec->has_optimizer()) Optimizer(spec->mutable_optimizer());
     if (spec->has_mesh()) Mesh(spec->mutable_mesh());
     if (spec->has_batch()) Batch(spec);
+    // A checkpointed job saves at its end unless told not to: a job that succeeds leaves its
+    // final state.
+    if (spec->has_checkpoint() && !spec->checkpoint().has_at_end()) {
+      spec->mutable_checkpoint()->set_at_end(true);
+    }
     if (spec->metrics().empty() && !Written("spec.metrics")) {
       auto& metrics = *spec->mutable_metrics();
       metrics[kMetricLoss] = v1::REDUCTION_MEAN;

@@ -242,9 +242,39 @@ class Reader {
     (*opt->mutable_hyperparameters())[key] = value;
   }
 
+  // `data_parallel_size: {min: 2, max: 4}`: an elastic data axis, read into
+  // min_data_parallel_size and data_parallel_size (the validator checks the range).
+  bool ReadSizeRange(const YAML::Node& node, const std::string& path, Message* message) {
+    auto* mesh = static_cast<v1::MeshSpec*>(message);
+    std::optional<std::map<std::string, YAML::Node>> entries = Entries(node, path);
+    if (!entries.has_value()) return false;
+    for (const auto& [key, value] : *entries) {
+      if (key != "min" && key != "max") UnknownField(path, key, {"min", "max"});
+    }
+    for (const char* key : {"min", "max"}) {
+      if (entries->count(key) == 0) {
+        errors_->Add(path, absl::StrCat("a range needs both min and max, e.g. {min: 2, max: 4}"));
+        return false;
+      }
+    }
+    int64_t min = 0, max = 0;
+    const int64_t limit = std::numeric_limits<int32_t>::max();
+    if (!Int(entries->at("min"), Child(path, "min"), 1, limit, &min) ||
+        !Int(entries->at("max"), Child(path, "max"), 1, limit, &max)) {
+      return false;
+    }
+    mesh->set_min_data_parallel_size(static_cast<int32_t>(min));
+    mesh->set_data_parallel_size(static_cast<int32_t>(max));
+    return true;
+  }
+
   void ReadField(const YAML::Node& node, const std::string& path, const FieldDescriptor* f,
                  Message* message) {
     const Reflection* r = message->GetReflection();
+    if (node.IsMap() && f->full_name() == "substrax.v1.MeshSpec.data_parallel_size") {
+      ReadSizeRange(node, path, message);
+      return;
+    }
     if (f->is_map()) {
       std::optional<std::map<std::string, YAML::Node>> entries = Entries(node, path);
       if (!entries.has_value()) return;

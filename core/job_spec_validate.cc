@@ -235,6 +235,17 @@ void ValidateMesh(const v1::JobSpec& spec, Validator& v) {
     const std::string path = absl::StrCat(p, ".", field);
     if (value != 0 || v.Written(path)) v.Range(path, value, 1, kMaxMeshAxisSize);
   }
+  if (mesh.min_data_parallel_size() != 0 || v.Written(p + ".min_data_parallel_size")) {
+    const std::string path = p + ".min_data_parallel_size";
+    if (mesh.type() == v1::MESH_TYPE_MODEL_PARALLEL) {
+      v.Add(path, "a model-parallel mesh has no data axis to resize; remove the range");
+    } else if (mesh.min_data_parallel_size() < 1 ||
+               mesh.min_data_parallel_size() > mesh.data_parallel_size()) {
+      v.Add(path, absl::StrCat("the range's min must be in [1, max = ",
+                               mesh.data_parallel_size(), "], got ",
+                               mesh.min_data_parallel_size()));
+    }
+  }
   switch (mesh.type()) {
     case v1::MESH_TYPE_DATA_PARALLEL:
       if (mesh.data_parallel_size() == 0 && !v.Written(p + ".data_parallel_size")) {
@@ -334,6 +345,14 @@ void ValidateBatch(const v1::JobSpec& spec, Validator& v) {
           absl::StrCat(g, " does not divide over the data axis of size ", dp, " (", g, " = ", dp,
                        " x ", g / dp, " + ", g % dp, "); use a multiple of ", dp));
   }
+  // An elastic data axis keeps the global batch: it must divide over the smallest size too.
+  const int64_t min_dp = spec.mesh().min_data_parallel_size();
+  if (has_global && batch.global_batch_size() > 0 && min_dp > 0 && min_dp < dp &&
+      batch.global_batch_size() % min_dp != 0) {
+    v.Add(p + ".global_batch_size",
+          absl::StrCat(batch.global_batch_size(), " does not divide over the data axis's "
+                       "smallest size ", min_dp, "; use a multiple of both ", min_dp, " and ", dp));
+  }
   if (has_global && has_per_device && batch.per_device_batch_size() > 0 &&
       batch.global_batch_size() > 0 &&
       batch.global_batch_size() != batch.per_device_batch_size() * dp) {
@@ -346,6 +365,15 @@ void ValidateBatch(const v1::JobSpec& spec, Validator& v) {
     v.Add(p + ".per_device_batch_size",
           absl::StrCat(batch.per_device_batch_size(), " x ", dp,
                        " data-axis devices is larger than the limit of ", kMaxBatchSize));
+  }
+}
+
+// A directory the workers write or read (checkpoints): absolute, normalized, bounded.
+void ValidatePath(const std::string& path, const std::string& value, Validator& v) {
+  if (value.size() > kMaxSpecPathBytes) {
+    v.Add(path, absl::StrCat(value.size(), " bytes, more than the limit of ", kMaxSpecPathBytes));
+  } else if (absl::Status s = CheckNormalizedAbsolute(value); !s.ok()) {
+    v.Add(path, absl::StrCat("'", value, "' ", s.message()));
   }
 }
 
@@ -394,10 +422,17 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
     const v1::CheckpointSpec& c = spec.checkpoint();
     if (c.directory().empty()) {
       v.Add("spec.checkpoint.directory", "is required when checkpointing: a shared directory");
+    } else {
+      ValidatePath("spec.checkpoint.directory", c.directory(), v);
     }
-    v.Count("spec.checkpoint.every_steps", c.every_steps(), kMaxSteps,
-            "steps between checkpoints");
+    v.Range("spec.checkpoint.every_steps", c.every_steps(), 0, kMaxSteps);
+    v.Range("spec.checkpoint.every_seconds", c.every_seconds(), 0, kMaxCheckpointSeconds);
+    v.Range("spec.checkpoint.keep_last", c.keep_last(), 0, kMaxCheckpointsKept);
+    if (c.every_steps() == 0 && c.every_seconds() == 0 && c.has_at_end() && !c.at_end()) {
+      v.Add("spec.checkpoint", "saves nothing: give every_steps, every_seconds or at_end: true");
+    }
   }
+  if (!spec.resume_from().empty()) ValidatePath("spec.resume_from", spec.resume_from(), v);
   v.Range("spec.max_restarts", spec.max_restarts(), 0, kMaxRestarts);
   // Reduced precision exists only on the GPU path; backend auto is checked when the job's
   // devices are known (worker/runtime/trainer.cc).
