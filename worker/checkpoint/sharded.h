@@ -63,6 +63,8 @@ class CheckpointReader {
       : dir_(std::move(dir)), manifest_(std::move(manifest)) {}
 
   const v1::CheckpointManifest& manifest() const { return manifest_; }
+  // The checkpoint's directory.
+  const std::string& dir() const { return dir_; }
 
   // The block `index` (one range per dimension) of array `name`, from the shard files that
   // overlap it. Errors: NOT_FOUND (no such array, a shard file missing), INVALID_ARGUMENT (the

@@ -1,5 +1,6 @@
 #include "worker/compute/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -68,7 +69,60 @@ class ElementwiseOptimizer final : public Optimizer {
 
   int64_t steps() const override { return steps_; }
 
+  TensorTree ExportState(const TensorTree& params) const override {
+    TensorTree out;
+    const std::vector<std::string>& slots = config_.info->slots;
+    for (const auto& [name, p] : params) {
+      auto it = state_.find(name);
+      for (size_t s = 0; s < slots.size(); ++s) {
+        const bool made = it != state_.end() && it->second.size() == slots.size();
+        out.emplace(SlotKey(name, slots[s]), made ? it->second[s] : Tensor(p.shape()));
+      }
+    }
+    return out;
+  }
+
+  absl::Status ImportState(const TensorTree& state, const TensorTree& params,
+                           int64_t steps) override {
+    const std::vector<std::string>& slots = config_.info->slots;
+    std::map<std::string, std::vector<Tensor>> imported;
+    for (const auto& [name, p] : params) {
+      std::vector<Tensor>& tensors = imported[name];
+      for (const std::string& slot : slots) {
+        const std::string key = SlotKey(name, slot);
+        auto it = state.find(key);
+        if (it == state.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("optimizer state '", key, "' is missing"));
+        }
+        if (it->second.shape() != p.shape()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "optimizer state '", key, "' has shape ", it->second.ShapeString(),
+              ", its parameter ", p.ShapeString()));
+        }
+        tensors.push_back(it->second);
+      }
+    }
+    for (const auto& [key, tensor] : state) {
+      const size_t slash = key.rfind('/');
+      const bool known =
+          slash != std::string::npos && imported.count(key.substr(0, slash)) > 0 &&
+          std::find(slots.begin(), slots.end(), key.substr(slash + 1)) != slots.end();
+      if (!known) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "optimizer state '", key, "' belongs to no parameter of ", config_.info->name));
+      }
+    }
+    state_ = std::move(imported);
+    steps_ = steps;
+    return absl::OkStatus();
+  }
+
  private:
+  static std::string SlotKey(const std::string& param, const std::string& slot) {
+    return absl::StrCat(param, "/", slot);
+  }
+
   const OptimizerConfig config_;
   const CpuOptimizerKernel kernel_;
   std::map<std::string, std::vector<Tensor>> state_;

@@ -62,6 +62,16 @@ class Optimizer {
 
   // Successful updates so far.
   virtual int64_t steps() const = 0;
+
+  // The state a checkpoint saves: "<param>/<slot>" -> a copy of that slot of each parameter of
+  // `params` (zeros of the parameter's shape before its first update; nothing for an optimizer
+  // without slots, such as sgd).
+  virtual TensorTree ExportState(const TensorTree& params) const = 0;
+  // Replaces the state with `state` (named as ExportState names it) and the update count with
+  // `steps`. Errors: INVALID_ARGUMENT naming an entry that is missing, unknown or of another
+  // shape than its parameter; nothing changes then.
+  virtual absl::Status ImportState(const TensorTree& state, const TensorTree& params,
+                                   int64_t steps) = 0;
 };
 
 }  // namespace substrax

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "worker/compute/model.h"
@@ -79,6 +80,51 @@ class CpuBackend final : public DeviceBackend {
   }
 
   absl::StatusOr<TensorTree> Parameters() override { return params_; }
+
+  absl::StatusOr<TensorTree> SaveState() override {
+    TensorTree state;
+    for (const auto& [name, p] : params_) state.emplace(absl::StrCat(kParamsPrefix, name), p);
+    for (auto& [name, slot] : optimizer_->ExportState(params_)) {
+      state.emplace(absl::StrCat(kOptimizerPrefix, name), std::move(slot));
+    }
+    return state;
+  }
+
+  absl::Status RestoreState(const TensorTree& state, int64_t step) override {
+    TensorTree params, slots;
+    for (const auto& [name, tensor] : state) {
+      if (absl::StartsWith(name, kParamsPrefix)) {
+        params.emplace(name.substr(kParamsPrefix.size()), tensor);
+      } else if (absl::StartsWith(name, kOptimizerPrefix)) {
+        slots.emplace(name.substr(kOptimizerPrefix.size()), tensor);
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("state array '", name, "' is unknown"));
+      }
+    }
+    for (const auto& [name, p] : params_) {
+      auto it = params.find(name);
+      if (it == params.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("state array '", kParamsPrefix, name, "' is missing"));
+      }
+      if (it->second.shape() != p.shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "state array '", kParamsPrefix, name, "' has shape ", it->second.ShapeString(),
+            ", this device's block ", p.ShapeString()));
+      }
+    }
+    if (params.size() != params_.size()) {
+      for (const auto& [name, p] : params) {
+        if (params_.count(name) == 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("state array '", kParamsPrefix, name, "' is not a parameter"));
+        }
+      }
+    }
+    SUBSTRAX_RETURN_IF_ERROR(optimizer_->ImportState(slots, params, step));
+    params_ = std::move(params);
+    return absl::OkStatus();
+  }
 
  private:
   const std::unique_ptr<Model> model_;

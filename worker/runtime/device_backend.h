@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/model_catalog.h"
@@ -83,7 +84,31 @@ class DeviceBackend {
                                               int64_t end) = 0;
   // The parameters (this device's blocks) in host memory.
   virtual absl::StatusOr<TensorTree> Parameters() = 0;
+
+  // The device's training state copied to host memory, for a checkpoint: its block of each
+  // parameter as "params/<name>" and of each optimizer slot as "optimizer/<name>/<slot>", in
+  // the parameter's local shape. Errors: UNIMPLEMENTED on a backend that cannot save its state.
+  virtual absl::StatusOr<TensorTree> SaveState() {
+    return absl::UnimplementedError(kNoCheckpoints);
+  }
+  // Replaces the training state with `state` (named and shaped as SaveState returns it) as it
+  // was after `step` steps. Errors: INVALID_ARGUMENT naming an array that is missing, unknown or
+  // of another shape (nothing changes then); UNIMPLEMENTED as SaveState.
+  virtual absl::Status RestoreState(const TensorTree& state, int64_t step) {
+    (void)state;
+    (void)step;
+    return absl::UnimplementedError(kNoCheckpoints);
+  }
+
+ private:
+  static constexpr const char* kNoCheckpoints =
+      "spec.checkpoint: this backend cannot save or restore its state yet (checkpoints run on "
+      "CPU devices); remove the checkpoint section or run the job on CPU workers";
 };
+
+// How SaveState names the arrays of a device's state.
+inline constexpr absl::string_view kParamsPrefix = "params/";
+inline constexpr absl::string_view kOptimizerPrefix = "optimizer/";
 
 // Phase timing on the host clock, for backends whose work is done when their calls return.
 class HostPhaseClock {

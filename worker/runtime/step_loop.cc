@@ -182,7 +182,16 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
   const absl::Time start = interval_start;
   SUBSTRAX_RETURN_IF_ERROR(backend.TakePhaseSeconds().status());  // start the clock afresh
 
-  for (int64_t step = 0; step < options.total_steps; ++step) {
+  absl::Time last_save = start;
+  auto save = [&](int64_t steps_done) -> absl::Status {
+    // The state must be the step's: every reduction it depends on has landed.
+    SUBSTRAX_RETURN_IF_ERROR(collect(0));
+    last_save = absl::Now();
+    return Annotate(options.save(steps_done, backend),
+                    absl::StrCat("checkpoint after step ", steps_done));
+  };
+
+  for (int64_t step = options.first_step; step < options.total_steps; ++step) {
     auto step_error = [step](const absl::Status& s) {
       return Annotate(s, absl::StrCat("step ", step + 1));
     };
@@ -207,7 +216,13 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
     }
 
     const bool last = step + 1 == options.total_steps;
-    if ((step + 1) % report_every != 0 && !last) continue;
+    bool save_now = options.save != nullptr &&
+                    ((options.save_every_steps > 0 && (step + 1) % options.save_every_steps == 0) ||
+                     (last && options.save_at_end));
+    if ((step + 1) % report_every != 0 && !last) {
+      if (save_now) SUBSTRAX_RETURN_IF_ERROR(save(step + 1));
+      continue;
+    }
     // The report: this device's metrics of the interval, reduced over the devices as the spec
     // declares, and the slowest device's time fractions. Every reduction still in flight is
     // collected first: a report never covers a step whose collectives failed.
@@ -230,16 +245,23 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
       options.on_device_report(report);
     }
     SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx, local, reductions));
+    // The time fractions, and whether any device finds a timed checkpoint due: reduced together
+    // so that every device decides the same.
+    const bool due = options.save != nullptr && options.save_every > absl::ZeroDuration() &&
+                     absl::Now() - last_save >= options.save_every;
     const Metrics fractions = {
         {"collective", seconds[static_cast<int>(Phase::kCollective)] / wall},
         {"compute", seconds[static_cast<int>(Phase::kCompute)] / wall},
-        {"data", seconds[static_cast<int>(Phase::kData)] / wall}};
+        {"data", seconds[static_cast<int>(Phase::kData)] / wall},
+        {"save", due ? 1.0 : 0.0}};
     SUBSTRAX_ASSIGN_OR_RETURN(
         Metrics slowest,
         ReduceCustom(ctx, fractions,
                      std::map<std::string, ReduceOp>{{"collective", ReduceOp::kMax},
                                                      {"compute", ReduceOp::kMax},
-                                                     {"data", ReduceOp::kMax}}));
+                                                     {"data", ReduceOp::kMax},
+                                                     {"save", ReduceOp::kMax}}));
+    save_now = save_now || slowest["save"] > 0;
     if (reporter && options.on_progress) {
       ProgressReport report =
           MakeProgressReport(options.total_steps, options.steps_per_epoch, step + 1, reduced,
@@ -253,8 +275,11 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
     result.final_metrics = std::move(reduced);
     interval_steps = 0;
     interval_start = absl::Now();
+    // (Counted in the next interval's time: the copy is part of training's cost.)
+    if (save_now) SUBSTRAX_RETURN_IF_ERROR(save(step + 1));
   }
   result.steps = options.total_steps;
+  result.resumed_from_step = options.first_step;
   if (stats != nullptr) stats->gradient_collectives = buckets.collectives;
   if (options.eval != nullptr) {
     SUBSTRAX_ASSIGN_OR_RETURN(result.evaluation,

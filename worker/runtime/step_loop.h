@@ -62,6 +62,8 @@ struct TrainResult {
   // The parameters after the last step, gathered to their full shape.
   TensorTree params;
   int64_t steps = 0;
+  // The steps restored from a checkpoint before training (0: from the beginning).
+  int64_t resumed_from_step = 0;
   // The last report's metrics.
   Metrics final_metrics;
   // "test_accuracy" and "test_loss" (classification) or "test_loss" (regression) on the test
@@ -92,6 +94,18 @@ struct StepLoopOptions {
   std::function<void(const ProgressReport&)> on_progress;
   // Called on every device at every report; must be thread-safe.
   std::function<void(const DeviceReport&)> on_device_report;
+
+  // A resumed run: the steps already done (the backend's state and its input are those after
+  // them); the loop runs the steps after first_step.
+  int64_t first_step = 0;
+  // Checkpoints. `save` is called on every device of the mesh at the same steps, after that
+  // step's update, with the steps done: every save_every_steps steps, at the first report after
+  // save_every has passed since the last save (the devices agree through the report's
+  // reduction), and after the last step when save_at_end. Null: no checkpoints.
+  std::function<absl::Status(int64_t steps_done, DeviceBackend& backend)> save;
+  int64_t save_every_steps = 0;
+  absl::Duration save_every = absl::ZeroDuration();
+  bool save_at_end = false;
 };
 
 // What the loop did, for tests: how many gradient all-reduces (buckets) it issued.

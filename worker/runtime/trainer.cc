@@ -6,8 +6,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "core/data_paths.h"
 #include "core/job_spec.h"
+#include "core/model_catalog.h"
 #include "core/sharding.h"
 #include "core/status.h"
 #include "worker/collectives/mesh_communicators.h"
@@ -19,6 +22,7 @@
 #include "worker/data/sampler.h"
 #include "worker/collectives/gloo_communicator.h"
 #include "worker/collectives/nccl_communicator.h"
+#include "worker/runtime/checkpointing.h"
 #include "worker/runtime/cpu_backend.h"
 #include "worker/runtime/cuda_backend.h"
 #include "worker/runtime/step_loop.h"
@@ -93,8 +97,21 @@ std::unique_ptr<GroupConnector> MakeConnector(const TrainerOptions& options, con
                                               monitor);
 }
 
+// What the devices of a process share for checkpoints: where they resume from (the reader is
+// not thread-safe: one device reads at a time) and the writer of this process's shards.
+struct ProcessCheckpoints {
+  std::optional<ResumePoint> resume;
+  absl::Mutex reader_mu;
+  std::unique_ptr<Checkpointer> writer;
+
+  int64_t first_step() const {
+    return resume.has_value() && resume->reader.has_value() ? resume->report.step() : 0;
+  }
+};
+
 absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const TrainingData& data,
-                                      const PeerMonitor* monitor, int device_id) {
+                                      const PeerMonitor* monitor, int device_id,
+                                      ProcessCheckpoints& checkpoints) {
   const v1::JobSpec& spec = options.spec;
   const Mesh& mesh = options.mesh;
   SUBSTRAX_ASSIGN_OR_RETURN(std::vector<int64_t> coords, mesh.CoordinatesOf(device_id));
@@ -114,7 +131,10 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   }
   SUBSTRAX_ASSIGN_OR_RETURN(IndexRange rows,
                             BatchRows(mesh, device_id, spec.batch().global_batch_size()));
-  auto next_step = std::make_shared<int64_t>(0);
+  // A resumed run reads on from the checkpoint's step: the order of examples is a function of
+  // the seed and the step alone (sampler.h), so it sees the batches an uninterrupted run would.
+  const int64_t first_step = checkpoints.first_step();
+  auto next_step = std::make_shared<int64_t>(first_step);
   setup.batches = [&data, rows, next_step]() -> absl::StatusOr<std::optional<Batch>> {
     if (*next_step >= data.total_steps) return std::optional<Batch>();
     const std::vector<int64_t> global = data.sampler->GlobalBatch((*next_step)++);
@@ -125,7 +145,24 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
                             me.kind == DeviceKind::kCuda ? CreateCudaBackend(std::move(setup))
                                                          : CreateCpuBackend(std::move(setup)));
 
+  if (first_step > 0) {
+    absl::MutexLock lock(&checkpoints.reader_mu);
+    SUBSTRAX_RETURN_IF_ERROR(Annotate(
+        RestoreDevice(*checkpoints.resume->reader, first_step, mesh, device_id, *backend),
+        absl::StrCat("resuming from the checkpoint of step ", first_step)));
+  }
+
   StepLoopOptions loop;
+  loop.first_step = first_step;
+  if (Checkpointer* writer = checkpoints.writer.get(); writer != nullptr) {
+    loop.save = [writer, device_id](int64_t steps_done, DeviceBackend& b) -> absl::Status {
+      SUBSTRAX_ASSIGN_OR_RETURN(TensorTree state, b.SaveState());
+      return writer->Submit(device_id, steps_done, std::move(state));
+    };
+    loop.save_every_steps = spec.checkpoint().every_steps();
+    loop.save_every = absl::Seconds(spec.checkpoint().every_seconds());
+    loop.save_at_end = CheckpointAtEnd(spec);
+  }
   loop.spec = &spec;
   loop.mesh = &mesh;
   loop.device_id = device_id;
@@ -143,6 +180,41 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
     };
   }
   return RunStepLoop(loop, *backend);
+}
+
+// Where this attempt resumes from (told to on_resume), and the writer of its checkpoints.
+absl::Status StartCheckpoints(const TrainerOptions& options, const TrainingData& data,
+                              const std::vector<int>& local_devices,
+                              ProcessCheckpoints* checkpoints) {
+  const v1::JobSpec& spec = options.spec;
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      checkpoints->resume,
+      FindResumePoint(spec.checkpoint().directory(), spec.resume_from(), options.process_index,
+                      options.store, options.connect_timeout));
+  if (options.process_index == 0 && options.on_resume) {
+    options.on_resume(checkpoints->resume->report);
+  }
+  if (checkpoints->first_step() > data.total_steps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint in ", checkpoints->resume->report.path(), " is of step ",
+        checkpoints->first_step(), ", beyond this job's ", data.total_steps, " steps"));
+  }
+  if (!spec.has_checkpoint()) return absl::OkStatus();
+  int num_processes = 0;
+  for (int p : options.process_of_position) num_processes = std::max(num_processes, p + 1);
+  CheckpointerOptions writer;
+  writer.directory = spec.checkpoint().directory();
+  writer.keep_last = spec.checkpoint().keep_last();
+  writer.mesh = &options.mesh;
+  writer.process_index = options.process_index;
+  writer.num_processes = num_processes;
+  writer.local_devices = local_devices;
+  SUBSTRAX_ASSIGN_OR_RETURN(writer.params,
+                            ModelParams(spec.model(), data.num_features, ModelAxisSize(spec)));
+  writer.store = options.store;
+  if (options.process_index == 0) writer.on_commit = options.on_checkpoint;
+  checkpoints->writer = std::make_unique<Checkpointer>(std::move(writer));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -195,12 +267,17 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   const v1::JobSpec& spec = options.spec;
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
   const Mesh& mesh = options.mesh;
-  if (spec.has_checkpoint()) {
-    return absl::UnimplementedError(
-        "spec.checkpoint: checkpoints are not implemented yet; remove the checkpoint section");
-  }
   // The device kind decides the backend; a spec that asks for another one is refused.
   const bool cuda_devices = mesh.devices().front().kind == DeviceKind::kCuda;
+  const bool checkpointed = spec.has_checkpoint() || !spec.resume_from().empty();
+  if (checkpointed && cuda_devices) {
+    return absl::UnimplementedError(
+        "spec.checkpoint: checkpoints are not implemented on CUDA devices yet (they run on CPU "
+        "devices); remove the checkpoint section and resume_from, or run on CPU workers");
+  }
+  for (const auto& [field, dir] : CheckpointPaths(spec)) {
+    SUBSTRAX_RETURN_IF_ERROR(CheckCheckpointDirectory(field, dir, options.checkpoint_roots));
+  }
   if (spec.backend() == v1::BACKEND_CUDA && !cuda_devices) {
     return absl::FailedPreconditionError(
         "spec.backend is cuda but the job's devices are CPU devices; run it on CUDA workers "
@@ -234,15 +311,27 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
 
   SUBSTRAX_ASSIGN_OR_RETURN(const TrainingData data, LoadTrainingData(spec, options.data_access));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor, StartPeerMonitor(options));
+  ProcessCheckpoints checkpoints;
+  if (checkpointed) {
+    SUBSTRAX_RETURN_IF_ERROR(StartCheckpoints(options, data, local_devices, &checkpoints));
+  }
 
   std::vector<absl::StatusOr<TrainResult>> results(local_devices.size(),
                                                    absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (size_t i = 0; i < local_devices.size(); ++i) {
-    threads.emplace_back(
-        [&, i] { results[i] = RunDevice(options, data, monitor.get(), local_devices[i]); });
+    threads.emplace_back([&, i] {
+      results[i] = RunDevice(options, data, monitor.get(), local_devices[i], checkpoints);
+    });
   }
   for (auto& t : threads) t.join();
+  // The job has not succeeded until its last checkpoint is committed.
+  if (checkpoints.writer != nullptr) {
+    absl::Status flushed = checkpoints.writer->Flush();
+    const bool trained = std::all_of(results.begin(), results.end(),
+                                     [](const auto& r) { return r.ok(); });
+    if (!flushed.ok() && trained) return flushed;
+  }
   for (size_t i = 0; i < results.size(); ++i) {
     if (!results[i].ok()) {
       const Device& d = mesh.DeviceAt(*mesh.CoordinatesOf(local_devices[i]));

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "core/mesh.h"
 #include "core/metric_reductions.h"
+#include "substrax/v1/coordinator_service.pb.h"
 #include "substrax/v1/job.pb.h"
 #include "worker/collectives/store.h"
 #include "worker/data/dataset.h"
@@ -56,11 +57,24 @@ struct TrainerOptions {
   std::function<void(const ProgressReport&)> on_progress;
   // Called on every device thread of this process at every report; must be thread-safe.
   std::function<void(const DeviceReport&)> on_device_report;
+  // Where checkpoints (spec.checkpoint.directory, spec.resume_from) may be written and read
+  // (checkpointing.h, CheckCheckpointDirectory): a runner's daemon --checkpoint-root
+  // directories; nullopt: anywhere (`substrax-worker train`). The default allows none.
+  std::optional<std::vector<std::string>> checkpoint_roots = std::vector<std::string>{};
+  // Process 0, once before training when the job checkpoints or resumes: where it resumed from
+  // and which checkpoints it skipped (damaged) and why.
+  std::function<void(const v1::CheckpointResume&)> on_resume;
+  // Process 0, after each committed checkpoint: what the job's directory holds.
+  std::function<void(const v1::CheckpointListing&)> on_checkpoint;
 };
 
 // Errors: INVALID_ARGUMENT (mesh, process table or spec unusable: the message names the field),
 // NOT_FOUND (data files), UNAVAILABLE / DEADLINE_EXCEEDED (a peer died or hung; names it),
-// FAILED_PRECONDITION (spec.backend does not match the devices). The devices' kind chooses the
+// FAILED_PRECONDITION (spec.backend does not match the devices), and for checkpoints:
+// INVALID_ARGUMENT (a directory outside the checkpoint roots; a checkpoint of another model),
+// NOT_FOUND (resume_from holds no whole checkpoint), UNAVAILABLE (a checkpoint could not be
+// written: a full disk; the message names the file and the reason), UNIMPLEMENTED (checkpoints
+// on CUDA devices). The devices' kind chooses the
 // backend (CPU: Gloo and cpu_backend.h; CUDA: NCCL and cuda_backend.h); both run step_loop.h.
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options);
 
