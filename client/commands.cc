@@ -121,12 +121,15 @@ int PlanDevices(const CommandContext& ctx, const std::string& workers, std::vect
 
 }  // namespace
 
-int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch) {
+int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch,
+                  const std::string& resume_from) {
   v1::SubmitJobRequest request;
   if (int rc = LoadSpec(ctx, path, "invalid job spec, nothing was submitted",
                         request.mutable_spec())) {
     return rc;
   }
+  // A directory on the workers: the coordinator checks it against their checkpoint roots.
+  if (!resume_from.empty()) request.mutable_spec()->set_resume_from(resume_from);
   v1::SubmitJobResponse response;
   if (int rc = CallJobService(ctx, &v1::JobService::Stub::SubmitJob, request, &response)) {
     return rc;
@@ -153,6 +156,25 @@ int ListCommand(const CommandContext& ctx, const std::string& states) {
       ctx, all,
       [&] { return FormatJobsTable({all.jobs().begin(), all.jobs().end()}, FormatOptionsOf(ctx)); },
       all.jobs().empty(), "no jobs");
+}
+
+int CheckpointsCommand(const CommandContext& ctx, const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::GetJobResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::GetJob, request, &response)) return rc;
+  const v1::Job& job = response.job();
+  v1::CheckpointListing listing;
+  *listing.mutable_checkpoints() = job.checkpoints();
+  const std::string none =
+      job.spec().has_checkpoint()
+          ? absl::StrCat("no checkpoint of job ", job_id, " has been committed yet (",
+                         job.spec().checkpoint().directory(), ")")
+          : absl::StrCat("job ", job_id, " does not checkpoint (its spec has no checkpoint "
+                         "section)");
+  return PrintResult(
+      ctx, listing, [&] { return FormatCheckpointsTable(job, FormatOptionsOf(ctx)); },
+      job.checkpoints().empty(), none);
 }
 
 int GetCommand(const CommandContext& ctx, const std::string& job_id) {

@@ -48,7 +48,10 @@ struct CommandContext {
 // submit FILE [--watch]: parses and validates FILE locally (a bad spec prints every problem as
 // file:line:column and exits 2 without contacting the coordinator), submits it, prints the job
 // id (table) or the job (json, yaml); with `watch` continues as WatchCommand.
-int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch);
+int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch,
+                  const std::string& resume_from = "");
+// `substraxctl checkpoints JOB`: the committed checkpoints the job's runners last reported.
+int CheckpointsCommand(const CommandContext& ctx, const std::string& job_id);
 // list [--state S,...]: jobs newest first (every page).
 int ListCommand(const CommandContext& ctx, const std::string& states);
 // get JOB.

@@ -252,6 +252,18 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   if (!p.final_metrics().empty()) {
     fields.emplace_back("Final", FormatMetricPairs(p.final_metrics(), "  "));
   }
+  if (job.resumed_from_step() > 0) {
+    fields.emplace_back("Resumed", absl::StrCat("attempt ", job.attempt(),
+                                                " from the checkpoint of step ",
+                                                job.resumed_from_step()));
+  }
+  if (job.checkpoints_size() > 0) {
+    const v1::CheckpointRecord& newest = job.checkpoints(0);
+    fields.emplace_back("Checkpoint",
+                        absl::StrCat("step ", newest.step(), " (", newest.path(), "); ",
+                                     job.checkpoints_size(), " kept: substraxctl checkpoints ",
+                                     job.id()));
+  }
   if (!job.error().empty()) fields.emplace_back("Error", job.error());
 
   std::string out;
@@ -267,6 +279,16 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   }
   absl::StrAppend(&out, transitions.Render(options.color, "  "));
   return out;
+}
+
+std::string FormatCheckpointsTable(const v1::Job& job, const FormatOptions& options) {
+  Table table({"STEP", "TIME", "SIZE", "MESH", "PATH"});
+  for (const v1::CheckpointRecord& c : job.checkpoints()) {
+    table.AddRow({absl::StrCat(c.step()),
+                  IsUnsetProtoTime(c.time()) ? "-" : FormatTimestamp(c.time(), options.zone),
+                  FormatBytes(c.size_bytes()), c.mesh(), c.path()});
+  }
+  return table.Render(options.color);
 }
 
 std::string FormatJobOutcome(const v1::Job& job) {

@@ -84,6 +84,8 @@ std::string FormatMeshShape(const v1::Mesh& mesh);
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOptions& options);
 // `substraxctl get`: the job's fields one per line, then its transitions.
 std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options);
+// The committed checkpoints of a job, newest first: step, time, size, mesh, path.
+std::string FormatCheckpointsTable(const v1::Job& job, const FormatOptions& options);
 // One row per sharded array (batch, parameters): global shape, partition spec, replicas and
 // shard shape.
 std::string FormatShardingSummary(const v1::GetMeshResponse& response);

@@ -4,9 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace substrax::ctl {
+using ::testing::HasSubstr;
 namespace {
 
 template <typename T>
@@ -201,6 +203,27 @@ TEST(FormatTest, JsonUsesProtoNamesEnumNamesAndZeroValues) {
   EXPECT_EQ(ToJsonLine(job).find('\n'), ToJsonLine(job).size() - 1);
 }
 
+TEST(FormatTest, CheckpointsAreListedAndTheJobSaysWhereItResumedFrom) {
+  const v1::Job job = Parse<v1::Job>(R"pb(
+    id: "mlp-3" attempt: 2 resumed_from_step: 300
+    checkpoints { step: 400 path: "/ckpt/mlp/step-000000000400" size_bytes: 2097152
+                  mesh: "(data=2, model=2)" time { seconds: 1700000000 } }
+    checkpoints { step: 300 path: "/ckpt/mlp/step-000000000300" size_bytes: 2097152
+                  mesh: "(data=4)" }
+  )pb");
+  FormatOptions options;
+  options.zone = absl::UTCTimeZone();
+  const std::string table = FormatCheckpointsTable(job, options);
+  EXPECT_THAT(table, HasSubstr("STEP"));
+  EXPECT_THAT(table, HasSubstr("400"));
+  EXPECT_THAT(table, HasSubstr("(data=2, model=2)"));
+  EXPECT_THAT(table, HasSubstr("/ckpt/mlp/step-000000000300"));
+  EXPECT_LT(table.find("step-000000000400"), table.find("step-000000000300"));
+  const std::string details = FormatJobDetails(job, options);
+  EXPECT_THAT(details, HasSubstr("attempt 2 from the checkpoint of step 300"));
+  EXPECT_THAT(details, HasSubstr("step 400 (/ckpt/mlp/step-000000000400); 2 kept"));
+}
+
 TEST(FormatTest, YamlIsBlockStyleAndKeepsStringsStrings) {
   v1::ListWorkersResponse workers = Parse<v1::ListWorkersResponse>(R"pb(
     workers { worker_id: "true" host: "h: 1" seconds_since_heartbeat: 1.5 job_ids: "j-1"
@@ -225,7 +248,8 @@ TEST(FormatTest, YamlIsBlockStyleAndKeepsStringsStrings) {
             "    seconds_since_heartbeat: 1.5\n"
             "    job_ids:\n"
             "      - j-1\n"
-            "    data_roots: []\n");
+            "    data_roots: []\n"
+            "    checkpoint_roots: []\n");
   EXPECT_EQ(FormatMessage(v1::ListJobsResponse(), OutputFormat::kYaml),
             "jobs: []\nnext_page_token: \"\"\n");
 }

@@ -83,8 +83,16 @@ int main(int argc, char** argv) {
   bool watch = false;
   submit->add_option("FILE", spec_file, "TrainJob YAML (docs/job-spec.md)")->required();
   submit->add_flag("-w,--watch", watch, "Then follow the job as `watch` does");
+  std::string resume_from;
+  submit->add_option("--resume-from", resume_from,
+                     "Start from a checkpoint: a job's checkpoint directory (its newest whole "
+                     "checkpoint) or one step-... directory, on the workers, under their "
+                     "--checkpoint-root; any mesh (sets spec.resume_from)")
+      ->type_name("DIR");
   add_output(submit);
-  submit->callback([&] { run = [&](auto& ctx) { return ctl::SubmitCommand(ctx, spec_file, watch); }; });
+  submit->callback([&] {
+    run = [&](auto& ctx) { return ctl::SubmitCommand(ctx, spec_file, watch, resume_from); };
+  });
 
   CLI::App* list = app.add_subcommand("list", "List jobs, newest first");
   std::string states;
@@ -98,6 +106,13 @@ int main(int argc, char** argv) {
   add_job(get);
   add_output(get);
   get->callback([&] { run = [&](auto& ctx) { return ctl::GetCommand(ctx, job); }; });
+
+  CLI::App* checkpoints = app.add_subcommand(
+      "checkpoints", "List a job's committed checkpoints, newest first: step, time, size, mesh, "
+                     "path (as its runners last reported them)");
+  add_job(checkpoints);
+  add_output(checkpoints);
+  checkpoints->callback([&] { run = [&](auto& ctx) { return ctl::CheckpointsCommand(ctx, job); }; });
 
   CLI::App* watch_cmd = app.add_subcommand(
       "watch", "Follow a job until it ends (a progress bar on a terminal, lines otherwise); "

@@ -25,6 +25,7 @@
 #include <thread>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -145,6 +146,23 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
   options.data_access = DataAccess::Unconfined();
   options.explicit_collectives = explicit_collectives;
   options.on_progress = PrintProgress;
+  // Checkpoints go wherever the user's own process may write.
+  options.checkpoint_roots = std::nullopt;
+  options.on_resume = [](const v1::CheckpointResume& resume) {
+    for (const std::string& skipped : resume.skipped()) {
+      std::cerr << "substrax-worker: checkpoint skipped: " << skipped << "\n";
+    }
+    if (resume.step() > 0) {
+      std::cerr << "substrax-worker: resuming from the checkpoint of step " << resume.step()
+                << " (" << resume.path() << ")\n";
+    }
+  };
+  options.on_checkpoint = [](const v1::CheckpointListing& listing) {
+    if (listing.checkpoints_size() == 0) return;
+    const v1::CheckpointRecord& newest = listing.checkpoints(0);
+    std::cerr << "substrax-worker: checkpoint of step " << newest.step() << " committed ("
+              << newest.path() << ", " << newest.size_bytes() << " bytes)\n";
+  };
   absl::StatusOr<TrainResult> result = substrax::Train(options);
   if (!result.ok()) {
     std::cerr << "substrax-worker: training failed: " << result.status() << "\n";
@@ -200,14 +218,17 @@ int RunRunner(const std::string& assignment_path, RunnerOptions options,
     std::cerr << "substrax-worker run: cannot read assignment " << assignment_path << "\n";
     return 2;
   }
-  for (std::string& root : options.data_roots) {
-    absl::StatusOr<std::string> normalized = NormalizeAbsolute(root);
-    if (!normalized.ok()) {
-      std::cerr << "substrax-worker run: --data-root " << root << ": "
-                << normalized.status().message() << "\n";
-      return 2;
+  for (const auto& [flag, roots] : {std::pair{"--data-root", &options.data_roots},
+                                     std::pair{"--checkpoint-root", &options.checkpoint_roots}}) {
+    for (std::string& root : *roots) {
+      absl::StatusOr<std::string> normalized = NormalizeAbsolute(root);
+      if (!normalized.ok()) {
+        std::cerr << "substrax-worker run: " << flag << " " << root << ": "
+                  << normalized.status().message() << "\n";
+        return 2;
+      }
+      root = *std::move(normalized);
     }
-    root = *std::move(normalized);
   }
   absl::Status status = RunAssignment(assignment, options);
   if (!status.ok()) {
@@ -283,6 +304,13 @@ int main(int argc, char** argv) {
                      "several. Reported to the coordinator, which refuses jobs whose data lies "
                      "elsewhere. None: the worker runs only jobs with synthetic data")
       ->type_name("DIR");
+  daemon->add_option("--checkpoint-root", daemon_options.checkpoint_roots,
+                     "A directory (absolute) under which jobs may write and read checkpoints "
+                     "(a file system every worker of a job shares); repeat for several. Reported "
+                     "to the coordinator, which refuses jobs whose checkpoint directory or "
+                     "resume_from lies elsewhere. None: the worker runs only jobs without "
+                     "checkpoints")
+      ->type_name("DIR");
   daemon->add_option("--health-listen", daemon_options.health_listen,
                      "Plaintext grpc.health.v1 address for Kubernetes probes (service "
                      "substrax.worker.ready: registered); empty: none");
@@ -323,6 +351,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--data-root", runner_options.data_roots,
                   "A directory data files may be read from (repeatable; none: no data files)")
+      ->type_name("DIR");
+  run->add_option("--checkpoint-root", runner_options.checkpoint_roots,
+                  "A directory checkpoints may be written and read under (repeatable; none: no "
+                  "checkpoints)")
       ->type_name("DIR");
 
   try {

@@ -36,6 +36,27 @@
 namespace substrax {
 namespace {
 
+// Normalizes the directories of a root flag (--data-root, --checkpoint-root); each must exist.
+absl::Status NormalizeRoots(const std::string& flag, std::vector<std::string>* roots) {
+  for (std::string& root : *roots) {
+    absl::StatusOr<std::string> normalized = NormalizeAbsolute(root);
+    if (!normalized.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", root, ": ", normalized.status().message()));
+    }
+    struct stat st;
+    if (stat(normalized->c_str(), &st) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " ", root, ": ", std::strerror(errno),
+                                                     "; give an existing directory"));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " ", root, ": not a directory"));
+    }
+    root = *std::move(normalized);
+  }
+  return absl::OkStatus();
+}
+
 std::string HostName() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
@@ -107,25 +128,9 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
     }
   }
   if (options.worker_id.empty()) options.worker_id = options.host;
-  for (std::string& root : options.data_roots) {
-    absl::StatusOr<std::string> normalized = NormalizeAbsolute(root);
-    if (!normalized.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--data-root ", root, ": ", normalized.status().message()));
-    }
-    struct stat st;
-    if (stat(normalized->c_str(), &st) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--data-root ", root, ": ",
-                                                     std::strerror(errno),
-                                                     "; give an existing directory"));
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--data-root ", root, ": not a directory; give the directory that holds "
-                       "the data files"));
-    }
-    root = *std::move(normalized);
-  }
+  SUBSTRAX_RETURN_IF_ERROR(NormalizeRoots("--data-root", &options.data_roots));
+  SUBSTRAX_RETURN_IF_ERROR(NormalizeRoots("--checkpoint-root", &options.checkpoint_roots));
+
   if (options.runner_binary.empty()) options.runner_binary = "/proc/self/exe";
   std::error_code error;
   std::filesystem::create_directories(options.work_dir, error);
@@ -169,6 +174,7 @@ absl::Status WorkerDaemon::Register() {
   request.set_address(options_.listen_host);
   for (const v1::Device& d : devices_) *request.add_devices() = d;
   for (const std::string& root : options_.data_roots) request.add_data_roots(root);
+  for (const std::string& root : options_.checkpoint_roots) request.add_checkpoint_roots(root);
   // Retries only while the coordinator is unreachable (UNAVAILABLE / DEADLINE_EXCEEDED), with
   // exponential backoff and jitter up to 5 s, until stopped; anything else is the caller's to fix.
   absl::Duration backoff = absl::Milliseconds(100);
@@ -198,6 +204,10 @@ absl::Status WorkerDaemon::Register() {
                        devices_.size(), " devices from '", options_.devices, "', data roots: ",
                        options_.data_roots.empty() ? "none, synthetic data only"
                                                    : absl::StrJoin(options_.data_roots, ", "),
+                       "; checkpoint roots: ",
+                       options_.checkpoint_roots.empty()
+                           ? "none, no checkpoints"
+                           : absl::StrJoin(options_.checkpoint_roots, ", "),
                        ") with ", options_.coordinator));
       return absl::OkStatus();
     }
@@ -439,9 +449,12 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
       "--collective-timeout", absl::FormatDuration(options_.collective_timeout),
   };
   for (std::string& a : TransportArguments(options_.transport)) args.push_back(std::move(a));
-  for (const std::string& root : options_.data_roots) {
-    args.push_back("--data-root");
-    args.push_back(root);
+  for (const auto& [flag, roots] : {std::pair{"--data-root", &options_.data_roots},
+                                     std::pair{"--checkpoint-root", &options_.checkpoint_roots}}) {
+    for (const std::string& root : *roots) {
+      args.push_back(flag);
+      args.push_back(root);
+    }
   }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -79,6 +79,9 @@ struct WorkerDaemonOptions {
   // elsewhere, and handed to each runner, which opens data files only beneath them. None:
   // synthetic data only.
   std::vector<std::string> data_roots;
+  // The same for checkpoints (--checkpoint-root): jobs write and read checkpoints only beneath
+  // them. None: the worker runs only jobs without checkpoints.
+  std::vector<std::string> checkpoint_roots;
   // Which ended attempts' files (assignment, log, result) in work_dir are deleted, and when:
   // at start, every cleanup_interval and after each runner ends (work_files.h).
   LogRetention log_retention;

@@ -29,6 +29,9 @@ struct RunnerOptions {
   // The daemon's data roots (absolute, normalized): the only directories data files are read
   // from (worker/data/safe_open.h). None: no data files, synthetic data only.
   std::vector<std::string> data_roots;
+  // The daemon's checkpoint roots: a job's checkpoint directory and resume_from must lie
+  // beneath one (worker/runtime/checkpointing.h). None: no checkpoints.
+  std::vector<std::string> checkpoint_roots;
 };
 
 // The process of each mesh position: process p drives the devices of the p-th distinct worker in
