@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/allreduce_common.h"
+#include "bench/host.h"
 #include "core/status.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
@@ -352,13 +353,6 @@ std::string CpuModel() {
     }
   }
   return "unknown CPU";
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five;
-  in >> one >> five;
-  return absl::StrCat(one, " ", five);
 }
 
 // "12.3" or "-" when the peer has no result for this size.

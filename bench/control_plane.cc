@@ -17,7 +17,6 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -29,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/host.h"
 #include "tests/load/load_harness.h"
 
 namespace substrax::load {
@@ -202,13 +202,6 @@ std::vector<Row> Reports(const std::string& address, const Options& o) {
            absl::StrFormat("the %d report workers' own, 1/s each", o.report_workers)}};
 }
 
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five;
-  in >> one >> five;
-  return absl::StrCat(one, " ", five);
-}
-
 int Main(const Options& o) {
   std::unique_ptr<CoordinatorProcess> own;
   std::string address = o.coordinator;
@@ -227,7 +220,7 @@ int Main(const Options& o) {
     address = own->address();
   }
   std::cout << "host: " << std::thread::hardware_concurrency() << " CPUs, load average "
-            << LoadAverage() << " at start; coordinator "
+            << bench::LoadAverage() << " at start; coordinator "
             << (own ? absl::StrCat("started here on ", address, " (state in ", dir, ")")
                     : absl::StrCat("at ", address))
             << "; " << o.seconds << " s per phase\n";

@@ -1,4 +1,4 @@
-// substrax-worker: the worker binary, in three modes.
+// substrax-worker: the worker binary, in four modes.
 //
 //   substrax-worker daemon --coordinator HOST:PORT --devices cuda|cpu:N [--worker-id NAME]
 //                          [--data-root DIR ...] ...
@@ -12,8 +12,10 @@
 //       A whole job in this process on N CPU devices (one thread each, Gloo between them),
 //       without a coordinator: progress lines on stderr, the evaluation on stdout
 //       ("test_accuracy=0.8812"). The user's own process: it reads any data path given.
+//   substrax-worker export-checkpoint DIR --out FILE [--step N] [--include-optimizer]
+//       A checkpoint's parameters, whole, in one safetensors file (docs/checkpoints.md).
 //
-// Exit status: 0 ok; 1 failed (training, registration); 2 bad command line or job spec.
+// Exit status: 0 ok; 1 failed (training, registration, export); 2 bad command line or job spec.
 #include <unistd.h>
 
 #include <pthread.h>
@@ -37,6 +39,7 @@
 #include "core/data_paths.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
+#include "worker/checkpoint/export_command.h"
 #include "worker/collectives/store.h"
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/devices.h"
@@ -357,6 +360,9 @@ int main(int argc, char** argv) {
                   "checkpoints)")
       ->type_name("DIR");
 
+  substrax::ExportCommandFlags export_flags;
+  CLI::App* export_checkpoint = substrax::AddExportCheckpointCommand(&app, &export_flags);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -390,6 +396,11 @@ int main(int argc, char** argv) {
     daemon_options.log_retention.max_age = *retention;
     daemon_options.log_retention.max_bytes = *budget;
     return substrax::RunDaemon(daemon_options, daemon_timeout);
+  }
+  if (*export_checkpoint) {
+    export_flags.checkpoint = substrax::UserPath(export_flags.checkpoint);
+    export_flags.out = substrax::UserPath(export_flags.out);
+    return substrax::RunExportCheckpoint(export_flags, std::cout, std::cerr);
   }
   if (*run) return substrax::RunRunner(assignment, runner_options, runner_timeout);
   return substrax::RunTrain(job, local_devices, train_devices, timeout, explicit_collectives);

@@ -1,5 +1,7 @@
 """safetensors files written by substrax's C++ (worker/checkpoint) load in Python's safetensors
-package with numpy, value for value; and files Python writes load in C++."""
+package with numpy, value for value; files Python writes load in C++; and a sharded checkpoint's
+shard files (placed by its manifest) and what `substrax-worker export-checkpoint` made of it load
+in Python, bit for bit, as docs/checkpoints.md says."""
 import json
 import os
 import subprocess
@@ -9,9 +11,10 @@ import unittest
 
 import numpy as np
 from safetensors import safe_open
-from safetensors.numpy import save_file
+from safetensors.numpy import load_file, save_file
 
 TOOL = None
+WORKER = None
 
 
 def tool(*args):
@@ -19,6 +22,25 @@ def tool(*args):
     if r.returncode != 0:
         raise AssertionError(f"safetensors_tool {args} exited {r.returncode}: {r.stderr}")
     return r.stdout
+
+
+def printed_arrays(text):
+    """Arrays as safetensors_tool prints them ("NAME F32 [8,6] v0 v1 ..."), as float32."""
+    arrays = {}
+    for line in text.splitlines():
+        name, dtype, shape, *values = line.split(" ")
+        assert dtype == "F32", line
+        dims = tuple(int(d) for d in shape[1:-1].split(",") if d)
+        # %.9g round-trips every float32 exactly.
+        arrays[name] = np.array([float(v) for v in values], dtype=np.float32).reshape(dims)
+    return arrays
+
+
+def assert_bits_equal(got, want, what):
+    """Equal shapes and float32 bit patterns (-0.0 and 0.0 differ here)."""
+    if got.dtype != np.float32 or got.shape != want.shape:
+        raise AssertionError(f"{what}: {got.dtype} {got.shape}, want float32 {want.shape}")
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=what)
 
 
 class InteropTest(unittest.TestCase):
@@ -74,7 +96,72 @@ class InteropTest(unittest.TestCase):
         self.assertEqual(lines["h"].split(" ")[0], "F16")
         self.assertEqual(lines["flags"].split(" ")[0], "BOOL")
 
+    def test_python_reads_a_sharded_checkpoint_and_its_export(self):
+        jobs = os.path.join(self.dir, "checkpoints")
+        want = printed_arrays(tool("checkpoint", jobs))
+        step_dir = os.path.join(jobs, "step-000000000100")
+
+        # Each shard file on its own, each block placed by the manifest's index ranges (protobuf's
+        # JSON: camelCase names, int64 as strings, a start of 0 left out).
+        with open(os.path.join(step_dir, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual(int(manifest["step"]), 100)
+        placed = {a["name"]: np.full([int(d) for d in a["globalShape"]], np.nan, np.float32)
+                  for a in manifest["arrays"]}
+        self.assertEqual(sorted(placed), sorted(want))
+        for entry in manifest["files"]:
+            path = os.path.join(step_dir, entry["name"])
+            tensors = load_file(path)
+            with safe_open(path, framework="numpy") as f:
+                self.assertEqual(f.metadata(), {"format": "substrax-checkpoint",
+                                                "process_index": str(entry.get("processIndex", 0))})
+            self.assertEqual(sorted(tensors), sorted(s["tensor"] for s in entry["shards"]))
+            for shard in entry["shards"]:
+                index = tuple(slice(int(r.get("start", 0)), int(r["limit"]))
+                              for r in shard["index"])
+                block = tensors[shard["tensor"]]
+                assert_bits_equal(block, want[shard["array"]][index], shard["tensor"])
+                placed[shard["array"]][index] = block
+        # Process 1 (host-1: data coordinate 1) holds the kernels' lower halves and no bias, whose
+        # replica 0 lives on host-0.
+        process1 = load_file(os.path.join(step_dir, "process-00001.safetensors"))
+        self.assertEqual(sorted(process1), ["optimizer/dense_0/kernel/mu@4:8,0:3",
+                                            "optimizer/dense_0/kernel/mu@4:8,3:6",
+                                            "params/dense_0/kernel@4:8,0:3",
+                                            "params/dense_0/kernel@4:8,3:6"])
+        assert_bits_equal(process1["params/dense_0/kernel@4:8,3:6"],
+                          want["params/dense_0/kernel"][4:8, 3:6], "process 1's kernel block")
+        for name, array in placed.items():
+            assert_bits_equal(array, want[name], f"{name} placed from the shard files")
+
+        # The export, by the real binary: the parameters whole under their own names...
+        out = os.path.join(self.dir, "params.safetensors")
+        r = subprocess.run([WORKER, "export-checkpoint", jobs, "--out", out],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith(f"wrote {out}: step 100 of {step_dir}, 2 arrays, "
+                                            f"{os.path.getsize(out)} bytes\n"), r.stdout)
+        params = load_file(out)
+        self.assertEqual(sorted(params), ["dense_0/bias", "dense_0/kernel"])
+        for name, array in params.items():
+            assert_bits_equal(array, want["params/" + name], f"exported {name}")
+        with safe_open(out, framework="numpy") as f:
+            self.assertEqual(f.metadata(), {"format": "substrax-export", "step": "100",
+                                            "mesh_axes": "data,model", "mesh_shape": "2,2"})
+        # ... and with the optimizer's state, under its checkpoint names.
+        r = subprocess.run([WORKER, "export-checkpoint", step_dir, "--out", out,
+                            "--include-optimizer"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        everything = load_file(out)
+        self.assertEqual(sorted(everything), ["dense_0/bias", "dense_0/kernel",
+                                              "optimizer/dense_0/bias/mu",
+                                              "optimizer/dense_0/kernel/mu"])
+        for name, array in everything.items():
+            source = name if name.startswith("optimizer/") else "params/" + name
+            assert_bits_equal(array, want[source], f"exported {name}")
+
 
 if __name__ == "__main__":
     TOOL = sys.argv[1]
+    WORKER = sys.argv[2]
     unittest.main(argv=[sys.argv[0]], verbosity=2)

@@ -1,17 +1,24 @@
 // For tests/interop: `safetensors_tool write FILE` writes a fixed set of tensors;
 // `safetensors_tool read FILE` prints every tensor ("NAME DTYPE [SHAPE] VALUES...", values as
-// numbers; BF16 and F16 widened to float) and every metadata entry ("meta KEY VALUE"), sorted.
+// numbers; BF16 and F16 widened to float) and every metadata entry ("meta KEY VALUE"), sorted;
+// `safetensors_tool checkpoint DIR` saves a fixed training state as the checkpoint of step 100
+// of a job of 2 processes on a (data=2, model=2) mesh in the job's checkpoint directory DIR,
+// and prints every array's global value as `read` prints a tensor.
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/device.h"
+#include "core/mesh.h"
 #include "worker/checkpoint/safetensors.h"
+#include "worker/checkpoint/simulated_job.h"
 
 namespace substrax {
 namespace {
@@ -63,6 +70,15 @@ std::string Value(const SafetensorsTensor& t, size_t i) {
   return "?";
 }
 
+// "NAME DTYPE [SHAPE] VALUES..." on stdout.
+void Print(const SafetensorsTensor& t) {
+  std::vector<std::string> values;
+  const size_t n = t.bytes.size() / SafetensorsDtypeSize(t.dtype);
+  for (size_t i = 0; i < n; ++i) values.push_back(Value(t, i));
+  std::cout << t.name << " " << SafetensorsDtypeName(t.dtype) << " ["
+            << absl::StrJoin(t.shape, ",") << "] " << absl::StrJoin(values, " ") << "\n";
+}
+
 int Write(const std::string& path) {
   std::vector<float> weights;
   for (int i = 0; i < 6; ++i) weights.push_back(0.5f * i - 1.0f);
@@ -90,14 +106,45 @@ int Read(const std::string& path) {
   for (const std::string& name : file->names()) {
     absl::StatusOr<SafetensorsTensor> t = file->Tensor(name);
     if (!t.ok()) return 1;
-    std::vector<std::string> values;
-    const size_t n = t->bytes.size() / SafetensorsDtypeSize(t->dtype);
-    for (size_t i = 0; i < n; ++i) values.push_back(Value(*t, i));
-    std::cout << name << " " << SafetensorsDtypeName(t->dtype) << " ["
-              << absl::StrJoin(t->shape, ",") << "] " << absl::StrJoin(values, " ") << "\n";
+    Print(*t);
   }
   for (const auto& [key, value] : file->metadata()) {
     std::cout << "meta " << key << " " << value << "\n";
+  }
+  return 0;
+}
+
+// A parameter and its optimizer slot each, partitioned as a training job would: the kernel over
+// both axes, the bias over "model" (replicated over "data"). Values of every magnitude and sign,
+// so that a conversion that is not exact shows.
+int Checkpoint(const std::string& dir) {
+  const PartitionSpec both = PartitionSpec::Of({"data", "model"});
+  const PartitionSpec model = PartitionSpec::Of({"model"});
+  std::map<std::string, GlobalArray> state;
+  int salt = 0;
+  for (const auto& [name, shape, spec] :
+       {std::tuple{"params/dense_0/kernel", std::vector<int64_t>{8, 6}, both},
+        std::tuple{"params/dense_0/bias", std::vector<int64_t>{6}, model},
+        std::tuple{"optimizer/dense_0/kernel/mu", std::vector<int64_t>{8, 6}, both},
+        std::tuple{"optimizer/dense_0/bias/mu", std::vector<int64_t>{6}, model}}) {
+    Tensor value(shape);
+    ++salt;
+    for (int64_t i = 0; i < value.size(); ++i) {
+      value.data()[i] = static_cast<float>(std::sin(1.3 * i + salt) * std::pow(10.0, i % 7 - 3));
+    }
+    state[name] = {std::move(value), spec};
+  }
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 2}, MakeUniformCluster(2, 2));
+  absl::StatusOr<SimulatedJob> job = SimulatedJob::Create(mesh, state);
+  absl::Status saved = job.ok() ? job->Save(dir, 100) : job.status();
+  if (!saved.ok()) {
+    std::cerr << saved << "\n";
+    return 1;
+  }
+  for (const auto& [name, array] : state) {
+    Print({name, SafetensorsDtype::kF32, array.value.shape(),
+           std::string(reinterpret_cast<const char*>(array.value.data()),
+                       array.value.size() * sizeof(float))});
   }
   return 0;
 }
@@ -108,6 +155,7 @@ int Read(const std::string& path) {
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "write") return substrax::Write(argv[2]);
   if (argc == 3 && std::string(argv[1]) == "read") return substrax::Read(argv[2]);
-  std::cerr << "usage: safetensors_tool write|read FILE\n";
+  if (argc == 3 && std::string(argv[1]) == "checkpoint") return substrax::Checkpoint(argv[2]);
+  std::cerr << "usage: safetensors_tool write|read FILE, safetensors_tool checkpoint DIR\n";
   return 2;
 }
