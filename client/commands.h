@@ -97,6 +97,9 @@ struct LocalFlags {
   int cpu_devices = 2;
   // Each worker's --data-root flags: where jobs may read data files. None: synthetic data only.
   std::vector<std::string> data_roots;
+  // Each worker's --checkpoint-root flags; none: <state-dir>/checkpoints (created), so that a
+  // local cluster checkpoints out of the box.
+  std::vector<std::string> checkpoint_roots;
   // The coordinator's gRPC port and Prometheus port; 0: any free port.
   int port = 0;
   int metrics_port = 0;

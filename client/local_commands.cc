@@ -184,6 +184,17 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     return fail(absl::StrCat("waiting for the coordinator to write ", AddressFilePath(dir), ": ",
                              why));
   }
+  // Every worker shares the checkpoint roots (one machine, one file system).
+  std::vector<std::string> checkpoint_roots;
+  for (const std::string& root : flags.checkpoint_roots) {
+    checkpoint_roots.push_back(std::filesystem::absolute(root).lexically_normal().string());
+  }
+  if (checkpoint_roots.empty()) {
+    checkpoint_roots.push_back(
+        std::filesystem::absolute(absl::StrCat(dir, "/checkpoints")).lexically_normal().string());
+    std::filesystem::create_directories(checkpoint_roots.back(), ec);
+    if (ec) return fail(absl::StrCat("cannot create ", checkpoint_roots.back(), ": ", ec.message()));
+  }
   for (int i = 0; i < flags.workers; ++i) {
     const std::string name = WorkerName(i);
     std::filesystem::create_directories(absl::StrCat(dir, "/workers/", name), ec);
@@ -197,6 +208,10 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
       // Relative to where `local up` runs, not to the daemon's directory.
       argv.push_back("--data-root");
       argv.push_back(std::filesystem::absolute(root).lexically_normal().string());
+    }
+    for (const std::string& root : checkpoint_roots) {
+      argv.push_back("--checkpoint-root");
+      argv.push_back(root);
     }
     started = start(name, with_credentials(std::move(argv), name));
     if (!started.ok()) return fail(std::string(started.message()));
@@ -240,6 +255,8 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
   *ctx.err << "local cluster up: coordinator at " << address << ", " << flags.workers
            << " workers with " << flags.cpu_devices << " CPU devices each; state and logs in "
            << dir << "; mutual TLS with the credentials in " << tls_dir << "\n"
+           << "checkpoints: jobs may write them under " << absl::StrJoin(checkpoint_roots, ", ")
+           << "\n"
            << "use it:   the export line on stdout sets the address and the admin's "
               "credentials (eval \"$(substraxctl local up)\"); from the directory holding "
            << kDefaultLocalStateDir << " no setting is needed\n"

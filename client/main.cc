@@ -211,6 +211,10 @@ int main(int argc, char** argv) {
                  "A directory every worker lets jobs read data files from (repeatable; each "
                  "worker's --data-root). None: synthetic data only")
       ->type_name("DIR");
+  up->add_option("--checkpoint-root", local_flags.checkpoint_roots,
+                 "A directory under which jobs may write and read checkpoints (repeatable; each "
+                 "worker's --checkpoint-root). Default: <state-dir>/checkpoints")
+      ->type_name("DIR");
   up->add_option("--port", local_flags.port, "Coordinator gRPC port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();

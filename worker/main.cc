@@ -23,6 +23,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <csignal>
 #include <fstream>
 #include <thread>
 #include <cstdlib>
@@ -215,6 +216,9 @@ int RunDaemon(WorkerDaemonOptions options, const std::string& timeout_flag) {
 int RunRunner(const std::string& assignment_path, RunnerOptions options,
               const std::string& timeout_flag) {
   if (!ParseTimeout(timeout_flag, &options.collective_timeout)) return 2;
+  // A file-size limit (RLIMIT_FSIZE) makes writes fail with EFBIG, which the job's error names,
+  // instead of killing the runner with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   v1::Assignment assignment;
   std::ifstream in(assignment_path, std::ios::binary);
   if (!in || !assignment.ParseFromIstream(&in)) {

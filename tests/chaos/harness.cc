@@ -411,6 +411,7 @@ void ChaosCluster::StartWorker(int w) {
                                    options_.stop_grace};
   argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
+  argv.insert(argv.begin(), options_.worker_wrapper.begin(), options_.worker_wrapper.end());
   workers_[w] = std::make_unique<Process>(argv, absl::StrCat(dir_, "/worker-", w + 1, ".log"),
                                           options_.worker_env);
 }

@@ -101,6 +101,9 @@ struct ChaosClusterOptions {
   // their runners inherit).
   std::vector<std::string> worker_flags;
   std::vector<std::string> worker_env;
+  // A command the daemons are started under ({"prlimit", "--fsize=1024", "--"}): it must run
+  // the rest of its arguments as the daemon, in the same process (exec).
+  std::vector<std::string> worker_wrapper;
 };
 
 class ChaosCluster {
