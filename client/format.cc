@@ -259,8 +259,8 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   }
   if (job.checkpoints_size() > 0) {
     const v1::CheckpointRecord& newest = job.checkpoints(0);
-    fields.emplace_back("Checkpoint",
-                        absl::StrCat("step ", newest.step(), " (", newest.path(), "); ",
+    fields.emplace_back("Saved",
+                        absl::StrCat("checkpoint of step ", newest.step(), " (", newest.path(), "); ",
                                      job.checkpoints_size(), " kept: substraxctl checkpoints ",
                                      job.id()));
   }

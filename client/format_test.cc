@@ -221,7 +221,7 @@ TEST(FormatTest, CheckpointsAreListedAndTheJobSaysWhereItResumedFrom) {
   EXPECT_LT(table.find("step-000000000400"), table.find("step-000000000300"));
   const std::string details = FormatJobDetails(job, options);
   EXPECT_THAT(details, HasSubstr("attempt 2 from the checkpoint of step 300"));
-  EXPECT_THAT(details, HasSubstr("step 400 (/ckpt/mlp/step-000000000400); 2 kept"));
+  EXPECT_THAT(details, HasSubstr("Saved:    checkpoint of step 400 (/ckpt/mlp/step-000000000400); 2 kept"));
 }
 
 TEST(FormatTest, YamlIsBlockStyleAndKeepsStringsStrings) {

@@ -93,10 +93,15 @@ absl::Status Cluster::ReportCheckpoints(const v1::ReportCheckpointsRequest& requ
     }
     SUBSTRAX_RETURN_IF_ERROR(CheckRecords(request, job.spec()));
     if (request.has_resumed()) {
-      job.set_resumed_from_step(request.resumed().step());
-      // A note in the job's history: the state stays RUNNING.
-      TransitionLocked(entry, v1::JOB_STATE_RUNNING,
-                       ResumeReason(job.attempt(), job.spec(), request.resumed()));
+      const v1::CheckpointResume& resumed = request.resumed();
+      job.set_resumed_from_step(resumed.step());
+      MarkJobChangedLocked(entry);
+      // A note in the job's history (the state stays RUNNING) when there is news: a resume, a
+      // skipped checkpoint, or a restart that found nothing to resume from.
+      if (resumed.step() > 0 || resumed.skipped_size() > 0 || job.attempt() > 1) {
+        TransitionLocked(entry, v1::JOB_STATE_RUNNING,
+                         ResumeReason(job.attempt(), job.spec(), resumed));
+      }
     }
     if (request.has_listing()) {
       *job.mutable_checkpoints() = request.listing().checkpoints();
