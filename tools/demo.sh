@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo: a data-parallel Fashion-MNIST job on a local cluster of 2 worker daemons x 2 CPU
 # devices, from a fresh machine. Installs what it needs, builds, starts the cluster, submits
-# examples/fashion_mnist_mlp.yaml, shows its progress and a metrics table, ends with
+# examples/fashion_mnist_mlp.yaml (checkpointing every 1000 steps), shows its progress, a
+# metrics table and its checkpoints, exports the parameters to one safetensors file, ends with
 # "test_accuracy=<value>", and stops the cluster (also when interrupted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ BIN=$(bazel info -c opt bazel-bin 2>/dev/null)
 CTL="$BIN/client/substraxctl"
 [ -x "$CTL" ] || { echo "demo: the build failed (see above)" >&2; exit 1; }
 
-STATE=$(mktemp -d "${TMPDIR:-/tmp}/substrax-demo.XXXXXX")
+STATE=$(realpath "$(mktemp -d "${TMPDIR:-/tmp}/substrax-demo.XXXXXX")")
 stop_cluster() {
   "$CTL" local down --state-dir "$STATE" >/dev/null 2>&1 || true
 }
@@ -30,7 +31,12 @@ eval "$("$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" \
   --worker-binary "$BIN/worker/substrax-worker")"
 "$CTL" workers
 
-JOB=$("$CTL" submit examples/fashion_mnist_mlp.yaml)
+# The example, checkpointing into the cluster's checkpoint root (local up's default).
+SPEC="$STATE/fashion_mnist_mlp.yaml"
+cat examples/fashion_mnist_mlp.yaml > "$SPEC"
+echo "  checkpoint: {directory: $STATE/checkpoints/fashion-mnist, every_steps: 1000, keep_last: 2}" \
+  >> "$SPEC"
+JOB=$("$CTL" submit "$SPEC")
 echo "demo: submitted $JOB; training data-parallel over 4 devices on 2 workers" >&2
 status=0
 "$CTL" watch "$JOB" || status=$?
@@ -43,5 +49,10 @@ if [ "$status" -ne 0 ]; then
   echo "demo: the job did not succeed" >&2
   exit 1
 fi
+echo "Checkpoints (every 1000 steps and at the end, the newest 2 kept):"
+"$CTL" checkpoints "$JOB"
+"$BIN/worker/substrax-worker" export-checkpoint "$STATE/checkpoints/fashion-mnist" \
+  --out "$STATE/fashion-mnist.safetensors" >&2
+echo
 accuracy=$("$CTL" get "$JOB" -o json | grep -o '"test_accuracy": *[0-9.eE+-]*' | head -1 | sed 's/.*: *//')
 echo "test_accuracy=$accuracy"
