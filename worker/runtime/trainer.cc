@@ -182,6 +182,9 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   return RunStepLoop(loop, *backend);
 }
 
+// How long processes other than 0 wait for process 0 to choose the checkpoint to resume from.
+constexpr absl::Duration kResumeTimeout = absl::Minutes(10);
+
 // Where this attempt resumes from (told to on_resume), and the writer of its checkpoints.
 absl::Status StartCheckpoints(const TrainerOptions& options, const TrainingData& data,
                               const std::vector<int>& local_devices,
@@ -189,8 +192,10 @@ absl::Status StartCheckpoints(const TrainerOptions& options, const TrainingData&
   const v1::JobSpec& spec = options.spec;
   SUBSTRAX_ASSIGN_OR_RETURN(
       checkpoints->resume,
+      // Process 0 reads every shard file of the checkpoints it checks: the others may wait
+      // longer than for a connection.
       FindResumePoint(spec.checkpoint().directory(), spec.resume_from(), options.process_index,
-                      options.store, options.connect_timeout));
+                      options.store, std::max(options.connect_timeout, kResumeTimeout)));
   if (options.process_index == 0 && options.on_resume) {
     options.on_resume(checkpoints->resume->report);
   }
