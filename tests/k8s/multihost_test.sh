@@ -29,10 +29,14 @@
 # It waits for each daemon through grpc.health.v1 (`substraxctl health` on its --health-listen
 # port, workers on substrax.worker.ready), then submits from the coordinator's namespace, through
 # the Service name, a data-parallel Fashion-MNIST job (examples/fashion_mnist_mlp.yaml with
-# `steps: 60` instead of `epochs`) over 2 workers x 2 CPU devices, and checks that it SUCCEEDED
+# `steps: 60` instead of `epochs`, checkpointing every 20 steps under the workers'
+# --checkpoint-root) over 2 workers x 2 CPU devices, and checks that it SUCCEEDED
 # with test metrics, that its mesh spans both worker hosts, that the workers registered as their
 # pod names (--worker-id=$(POD_NAME)) with their namespace IPs (--listen-host=$(POD_IP)): Gloo binds the runners there, and each host's only
-# route to the other is the bridge, so a succeeded job means the all-reduces crossed it.
+# route to the other is the bridge, so a succeeded job means the all-reduces crossed it. The
+# checkpoint root is one directory for both workers, as the ReadWriteMany claim
+# substrax-checkpoints is on a cluster: the last checkpoint must be committed there with both
+# processes' shard files.
 #
 # Cleans up on every exit (trap): the daemons and their runners, the namespaces, /etc/netns/<ns>,
 # the temp dir. Bounded: an overall deadline, every blocking command under `timeout`.
@@ -154,6 +158,7 @@ CLUSTER_DOMAIN=cluster.local   # Kubernetes' default; the manifests assume none
 #   /etc/substrax/auth                   -> $TMP/<coordinator ns>/auth       (Secret substrax-auth)
 #   /etc/substrax/tls (worker)           -> $TMP/<worker ns>/tls             (csi.cert-manager.io)
 #   /var/lib/substrax-data               -> $TMP/<worker ns>/data, empty     (volume "data")
+#   /var/lib/substrax/checkpoints        -> $TMP/checkpoints, one for both   (PVC, ReadWriteMany)
 #   /usr/share/datasets/fashion-mnist    -> itself: the CPU image's example data, which this
 #                                           host has at the same path (--image-path)
 #   /tmp                                 -> not mapped: no flag names it (emptyDir "tmp")
@@ -223,7 +228,7 @@ for key, value in (hits[0].get("data") or {}).items():
         f.write(base64.b64decode(value))
 EOF
 
-mkdir -p "$TMP/$C_NS/state" "$TMP/$C_NS/home"
+mkdir -p "$TMP/$C_NS/state" "$TMP/$C_NS/home" "$TMP/checkpoints"
 log "coordinator ($C_NS, $C_IP):"
 "$PY" "$EXTRACT" --rendered "$TMP/rendered.yaml" \
   --workload StatefulSet/substrax-coordinator --container coordinator \
@@ -247,6 +252,7 @@ for i in 0 1; do
     --map "/var/lib/substrax-worker=$TMP/$ns/work" \
     --map "/etc/substrax/tls=$TMP/$ns/tls" \
     --map "/var/lib/substrax-data=$TMP/$ns/data" \
+    --map "/var/lib/substrax/checkpoints=$TMP/checkpoints" \
     --image-path /usr/share/datasets/fashion-mnist \
     --unmapped-mount /tmp \
     --image-path /usr/share/datasets \
@@ -327,7 +333,9 @@ fi
 # --- 4. The job, submitted from the coordinator's namespace through the Service name. --------
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] \
   || die "no Fashion-MNIST in /usr/share/datasets/fashion-mnist: run tools/install_deps.sh"
-"$PY" - "$SPEC" "$TMP/job.yaml" <<'EOF'
+# Its checkpoints go under the workers' --checkpoint-root (the test's path for it).
+CHECKPOINTS="$TMP/checkpoints/multihost"
+"$PY" - "$SPEC" "$TMP/job.yaml" "$CHECKPOINTS" <<'EOF'
 import sys, yaml
 spec = yaml.safe_load(open(sys.argv[1]))
 s = spec["spec"]
@@ -335,10 +343,11 @@ assert s["mesh"] == {"data_parallel_size": 4}, s["mesh"]
 assert "test" in s["data"], "the example spec has no test data"
 s.pop("epochs", None)
 s["steps"] = 60
+s["checkpoint"] = {"directory": sys.argv[3], "every_steps": 20}
 yaml.safe_dump(spec, open(sys.argv[2], "w"), sort_keys=False)
 EOF
 COORDINATOR_ADDRESS="$COORDINATOR_SERVICE.$K8S_NAMESPACE:$COORDINATOR_SERVICE_PORT"
-log "submitting $TMP/job.yaml (steps: 60) to $COORDINATOR_ADDRESS from $C_NS"
+log "submitting $TMP/job.yaml (steps: 60, checkpoints in $CHECKPOINTS) to $COORDINATOR_ADDRESS from $C_NS"
 secs=$(( $(left) < JOB_S ? $(left) : JOB_S ))
 [ "$secs" -ge 10 ] || die "the overall deadline (${OVERALL_S}s) is reached before the job"
 set +e
@@ -393,3 +402,11 @@ if errors:
 print("multihost_test: job %s SUCCEEDED, test_accuracy=%s, mesh on %s, workers at %s"
       % (job.get("id"), final["test_accuracy"], hosts, sorted(seen.items())))
 EOF
+# The checkpoints, in the one directory both workers' --checkpoint-root stands for: the last one
+# committed with its manifest and the shard file of each process (one per worker host).
+last="$CHECKPOINTS/step-000000000060"
+held() { find "$CHECKPOINTS" -mindepth 1 -maxdepth 1 -printf '%f\n' 2>&1 | sort | tr '\n' ' '; }
+for f in manifest.json process-00000.safetensors process-00001.safetensors; do
+  [ -s "$last/$f" ] || die "no $f in $last; $CHECKPOINTS holds: $(held)"
+done
+log "checkpoints committed in $CHECKPOINTS: $(held)"

@@ -4,9 +4,10 @@ Renders every overlay with `kubectl kustomize`, validates each object against th
 API schema of its kind (kubernetes-validate, strict: unknown fields are errors), and asserts
 the properties the deployment promises: Pod Security "restricted" on every container, gRPC
 probes on the --health-listen port (worker readiness on substrax.worker.ready, liveness on
-nothing but the process), a headless worker Service publishing not-ready addresses, tagged
-images, no placeholders, options ConfigMap keys that are flag names, and that every binary
-and flag the manifests and Dockerfiles name exists in the binaries' --help.
+nothing but the process), a headless worker Service publishing not-ready addresses, the
+workers' --checkpoint-root on a ReadWriteMany claim, tagged images, no placeholders, options
+ConfigMap keys that are flag names, and that every binary and flag the manifests and
+Dockerfiles name exists in the binaries' --help.
 
 cert-manager's objects (cert-manager.io/v1 Issuer, Certificate) have no schema in
 kubernetes-validate, nor anywhere else offline: they are validated against a schema if the
@@ -256,6 +257,7 @@ class RenderedOverlayTest(unittest.TestCase):
                 "Issuer/substrax-selfsigned",
                 "NetworkPolicy/substrax-coordinator",
                 "NetworkPolicy/substrax-worker",
+                "PersistentVolumeClaim/substrax-checkpoints",
                 "Service/substrax-coordinator",
                 "Service/substrax-coordinator-metrics",
                 "Service/substrax-coordinator-workers",
@@ -409,6 +411,43 @@ class RenderedOverlayTest(unittest.TestCase):
             metrics = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--metrics-listen=")]
             self.assertEqual(ann["prometheus.io/scrape"], "true")
             self.assertEqual(ann["prometheus.io/port"], metrics[0].rsplit(":", 1)[1])
+
+    def testCheckpointRootIsOnASharedClaim(self):
+        """Every worker's --checkpoint-root is the mount, writable, of a rendered claim that
+        every node can mount at once (ReadWriteMany): the processes of a job, on different
+        nodes, write one checkpoint into the same directory."""
+        errors = []
+        for overlay, objects in self.Each():
+            claims = {o["metadata"]["name"]: o for o in objects
+                      if o["kind"] == "PersistentVolumeClaim"}
+            ds = [o for o in objects if o["kind"] == "DaemonSet"][0]
+            pod = ds["spec"]["template"]["spec"]
+            c = pod["containers"][0]
+            w = "%s: %s" % (overlay, Name(ds))
+            volumes = {v["name"]: v for v in pod.get("volumes", [])}
+            mounts = {m["mountPath"].rstrip("/"): m for m in c.get("volumeMounts", [])}
+            roots = FlagValues(c, "--checkpoint-root")
+            if not roots:
+                errors.append("%s: no --checkpoint-root" % w)
+            for root in roots:
+                m = mounts.get(root.rstrip("/"))
+                if m is None:
+                    errors.append("%s: --checkpoint-root=%s is no volume's mountPath" % (w, root))
+                    continue
+                if m.get("readOnly") or m.get("subPath"):
+                    errors.append("%s: --checkpoint-root=%s: mount %s writable, whole" %
+                                  (w, root, m["name"]))
+                claim = (volumes.get(m["name"]) or {}).get("persistentVolumeClaim")
+                if claim is None:
+                    errors.append("%s: --checkpoint-root=%s: volume %s is not a claim (every "
+                                  "worker must see the same files)" % (w, root, m["name"]))
+                    continue
+                modes = (claims.get(claim.get("claimName")) or {}).get("spec", {}).get(
+                    "accessModes", [])
+                if "ReadWriteMany" not in modes:
+                    errors.append("%s: --checkpoint-root=%s: claim %s has accessModes %s, want "
+                                  "ReadWriteMany" % (w, root, claim.get("claimName"), modes))
+        Fail(errors)
 
     def testNetworkPolicyAdmitsWorkersToEachOther(self):
         for overlay, objects in self.Each():
