@@ -30,6 +30,7 @@ namespace {
 
 using ::testing::DoubleEq;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 
 // Where the fake keeps its gradient buffer: host memory, or GPU memory.
 struct Memory {
@@ -375,6 +376,93 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.bucket_bytes == 8 ? "SmallBuckets" : "LargeBuckets") +
              (info.param.in_flight > 0 ? "InFlight" : "");
     });
+
+// Checkpoints: every device saves at the same steps, after that step's update: every N steps and
+// at the end; by time at reports (a 1 ns interval: due at every report); a resumed loop runs
+// only the steps after its first.
+TEST(StepLoopSaveTest, EveryDeviceSavesAtTheStepsTheSpecAsksFor) {
+  const Mesh mesh = *DeviceMeshManager::CreateHybridMesh(MakeUniformCluster(2, 2), 2, 2);
+  v1::JobSpec spec = Spec();
+  spec.set_report_every_steps(5);
+  struct SaveCase {
+    int64_t first_step, every_steps;
+    absl::Duration every;
+    bool at_end;
+    std::vector<int64_t> saved;
+  };
+  for (const SaveCase& c : {SaveCase{0, 7, absl::ZeroDuration(), true, {7, 14, 20}},
+                            SaveCase{5, 0, absl::Nanoseconds(1), false, {10, 15, 20}},
+                            SaveCase{0, 4, absl::ZeroDuration(), false, {4, 8, 12, 16, 20}}}) {
+    SCOPED_TRACE(absl::StrCat("first ", c.first_step, " every ", c.every_steps));
+    absl::Mutex mu;
+    std::map<int, std::vector<int64_t>> saved;
+    std::map<int, size_t> applied_at_save;
+    std::map<int, absl::Status> results;
+    Dataset eval;
+    RunOnDevices(mesh, [&](DeviceContext& ctx) {
+      const int id = ctx.device.id;
+      FakeBackend backend(id, 2, ctx.coords[1], HostMemory());
+      StepLoopOptions options;
+      options.spec = &spec;
+      options.mesh = &mesh;
+      options.device_id = id;
+      options.comms = ctx.comms;
+      options.total_steps = 20;
+      options.first_step = c.first_step;
+      options.eval = &eval;
+      options.save_every_steps = c.every_steps;
+      options.save_every = c.every;
+      options.save_at_end = c.at_end;
+      options.save = [&, id](int64_t steps_done, DeviceBackend& b) -> absl::Status {
+        absl::MutexLock lock(&mu);
+        saved[id].push_back(steps_done);
+        applied_at_save[id] = static_cast<FakeBackend&>(b).applied.size();
+        return absl::OkStatus();
+      };
+      absl::StatusOr<TrainResult> r = RunStepLoop(options, backend);
+      absl::MutexLock lock(&mu);
+      results[id] = r.status();
+      if (r.ok()) {
+        EXPECT_EQ(r->resumed_from_step, c.first_step);
+      }
+      EXPECT_EQ(backend.applied.size(), static_cast<size_t>(20 - c.first_step));
+    });
+    ASSERT_EQ(results.size(), 4u);
+    for (const auto& [id, status] : results) ASSERT_TRUE(status.ok()) << id << ": " << status;
+    for (int id = 0; id < 4; ++id) {
+      EXPECT_THAT(saved[id], ElementsAreArray(c.saved)) << "device " << id;
+      // The last save came after the last update.
+      EXPECT_EQ(applied_at_save[id], static_cast<size_t>(20 - c.first_step)) << "device " << id;
+    }
+  }
+}
+
+// A save that fails stops the loop with the error, naming the step.
+TEST(StepLoopSaveTest, AFailedSaveStopsTheLoop) {
+  const Mesh mesh = *DeviceMeshManager::CreateHybridMesh(MakeUniformCluster(1, 1), 1, 1);
+  const v1::JobSpec spec = Spec();
+  Dataset eval;
+  absl::Status status;
+  RunOnDevices(mesh, [&](DeviceContext& ctx) {
+    FakeBackend backend(ctx.device.id, 1, 0, HostMemory());
+    StepLoopOptions options;
+    options.spec = &spec;
+    options.mesh = &mesh;
+    options.device_id = ctx.device.id;
+    options.comms = ctx.comms;
+    options.total_steps = 10;
+    options.eval = &eval;
+    options.save_every_steps = 3;
+    options.save = [](int64_t, DeviceBackend&) {
+      return absl::UnavailableError("cannot write /ckpt/x: No space left on device");
+    };
+    status = RunStepLoop(options, backend).status();
+    EXPECT_EQ(backend.applied.size(), 3u);
+  });
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("checkpoint after step 3"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("No space left on device"));
+}
 
 // The CUDA variant: the fake's gradient buffer in GPU memory, NCCL communicators (one rank), the
 // loop's collectives on the device. Needs a GPU; part of the GPU check.
