@@ -64,21 +64,13 @@ std::string Checkpointed(const std::string& dir) {
   return absl::StrCat("checkpoint: {directory: ", dir, ", every_steps: 100}");
 }
 
-// The parameters a committed checkpoint holds, whole.
+// The parameters a committed checkpoint holds, whole, by array name.
 TensorTree SavedParams(const std::string& dir) {
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir);
-  EXPECT_TRUE(reader.ok()) << reader.status();
-  TensorTree params;
-  if (!reader.ok()) return params;
-  for (const v1::CheckpointArray& a : reader->manifest().arrays()) {
-    if (a.name().rfind("params/", 0) != 0) continue;
-    std::vector<IndexRange> whole;
-    for (int64_t d : a.global_shape()) whole.push_back({0, d});
-    absl::StatusOr<Tensor> t = reader->ReadBlock(a.name(), whole);
-    EXPECT_TRUE(t.ok()) << t.status();
-    if (t.ok()) params[a.name()] = *std::move(t);
-  }
-  return params;
+  absl::StatusOr<TensorTree> params =
+      reader.ok() ? reader->ReadArrays("params/") : reader.status();
+  EXPECT_TRUE(params.ok()) << params.status();
+  return params.ok() ? *std::move(params) : TensorTree();
 }
 
 bool BitwiseEqual(const TensorTree& a, const TensorTree& b, std::string* where) {

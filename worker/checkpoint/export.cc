@@ -104,9 +104,7 @@ absl::StatusOr<ExportResult> ExportCheckpoint(const std::string& checkpoint,
       result.left_out.push_back(array.name());
       continue;
     }
-    std::vector<IndexRange> whole;
-    for (int64_t d : array.global_shape()) whole.push_back({0, d});
-    absl::StatusOr<Tensor> value = reader->ReadBlock(array.name(), whole);
+    absl::StatusOr<Tensor> value = reader->ReadWhole(array.name());
     if (!value.ok()) return value.status();
     t.dtype = SafetensorsDtype::kF32;
     t.shape = value->shape();

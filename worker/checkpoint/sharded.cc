@@ -6,9 +6,11 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/status.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace substrax {
@@ -209,6 +211,25 @@ absl::StatusOr<const SafetensorsFile*> CheckpointReader::File(const v1::Checkpoi
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Parse(std::move(contents), path);
   if (!file.ok()) return absl::DataLossError(file.status().message());
   return &files_.emplace(entry.name(), *std::move(file)).first->second;
+}
+
+absl::StatusOr<Tensor> CheckpointReader::ReadWhole(const std::string& name) {
+  for (const v1::CheckpointArray& array : manifest_.arrays()) {
+    if (array.name() != name) continue;
+    std::vector<IndexRange> whole;
+    for (int64_t d : array.global_shape()) whole.push_back({0, d});
+    return ReadBlock(name, whole);
+  }
+  return ReadBlock(name, {});  // its NOT_FOUND names the arrays there are
+}
+
+absl::StatusOr<TensorTree> CheckpointReader::ReadArrays(absl::string_view prefix) {
+  TensorTree arrays;
+  for (const v1::CheckpointArray& array : manifest_.arrays()) {
+    if (!absl::StartsWith(array.name(), prefix)) continue;
+    SUBSTRAX_ASSIGN_OR_RETURN(arrays[array.name()], ReadWhole(array.name()));
+  }
+  return arrays;
 }
 
 absl::Status CheckpointReader::VerifyAll() {

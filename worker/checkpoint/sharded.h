@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/mesh.h"
 #include "core/sharding.h"
 #include "substrax/v1/checkpoint.pb.h"
@@ -71,6 +72,10 @@ class CheckpointReader {
   // index does not fit the array), DATA_LOSS (a shard file whose checksum or contents do not
   // match the manifest).
   absl::StatusOr<Tensor> ReadBlock(const std::string& name, const std::vector<IndexRange>& index);
+  // The whole array `name`: ReadBlock over its global shape. Errors: as ReadBlock's.
+  absl::StatusOr<Tensor> ReadWhole(const std::string& name);
+  // Every array whose name starts with `prefix`, whole, by its name. Errors: as ReadBlock's.
+  absl::StatusOr<TensorTree> ReadArrays(absl::string_view prefix);
   // Reads every shard file once and checks it against the manifest (size, checksum, format).
   // Errors: as ReadBlock's for files.
   absl::Status VerifyAll();
