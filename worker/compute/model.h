@@ -44,15 +44,6 @@
 
 namespace substrax {
 
-struct LossAndGrads {
-  // Mean over the batch.
-  double loss = 0;
-  // Fraction of the batch classified correctly (classification); 0 for regression.
-  double accuracy = 0;
-  // Same names and shapes as the parameters.
-  TensorTree grads;
-};
-
 // How this device takes part in tensor parallelism.
 struct TensorParallelism {
   // Devices on the model axis (1: no tensor parallelism).

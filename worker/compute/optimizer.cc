@@ -214,4 +214,14 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const v1::Optimizer
   return Create(config);
 }
 
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const std::string& type, double learning_rate,
+    const std::map<std::string, double>& hyperparameters) {
+  v1::OptimizerSpec spec;
+  spec.set_type(type);
+  spec.set_learning_rate(learning_rate);
+  spec.mutable_hyperparameters()->insert(hyperparameters.begin(), hyperparameters.end());
+  return Create(spec);
+}
+
 }  // namespace substrax

@@ -108,11 +108,11 @@ absl::StatusOr<Tensor> ShardForDevice(const Tensor& tensor, const NamedSharding&
 
 // Loss and gradients, `reduce` on the gradients (the collectives), one optimizer update.
 template <typename Reduce>
-absl::StatusOr<StepResult> TrainStep(const Model& model, Optimizer& optimizer, TensorTree* params,
-                                     const Batch& batch, Reduce&& reduce) {
+absl::StatusOr<StepResult> TrainStep(const LossAndGradsFn& loss_and_grads, Optimizer& optimizer,
+                                     TensorTree* params, const Batch& batch, Reduce&& reduce) {
   StepResult result;
   absl::Time start = absl::Now();
-  SUBSTRAX_ASSIGN_OR_RETURN(LossAndGrads lg, model.LossAndGradients(*params, batch));
+  SUBSTRAX_ASSIGN_OR_RETURN(LossAndGrads lg, loss_and_grads(*params, batch));
   result.compute_seconds = SecondsSince(start);
   start = absl::Now();
   SUBSTRAX_RETURN_IF_ERROR(reduce(&lg.grads));
@@ -123,6 +123,13 @@ absl::StatusOr<StepResult> TrainStep(const Model& model, Optimizer& optimizer, T
   result.loss = lg.loss;
   result.accuracy = lg.accuracy;
   return result;
+}
+
+// A built-in model as a program's loss-and-gradients function.
+LossAndGradsFn ModelLossAndGrads(const Model& model) {
+  return [&model](const TensorTree& params, const Batch& batch) {
+    return model.LossAndGradients(params, batch);
+  };
 }
 
 }  // namespace
@@ -296,8 +303,19 @@ absl::StatusOr<StepResult> SpmdTrainStep(DeviceContext& ctx, const Model& model,
                                          Optimizer& optimizer, TensorTree* params,
                                          const Batch& batch,
                                          const GradientReductionOptions& options) {
-  const std::map<std::string, PartitionSpec> specs = PartitionSpecs(model);
-  return TrainStep(model, optimizer, params, batch, [&](TensorTree* grads) {
+  return SpmdTrainStep(ctx, ModelLossAndGrads(model), optimizer, params, batch,
+                       PartitionSpecs(model), options);
+}
+
+absl::StatusOr<StepResult> SpmdTrainStep(DeviceContext& ctx, const LossAndGradsFn& loss_and_grads,
+                                         Optimizer& optimizer, TensorTree* params,
+                                         const Batch& batch,
+                                         const std::map<std::string, PartitionSpec>& specs,
+                                         const GradientReductionOptions& options) {
+  if (!loss_and_grads) {
+    return absl::InvalidArgumentError("spmd_train_step: no loss-and-gradients function given");
+  }
+  return TrainStep(loss_and_grads, optimizer, params, batch, [&](TensorTree* grads) {
     return ReduceGradientsBySharding(ctx, grads, specs, options);
   });
 }
@@ -305,7 +323,8 @@ absl::StatusOr<StepResult> SpmdTrainStep(DeviceContext& ctx, const Model& model,
 absl::StatusOr<StepResult> CollectiveTrainStep(DeviceContext& ctx, const Model& model,
                                                Optimizer& optimizer, TensorTree* params,
                                                const Batch& batch) {
-  return TrainStep(model, optimizer, params, batch, [&](TensorTree* grads) -> absl::Status {
+  return TrainStep(ModelLossAndGrads(model), optimizer, params, batch,
+                   [&](TensorTree* grads) -> absl::Status {
     if (ctx.mesh->HasAxis(kDataAxis)) {
       SUBSTRAX_RETURN_IF_ERROR(ReduceMeanCollective(ctx, grads, kDataAxis));
     }
