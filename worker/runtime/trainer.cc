@@ -20,11 +20,10 @@
 #include "worker/data/dataset.h"
 #include "worker/data/prefetch.h"
 #include "worker/data/sampler.h"
-#include "worker/collectives/gloo_communicator.h"
-#include "worker/collectives/nccl_communicator.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/cpu_backend.h"
 #include "worker/runtime/cuda_backend.h"
+#include "worker/runtime/device_connections.h"
 #include "worker/runtime/step_loop.h"
 
 namespace substrax {
@@ -41,62 +40,6 @@ absl::StatusOr<IndexRange> BatchRows(const Mesh& mesh, int device_id, int64_t gl
   return shard.index[0];
 }
 
-// The liveness monitor of this process's peers, or null when the job has one process.
-absl::StatusOr<std::unique_ptr<PeerMonitor>> StartPeerMonitor(const TrainerOptions& options) {
-  int num_processes = 0;
-  for (int p : options.process_of_position) num_processes = std::max(num_processes, p + 1);
-  if (num_processes <= 1) return std::unique_ptr<PeerMonitor>();
-  PeerMonitor::Options monitor_options;
-  monitor_options.process_index = options.process_index;
-  monitor_options.num_processes = num_processes;
-  monitor_options.listen_host = options.listen_host;
-  monitor_options.connect_timeout = options.connect_timeout;
-  return PeerMonitor::Start(monitor_options, options.store);
-}
-
-// Tells a device's communicators when a peer process dies, so that backends whose collectives
-// would wait for it until their timeout (NCCL) abort at once. Stops when destroyed.
-class DeathForwarder {
- public:
-  DeathForwarder(const PeerMonitor* monitor, MeshCommunicators* comms) {
-    if (monitor == nullptr) return;
-    thread_ = std::thread([this, monitor, comms] {
-      while (!done_.HasBeenNotified()) {
-        if (!monitor->AwaitDeath(absl::Milliseconds(100))) continue;
-        const PeerMonitor::Death death = monitor->Deaths().front();
-        comms->PeerDied(absl::StrCat("process ", death.process_index, " died: ", death.reason));
-        return;
-      }
-    });
-  }
-  ~DeathForwarder() {
-    done_.Notify();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  absl::Notification done_;
-  std::thread thread_;
-};
-
-// How the devices of this job connect: Gloo between CPU devices, NCCL between GPUs.
-std::unique_ptr<GroupConnector> MakeConnector(const TrainerOptions& options, const Device& me,
-                                              const PeerMonitor* monitor) {
-  if (me.kind == DeviceKind::kCuda) {
-    NcclCommunicatorOptions nccl;
-    nccl.device = me.local_index;
-    nccl.timeout = options.collective_timeout;
-    nccl.connect_timeout = options.connect_timeout;
-    return std::make_unique<NcclGroupConnector>(nccl, options.store);
-  }
-  GlooCommunicatorOptions gloo;
-  gloo.timeout = options.collective_timeout;
-  gloo.connect_timeout = options.connect_timeout;
-  gloo.listen_host = options.listen_host;
-  return std::make_unique<GlooGroupConnector>(gloo, options.store, options.process_of_position,
-                                              monitor);
-}
-
 // What the devices of a process share for checkpoints: where they resume from (the reader is
 // not thread-safe: one device reads at a time) and the writer of this process's shards.
 struct ProcessCheckpoints {
@@ -109,6 +52,18 @@ struct ProcessCheckpoints {
   }
 };
 
+ConnectionOptions ConnectionsOf(const TrainerOptions& options) {
+  ConnectionOptions connections;
+  connections.mesh = &options.mesh;
+  connections.process_of_position = &options.process_of_position;
+  connections.process_index = options.process_index;
+  connections.store = options.store;
+  connections.listen_host = options.listen_host;
+  connections.collective_timeout = options.collective_timeout;
+  connections.connect_timeout = options.connect_timeout;
+  return connections;
+}
+
 absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const TrainingData& data,
                                       const PeerMonitor* monitor, int device_id,
                                       ProcessCheckpoints& checkpoints) {
@@ -116,10 +71,10 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   const Mesh& mesh = options.mesh;
   SUBSTRAX_ASSIGN_OR_RETURN(std::vector<int64_t> coords, mesh.CoordinatesOf(device_id));
   const Device& me = mesh.DeviceAt(coords);
-  std::unique_ptr<GroupConnector> connector = MakeConnector(options, me, monitor);
-  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<MeshCommunicators> comms,
-                            MeshCommunicators::Create(mesh, device_id, *connector));
-  DeathForwarder deaths(monitor, comms.get());
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      std::unique_ptr<DeviceConnection> connection,
+      DeviceConnection::Connect(ConnectionsOf(options), device_id, monitor));
+  MeshCommunicators* comms = &connection->comms();
 
   BackendSetup setup;
   setup.spec = &spec;
@@ -166,7 +121,7 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   loop.spec = &spec;
   loop.mesh = &mesh;
   loop.device_id = device_id;
-  loop.comms = comms.get();
+  loop.comms = comms;
   loop.total_steps = data.total_steps;
   loop.steps_per_epoch = data.sampler->steps_per_epoch();
   loop.eval = data.test.has_value() ? &*data.test : &data.train;
@@ -205,8 +160,7 @@ absl::Status StartCheckpoints(const TrainerOptions& options, const TrainingData&
         checkpoints->first_step(), ", beyond this job's ", data.total_steps, " steps"));
   }
   if (!spec.has_checkpoint()) return absl::OkStatus();
-  int num_processes = 0;
-  for (int p : options.process_of_position) num_processes = std::max(num_processes, p + 1);
+  const int num_processes = NumProcesses(options.process_of_position);
   CheckpointerOptions writer;
   writer.directory = spec.checkpoint().directory();
   writer.keep_last = spec.checkpoint().keep_last();
@@ -315,7 +269,8 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   }
 
   SUBSTRAX_ASSIGN_OR_RETURN(const TrainingData data, LoadTrainingData(spec, options.data_access));
-  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor, StartPeerMonitor(options));
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor,
+                            StartPeerMonitor(ConnectionsOf(options)));
   ProcessCheckpoints checkpoints;
   if (checkpointed) {
     SUBSTRAX_RETURN_IF_ERROR(StartCheckpoints(options, data, local_devices, &checkpoints));

@@ -1,0 +1,96 @@
+// The SDK's Program (substrax/program.h), with what substrax's own runner needs beyond the
+// public surface: the launch, the rendezvous store, the coordinator's stub and raw step reports.
+// The built-in trainer (`substrax-worker run`) is a program on the SDK: it starts through the
+// same Init as a user's program and reports through the same channel.
+#ifndef SUBSTRAX_WORKER_SDK_PROGRAM_IMPL_H_
+#define SUBSTRAX_WORKER_SDK_PROGRAM_IMPL_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/mesh.h"
+#include "substrax/program.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "substrax/v1/program.pb.h"
+#include "worker/collectives/store.h"
+#include "worker/daemon/step_reporter.h"
+#include "worker/runtime/device_connections.h"
+
+namespace substrax {
+
+// The environment variable naming the daemon's launch file.
+inline constexpr char kLaunchEnv[] = "SUBSTRAX_LAUNCH";
+// The environment variable that overrides InitOptions::standalone_devices.
+inline constexpr char kDevicesEnv[] = "SUBSTRAX_DEVICES";
+
+class ProgramImpl final : public Program {
+ public:
+  // In a job: reads the launch file at `launch_path`, connects to the coordinator and creates
+  // the launch's started file. Errors: as substrax::Init.
+  static absl::StatusOr<std::unique_ptr<ProgramImpl>> FromLaunch(const std::string& launch_path);
+  // Standalone, `devices` local CPU devices.
+  static absl::StatusOr<std::unique_ptr<ProgramImpl>> Standalone(int devices,
+                                                                 JobSettings settings);
+  ~ProgramImpl() override;
+
+  bool standalone() const override { return !launch_.has_value(); }
+  const JobSettings& settings() const override { return settings_; }
+  int process_index() const override { return process_index_; }
+  int num_processes() const override { return NumProcesses(process_of_position_); }
+  const Mesh& mesh() const override { return mesh_; }
+  std::vector<int> local_device_ids() const override;
+  absl::Status RunOnDevices(const std::function<absl::Status(DeviceContext&)>& fn) override;
+  void SetTotalSteps(int64_t total_steps) override;
+  absl::Status ReportMetrics(const DeviceContext& ctx, int64_t step, const Metrics& metrics,
+                             const ReportTiming& timing) override;
+  void SetFinalMetrics(const Metrics& metrics) override;
+  int Finish(const absl::Status& status) override;
+
+  // --- For substrax's runner ---
+  // The launch (in a job only).
+  const v1::ProgramLaunch* launch() const { return launch_ ? &*launch_ : nullptr; }
+  // The job's process table: the process of each mesh position.
+  const std::vector<int>& process_of_position() const { return process_of_position_; }
+  // The attempt's rendezvous store.
+  Store* store() const { return store_.get(); }
+  // The coordinator (null standalone).
+  const std::shared_ptr<v1::CoordinatorService::StubInterface>& stub() const { return stub_; }
+  // How this process's devices connect.
+  ConnectionOptions connection_options() const;
+  // Queues one step report as it is (job and attempt are set by the reporter). No-op standalone.
+  void EnqueueStepReport(v1::StepReport report);
+
+ private:
+  ProgramImpl(Mesh mesh, JobSettings settings) : mesh_(std::move(mesh)), settings_(settings) {}
+  // Standalone: prints the step's metrics reduced over the local devices once all reported.
+  void PrintWhenComplete(int device_id, int64_t step, const Metrics& metrics);
+  void WriteResult(const v1::ReportAttemptStatusRequest& result) const;
+
+  Mesh mesh_;
+  JobSettings settings_;
+  std::optional<v1::ProgramLaunch> launch_;
+  std::vector<int> process_of_position_;
+  int process_index_ = 0;
+  std::shared_ptr<v1::CoordinatorService::StubInterface> stub_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<GrpcStepSender> sender_;
+  std::unique_ptr<StepReporter> reporter_;
+  bool ran_ = false;
+
+  absl::Mutex mu_;
+  int64_t total_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  Metrics final_metrics_ ABSL_GUARDED_BY(mu_);
+  // Standalone: the metrics of each step until every local device reported it.
+  std::map<int64_t, std::map<int, Metrics>> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_WORKER_SDK_PROGRAM_IMPL_H_
