@@ -3,11 +3,14 @@
 #   make test   installs what the build and tests need (Debian packages, and the manifest tests'
 #               Python venv from PyPI), builds, runs every test and the layering checks
 #   make build  installs what the build needs (Debian packages only) and builds everything
+#   make sdk    builds the SDK for users' own training programs and installs it into PREFIX
+#               (default /usr/local): headers, libsubstrax.so, substrax.pc, a CMake package
 #   make fuzz   builds the libFuzzer targets (tests/fuzz) with clang and runs each for
 #               FUZZ_SECONDS seconds (default 60); fails if any crashes
-.PHONY: deps build-deps build test demo fuzz
+.PHONY: deps build-deps build test demo fuzz sdk
 
 FUZZ_SECONDS ?= 60
+PREFIX ?= /usr/local
 
 deps:
 	@tools/install_deps.sh
@@ -26,3 +29,6 @@ demo:
 
 fuzz: build-deps
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run_fuzzers.sh
+
+sdk:
+	@PREFIX="$(PREFIX)" tools/install_sdk.sh

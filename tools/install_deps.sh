@@ -12,6 +12,7 @@ set -euo pipefail
 # SQLite (the coordinator's state), OpenSSL (certificates and keys for mutual TLS).
 # Benchmarks: Open MPI (libraries and mpirun), the comparison peer of //bench:allreduce.
 # Data: Fashion-MNIST in IDX format (examples and the quality run).
+# The SDK's test (tests/sdk) builds examples/sdk outside Bazel as a user would: CMake.
 # Kubernetes manifests (tests/k8s): kubectl for its kustomize, python3-venv for the validator's
 # virtual environment (the section at the end); iproute2 for the multi-host test's namespaces,
 # nftables for the partition test (tests/chaos) to drop packets in them.
@@ -38,6 +39,7 @@ PACKAGES=(
   libssl-dev
   libxxhash-dev
   libopenmpi-dev
+  cmake
   openmpi-bin
   dataset-fashion-mnist
   kubernetes-client

@@ -10,39 +10,15 @@
 #include "absl/time/clock.h"
 #include "core/status.h"
 #include "grpcpp/grpcpp.h"
-#include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
-#include "rpc/transport.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
-#include "worker/collectives/store.h"
-#include "worker/daemon/coordinator_store.h"
-#include "worker/daemon/step_reporter.h"
-#include "worker/daemon/work_files.h"
+#include "substrax/v1/program.pb.h"
+#include "substrax/version.h"
 #include "worker/runtime/trainer.h"
+#include "worker/sdk/program_impl.h"
 
 namespace substrax {
 namespace {
-
-// How long the last step reports may take to reach the coordinator before the result is written.
-constexpr absl::Duration kFinalFlush = absl::Seconds(10);
-
-// Writes the outcome for the daemon. A failure is logged (to the runner's log, which the daemon
-// sends as the stderr tail) and otherwise ignored: the exit status says the rest. In particular
-// a runner that trained successfully exits 0 even when its result cannot be written (a full
-// disk), and the daemon reports exit status 0 as SUCCEEDED without final metrics: only a
-// successful RunAssignment makes `substrax-worker run` exit 0 (see RunnerOutcome).
-void WriteResult(const std::string& path, const v1::ReportAttemptStatusRequest& result) {
-  absl::Status written = WriteFileAtomically(path, result.SerializeAsString());
-  if (written.ok()) return;
-  std::string metrics;
-  for (const auto& [name, value] : result.final_metrics()) {
-    absl::StrAppend(&metrics, " ", name, "=", value);
-  }
-  std::fprintf(stderr, "substrax runner: result not written (%s); the exit status carries it%s%s\n",
-               written.ToString().c_str(), metrics.empty() ? "" : "; final metrics:",
-               metrics.c_str());
-  std::fflush(stderr);
-}
 
 // The StepReport of one device report.
 v1::StepReport ToStepReport(const DeviceReport& r, const Mesh& mesh, int process_index) {
@@ -89,45 +65,48 @@ void SendCheckpointReport(v1::CoordinatorService::StubInterface& stub,
 
 }  // namespace
 
-std::vector<int> ProcessTable(const Mesh& mesh) {
-  std::map<std::string, int> index;
-  std::vector<int> table;
-  for (const Device& d : mesh.devices()) {
-    auto [it, inserted] = index.emplace(d.worker_id, static_cast<int>(index.size()));
-    table.push_back(it->second);
-  }
-  return table;
+// The launch the daemon describes on the runner's command line.
+v1::ProgramLaunch LaunchOf(const v1::Assignment& assignment, const RunnerOptions& options) {
+  v1::ProgramLaunch launch;
+  launch.set_sdk_version_major(SUBSTRAX_VERSION_MAJOR);
+  *launch.mutable_assignment() = assignment;
+  launch.set_coordinator(options.coordinator);
+  v1::TransportSettings& transport = *launch.mutable_transport();
+  transport.set_insecure(options.transport.insecure);
+  transport.set_ca_file(options.transport.ca_file);
+  transport.set_cert_file(options.transport.cert_file);
+  transport.set_key_file(options.transport.key_file);
+  transport.set_server_name(options.transport.server_name);
+  *transport.mutable_reload_interval() = ToProtoDuration(options.transport.reload_interval);
+  launch.set_listen_host(options.listen_host);
+  *launch.mutable_collective_timeout() = ToProtoDuration(options.collective_timeout);
+  for (const std::string& root : options.data_roots) launch.add_data_roots(root);
+  for (const std::string& root : options.checkpoint_roots) launch.add_checkpoint_roots(root);
+  launch.set_result_path(options.result_path);
+  return launch;
 }
 
+// The built-in trainer, run as a program on the SDK: Init's launch path connects it to its job,
+// and its reports and result go out through the Program as a user's program's do.
 absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions& options) {
-  v1::ReportAttemptStatusRequest result;
-  result.set_job_id(assignment.job_id());
-  result.set_attempt(assignment.attempt());
-  result.set_process_index(assignment.process_index());
-  auto fail = [&](const absl::Status& status) {
+  const v1::ProgramLaunch launch = LaunchOf(assignment, options);
+  absl::StatusOr<std::unique_ptr<ProgramImpl>> started = ProgramImpl::FromLaunchProto(launch);
+  if (!started.ok()) {
+    v1::ReportAttemptStatusRequest result;
     result.set_state(v1::RUNNER_STATE_FAILED);
-    result.set_error(std::string(status.message()));
-    result.set_error_code(static_cast<int32_t>(status.code()));
-    WriteResult(options.result_path, result);
-    return status;
-  };
-  absl::StatusOr<Mesh> mesh = Mesh::FromProto(assignment.mesh());
-  if (!mesh.ok()) return fail(Annotate(mesh.status(), "assignment mesh"));
-  const std::vector<int> processes = ProcessTable(*mesh);
+    result.set_error(std::string(started.status().message()));
+    result.set_error_code(static_cast<int32_t>(started.status().code()));
+    WriteAttemptResult(launch, std::move(result));
+    return started.status();
+  }
+  ProgramImpl& program = **started;
+  const std::shared_ptr<v1::CoordinatorService::StubInterface>& stub = program.stub();
 
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(options.coordinator, options.transport, KeepaliveChannelArguments());
-  if (!channel.ok()) return fail(Annotate(channel.status(), "the coordinator's channel"));
-  std::shared_ptr<v1::CoordinatorService::StubInterface> stub =
-      v1::CoordinatorService::NewStub(*channel);
-  CoordinatorStore store(stub, assignment.job_id(), assignment.attempt(),
-                         assignment.rendezvous_secret());
-
-  TrainerOptions trainer(*mesh);
+  TrainerOptions trainer(program.mesh());
   trainer.spec = assignment.spec();
-  trainer.process_of_position = processes;
-  trainer.process_index = assignment.process_index();
-  trainer.store = &store;
+  trainer.process_of_position = program.process_of_position();
+  trainer.process_index = program.process_index();
+  trainer.store = program.store();
   trainer.listen_host = options.listen_host;
   trainer.collective_timeout = options.collective_timeout;
   trainer.data_access = DataAccess::Confined(options.data_roots);
@@ -153,39 +132,20 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
     SendCheckpointReport(*stub, request);
   };
   // Step reports leave the step loop at once: a slow coordinator must not slow training
-  // (step_reporter.h has the bounds).
-  GrpcStepSender sender(stub);
-  StepReporterOptions reporting;
-  reporting.job_id = assignment.job_id();
-  reporting.attempt = assignment.attempt();
-  StepReporter reporter(reporting, &sender, [base = result, &options](const absl::Status& status) {
-    // The coordinator says this attempt has ended: stop now, wherever the other threads
-    // are (they may be blocked in a collective that will never finish).
-    std::fprintf(stderr, "substrax runner: stopping: %s\n", std::string(status.message()).c_str());
-    v1::ReportAttemptStatusRequest stopped = base;
-    stopped.set_state(v1::RUNNER_STATE_FAILED);
-    stopped.set_error(absl::StrCat("stopped by the coordinator: ", status.message()));
-    WriteResult(options.result_path, stopped);
-    std::fflush(stderr);
-    std::_Exit(1);
-  });
+  // (worker/daemon/step_reporter.h has the bounds).
   trainer.on_device_report = [&](const DeviceReport& r) {
-    reporter.Enqueue(ToStepReport(r, *mesh, assignment.process_index()));
+    program.EnqueueStepReport(ToStepReport(r, program.mesh(), program.process_index()));
   };
   trainer.on_progress = [](const ProgressReport& r) {
     std::fprintf(stderr, "step %lld/%lld\n", static_cast<long long>(r.step),
                  static_cast<long long>(r.total_steps));
   };
   absl::StatusOr<TrainResult> trained = Train(trainer);
-  // The last reports before the result: in the normal case no final step is lost.
-  if (absl::Status flushed = reporter.Flush(kFinalFlush); !flushed.ok()) {
-    std::fprintf(stderr, "substrax runner: %s\n", flushed.ToString().c_str());
-  }
-  if (!trained.ok()) return fail(trained.status());
-  result.set_state(v1::RUNNER_STATE_SUCCEEDED);
-  for (const auto& [name, value] : trained->evaluation) (*result.mutable_final_metrics())[name] = value;
-  WriteResult(options.result_path, result);
-  return absl::OkStatus();
+  if (trained.ok()) program.SetFinalMetrics(trained->evaluation);
+  // Waits for the last reports, then writes the result: in the normal case no final step is
+  // lost.
+  program.Finish(trained.status());
+  return trained.status();
 }
 
 }  // namespace substrax

@@ -1,7 +1,7 @@
-// RunAssignment: the runner process of one job attempt on one worker (`substrax-worker run`).
-// It trains its part of the job with the coordinator's store for rendezvous, sends every
-// device's step reports to the coordinator, and writes how it ended to a result file that the
-// worker daemon reports (the daemon is the one that reports attempt status: it also sees
+// RunAssignment: the runner process of one job attempt on one worker (`substrax-worker run`):
+// the built-in trainer as a program on the SDK (worker/sdk). It trains its part of the job with
+// the coordinator's store for rendezvous, sends every device's step reports to the coordinator,
+// and writes how it ended to a result file that the worker daemon reports (the daemon is the one that reports attempt status: it also sees
 // runners that crash before they can write anything).
 #ifndef SUBSTRAX_WORKER_DAEMON_RUNNER_H_
 #define SUBSTRAX_WORKER_DAEMON_RUNNER_H_
@@ -33,11 +33,6 @@ struct RunnerOptions {
   // beneath one (worker/runtime/checkpointing.h). None: no checkpoints.
   std::vector<std::string> checkpoint_roots;
 };
-
-// The process of each mesh position: process p drives the devices of the p-th distinct worker in
-// the order of first appearance in mesh.devices() (the coordinator assigns process indices by the
-// same rule).
-std::vector<int> ProcessTable(const Mesh& mesh);
 
 // Trains the assignment. Errors: whatever training returns (also written to the result file).
 absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions& options);

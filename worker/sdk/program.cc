@@ -112,6 +112,11 @@ absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::Standalone(int devices
 
 absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunch(const std::string& path) {
   SUBSTRAX_ASSIGN_OR_RETURN(v1::ProgramLaunch launch, ReadLaunch(path));
+  return FromLaunchProto(std::move(launch));
+}
+
+absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunchProto(
+    v1::ProgramLaunch launch) {
   if (launch.sdk_version_major() != SUBSTRAX_VERSION_MAJOR) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the worker that started this program speaks SDK ", launch.sdk_version_major(),
@@ -151,15 +156,17 @@ absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunch(const std::
         v1::ReportAttemptStatusRequest stopped;
         stopped.set_state(v1::RUNNER_STATE_FAILED);
         stopped.set_error(absl::StrCat("stopped by the coordinator: ", status.message()));
-        self->WriteResult(stopped);
+        self->WriteResult(std::move(stopped));
         std::fflush(stderr);
         std::_Exit(1);
       });
   program->launch_ = std::move(launch);
   // Tells the daemon the program is connected to its job (it stops programs that never are).
-  SUBSTRAX_RETURN_IF_ERROR(Annotate(
-      WriteFileAtomically(program->launch_->started_path(), absl::StrCat(getpid(), "\n")),
-      "telling the worker the program started"));
+  if (const std::string& started = program->launch_->started_path(); !started.empty()) {
+    SUBSTRAX_RETURN_IF_ERROR(
+        Annotate(WriteFileAtomically(started, absl::StrCat(getpid(), "\n")),
+                 "telling the worker the program started"));
+  }
   return program;
 }
 
@@ -307,19 +314,27 @@ void ProgramImpl::SetFinalMetrics(const Metrics& metrics) {
   for (const auto& [name, value] : metrics) final_metrics_[name] = value;
 }
 
-void ProgramImpl::WriteResult(const v1::ReportAttemptStatusRequest& result) const {
+void ProgramImpl::WriteResult(v1::ReportAttemptStatusRequest result) const {
   if (!launch_.has_value()) return;
-  v1::ReportAttemptStatusRequest full = result;
-  full.set_job_id(launch_->assignment().job_id());
-  full.set_attempt(launch_->assignment().attempt());
-  full.set_process_index(process_index_);
-  absl::Status written = WriteFileAtomically(launch_->result_path(), full.SerializeAsString());
-  if (!written.ok()) {
-    // The exit status still says whether the program succeeded (the daemon reports 0 as
-    // SUCCEEDED, without final metrics).
-    std::fprintf(stderr, "substrax: result not written (%s); the exit status carries it\n",
-                 written.ToString().c_str());
+  WriteAttemptResult(*launch_, std::move(result));
+}
+
+void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatusRequest result) {
+  result.set_job_id(launch.assignment().job_id());
+  result.set_attempt(launch.assignment().attempt());
+  result.set_process_index(launch.assignment().process_index());
+  absl::Status written = WriteFileAtomically(launch.result_path(), result.SerializeAsString());
+  if (written.ok()) return;
+  // The exit status still says whether the program succeeded: the daemon reports exit status 0
+  // as SUCCEEDED (without final metrics), so only a successful program may exit 0.
+  std::string metrics;
+  for (const auto& [name, value] : result.final_metrics()) {
+    absl::StrAppend(&metrics, " ", name, "=", value);
   }
+  std::fprintf(stderr, "substrax: result not written (%s); the exit status carries it%s%s\n",
+               written.ToString().c_str(), metrics.empty() ? "" : "; final metrics:",
+               metrics.c_str());
+  std::fflush(stderr);
 }
 
 int ProgramImpl::Finish(const absl::Status& status) {
@@ -341,7 +356,7 @@ int ProgramImpl::Finish(const absl::Status& status) {
                  standalone() ? "the program" : absl::StrCat("process ", process_index_).c_str(),
                  status.ToString().c_str());
   }
-  WriteResult(result);
+  WriteResult(std::move(result));
   std::fflush(stderr);
   return status.ok() ? 0 : 1;
 }

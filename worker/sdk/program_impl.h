@@ -30,11 +30,19 @@ inline constexpr char kLaunchEnv[] = "SUBSTRAX_LAUNCH";
 // The environment variable that overrides InitOptions::standalone_devices.
 inline constexpr char kDevicesEnv[] = "SUBSTRAX_DEVICES";
 
+// Writes how the attempt's process ended to the launch's result file (job, attempt and process
+// filled in), for the daemon to report. A failure to write is printed to stderr; the exit status
+// then carries the outcome.
+void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatusRequest result);
+
 class ProgramImpl final : public Program {
  public:
   // In a job: reads the launch file at `launch_path`, connects to the coordinator and creates
   // the launch's started file. Errors: as substrax::Init.
   static absl::StatusOr<std::unique_ptr<ProgramImpl>> FromLaunch(const std::string& launch_path);
+  // The same from a launch in memory (substrax's runner builds it from its command line); an
+  // empty started_path creates no file.
+  static absl::StatusOr<std::unique_ptr<ProgramImpl>> FromLaunchProto(v1::ProgramLaunch launch);
   // Standalone, `devices` local CPU devices.
   static absl::StatusOr<std::unique_ptr<ProgramImpl>> Standalone(int devices,
                                                                  JobSettings settings);
@@ -71,7 +79,7 @@ class ProgramImpl final : public Program {
   ProgramImpl(Mesh mesh, JobSettings settings) : mesh_(std::move(mesh)), settings_(settings) {}
   // Standalone: prints the step's metrics reduced over the local devices once all reported.
   void PrintWhenComplete(int device_id, int64_t step, const Metrics& metrics);
-  void WriteResult(const v1::ReportAttemptStatusRequest& result) const;
+  void WriteResult(v1::ReportAttemptStatusRequest result) const;
 
   Mesh mesh_;
   JobSettings settings_;
