@@ -1,0 +1,204 @@
+// The SDK's Init and Program, standalone and from a launch file (the daemon's side of the launch
+// is tested with real daemons in tests/sdk and tests/).
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "substrax/substrax.h"
+#include "substrax/v1/program.pb.h"
+#include "worker/sdk/program_impl.h"
+
+namespace substrax {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+TEST(InitTest, StandaloneHasTheAskedDevicesInOneDataParallelMesh) {
+  InitOptions options;
+  options.standalone_devices = 3;
+  absl::StatusOr<std::unique_ptr<Program>> program = Init(options);
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_TRUE((*program)->standalone());
+  EXPECT_EQ((*program)->mesh().size(), 3);
+  EXPECT_EQ((*program)->mesh().axis_names(), std::vector<std::string>{"data"});
+  EXPECT_EQ((*program)->local_device_ids(), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ((*program)->num_processes(), 1);
+  EXPECT_EQ((*program)->settings().job_id, "standalone");
+}
+
+TEST(InitTest, DevicesEnvironmentVariableOverridesTheOptions) {
+  ScopedEnv devices("SUBSTRAX_DEVICES", "2");
+  absl::StatusOr<std::unique_ptr<Program>> program = Init();
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ((*program)->mesh().size(), 2);
+}
+
+TEST(InitTest, BadDeviceCountsAreRefused) {
+  {
+    ScopedEnv devices("SUBSTRAX_DEVICES", "two");
+    absl::StatusOr<std::unique_ptr<Program>> program = Init();
+    EXPECT_EQ(program.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(program.status().message(), HasSubstr("SUBSTRAX_DEVICES=two"));
+  }
+  InitOptions options;
+  options.standalone_devices = 0;
+  absl::StatusOr<std::unique_ptr<Program>> program = Init(options);
+  EXPECT_EQ(program.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(program.status().message(), HasSubstr("must be >= 1"));
+}
+
+TEST(InitTest, ProgramsBuiltAgainstAnotherMajorVersionAreRefused) {
+  absl::StatusOr<std::unique_ptr<Program>> program =
+      internal::InitForVersion(SUBSTRAX_VERSION_MAJOR + 1, 0, InitOptions());
+  EXPECT_EQ(program.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(program.status().message(),
+              HasSubstr(absl::StrCat("built against the substrax SDK ", SUBSTRAX_VERSION_MAJOR + 1,
+                                     ".0 but runs with the SDK library ",
+                                     SUBSTRAX_VERSION_STRING)));
+  EXPECT_THAT(program.status().message(), HasSubstr("rebuild it"));
+}
+
+TEST(InitTest, LaunchFilesAreCheckedBeforeAnythingConnects) {
+  {
+    ScopedEnv launch("SUBSTRAX_LAUNCH", TempPath("no-such-launch"));
+    absl::StatusOr<std::unique_ptr<Program>> program = Init();
+    EXPECT_EQ(program.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(program.status().message(), HasSubstr("cannot be read"));
+  }
+  const std::string garbage = TempPath("garbage-launch");
+  std::ofstream(garbage) << "not a launch";
+  {
+    ScopedEnv launch("SUBSTRAX_LAUNCH", garbage);
+    absl::StatusOr<std::unique_ptr<Program>> program = Init();
+    EXPECT_EQ(program.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(program.status().message(), HasSubstr("holds no launch"));
+  }
+  v1::ProgramLaunch other;
+  other.set_sdk_version_major(SUBSTRAX_VERSION_MAJOR + 1);
+  other.mutable_assignment()->set_job_id("j");
+  const std::string newer = TempPath("newer-launch");
+  std::ofstream(newer, std::ios::binary) << other.SerializeAsString();
+  ScopedEnv launch("SUBSTRAX_LAUNCH", newer);
+  absl::StatusOr<std::unique_ptr<Program>> program = Init();
+  EXPECT_EQ(program.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(program.status().message(),
+              HasSubstr(absl::StrCat("worker that started this program speaks SDK ",
+                                     SUBSTRAX_VERSION_MAJOR + 1)));
+}
+
+TEST(ProgramTest, RunOnDevicesReducesAcrossTheLocalDevicesAndRunsOnce) {
+  InitOptions options;
+  options.standalone_devices = 2;
+  std::unique_ptr<Program> program = *Init(options);
+  std::vector<double> seen(2);
+  absl::Status run = program->RunOnDevices([&](DeviceContext& ctx) -> absl::Status {
+    absl::StatusOr<Metrics> mean = ReduceMean(ctx, {{"loss", 1.0 + ctx.device.id}});
+    if (!mean.ok()) return mean.status();
+    seen[ctx.device.id] = mean->at("loss");
+    return program->ReportMetrics(ctx, 1, {{"loss", 1.0}});
+  });
+  ASSERT_TRUE(run.ok()) << run;
+  EXPECT_EQ(seen, (std::vector<double>{1.5, 1.5}));
+  EXPECT_EQ(program->RunOnDevices([](DeviceContext&) { return absl::OkStatus(); }).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(program->Finish(absl::OkStatus()), 0);
+}
+
+TEST(ProgramTest, ADeviceErrorNamesTheDeviceAndFinishReturnsOne) {
+  std::unique_ptr<Program> program = *Init();
+  absl::Status run = program->RunOnDevices(
+      [](DeviceContext&) { return absl::NotFoundError("train.idx not found"); });
+  EXPECT_EQ(run.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(run.message(), HasSubstr("train.idx not found"));
+  EXPECT_THAT(run.message(), HasSubstr("device 0"));
+  EXPECT_EQ(program->Finish(run), 1);
+}
+
+TEST(ProgramTest, ReportMetricsRefusesDevicesOfOtherProcessesAndBadNames) {
+  std::unique_ptr<Program> program = *Init();
+  DeviceContext stranger;
+  stranger.device.id = 7;
+  EXPECT_EQ(program->ReportMetrics(stranger, 1, {{"loss", 1}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  DeviceContext mine;
+  mine.device.id = 0;
+  EXPECT_EQ(program->ReportMetrics(mine, 1, {{"", 1}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(program->ReportMetrics(mine, -1, {{"loss", 1}}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A program's own model: y = w x + b, squared error, on fixed data.
+absl::StatusOr<LossAndGrads> Linear(const TensorTree& params, const Batch& batch) {
+  const float w = params.at("w").data()[0];
+  const float b = params.at("b").data()[0];
+  LossAndGrads out;
+  double gw = 0, gb = 0;
+  const int64_t n = batch.size();
+  for (int64_t i = 0; i < n; ++i) {
+    const double err = w * batch.inputs.data()[i] + b - batch.targets.data()[i];
+    out.loss += err * err / n;
+    gw += 2 * err * batch.inputs.data()[i] / n;
+    gb += 2 * err / n;
+  }
+  out.grads["w"] = Tensor({1}, {static_cast<float>(gw)});
+  out.grads["b"] = Tensor({1}, {static_cast<float>(gb)});
+  return out;
+}
+
+TensorTree TrainLinear(int devices) {
+  InitOptions options;
+  options.standalone_devices = devices;
+  std::unique_ptr<Program> program = *Init(options);
+  Batch global;
+  global.inputs = Tensor({8, 1}, {0, 1, 2, 3, 4, 5, 6, 7});
+  global.targets = Tensor({8, 1}, {1, 3, 5, 7, 9, 11, 13, 15});
+  TensorTree result;
+  absl::Status run = program->RunOnDevices([&](DeviceContext& ctx) -> absl::Status {
+    TensorTree params = {{"w", Tensor({1}, {0.f})}, {"b", Tensor({1}, {0.f})}};
+    absl::StatusOr<std::unique_ptr<Optimizer>> sgd = Optimizer::Create("sgd", 0.01);
+    if (!sgd.ok()) return sgd.status();
+    absl::StatusOr<NamedSharding> sharding = CreateDataParallelSharding(*ctx.mesh);
+    if (!sharding.ok()) return sharding.status();
+    absl::StatusOr<Batch> local = PlaceBatchOnShards(global, *sharding, ctx.device.id);
+    if (!local.ok()) return local.status();
+    for (int step = 0; step < 20; ++step) {
+      absl::StatusOr<StepResult> r = SpmdTrainStep(ctx, Linear, **sgd, &params, *local);
+      if (!r.ok()) return r.status();
+    }
+    if (ctx.device.id == 0) result = params;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(run.ok()) << run;
+  return result;
+}
+
+TEST(ProgramTest, SpmdTrainStepOnAProgramsModelEqualsOneDevice) {
+  const TensorTree one = TrainLinear(1);
+  const TensorTree four = TrainLinear(4);
+  for (const char* name : {"w", "b"}) {
+    EXPECT_NEAR(four.at(name).data()[0], one.at(name).data()[0], 1e-6) << name;
+  }
+}
+
+}  // namespace
+}  // namespace substrax
