@@ -7,7 +7,10 @@ probes on the --health-listen port (worker readiness on substrax.worker.ready, l
 nothing but the process), a headless worker Service publishing not-ready addresses, the
 workers' --checkpoint-root on a ReadWriteMany claim, tagged images, no placeholders, options
 ConfigMap keys that are flag names, and that every binary and flag the manifests and
-Dockerfiles name exists in the binaries' --help.
+Dockerfiles name exists in the binaries' --help. overlays/programs (users' programs) is the cpu
+overlay plus the worker's --programs-dir on a read-only ReadOnlyMany claim and
+--program-init-timeout (testProgramsOverlay); Dockerfile.worker-programs is the worker-cpu image
+plus the SDK's library and programs in that directory (testProgramsImage).
 
 cert-manager's objects (cert-manager.io/v1 Issuer, Certificate) have no schema in
 kubernetes-validate, nor anywhere else offline: they are validated against a schema if the
@@ -37,7 +40,7 @@ import yaml
 
 # Native grpc probes are GA from 1.27; the validator's newest schemas of this pin.
 K8S_VERSION = "1.31.0"
-OVERLAYS = ("cpu", "gpu")
+OVERLAYS = ("cpu", "gpu", "programs")
 # Strings that mean "a user must edit this" (the rendered output and every deploy/ file).
 PLACEHOLDERS = re.compile(r"CHANGEME|CHANGE_ME|TODO|FIXME|XXX|REPLACE_?ME|<your|your-registry|"
                           r"example\.com|\bTBD\b", re.IGNORECASE)
@@ -49,13 +52,16 @@ DOCKERFILE_OF_IMAGE = {
     "substrax/coordinator": "Dockerfile.coordinator",
     "substrax/worker-cpu": "Dockerfile.worker-cpu",
     "substrax/worker-cuda": "Dockerfile.worker-cuda",
+    "substrax/worker-programs": "Dockerfile.worker-programs",
 }
+# Dockerfiles whose runtime stage is the image of another (FROM ${ARG}, the ARG's default naming
+# that image): they add files to it and keep its user, runtime packages and binaries.
+DERIVED_FROM = {"Dockerfile.worker-programs": "Dockerfile.worker-cpu"}
+# Users' programs (docs/deploy.md#users-programs): the worker daemon's --programs-dir in
+# overlays/programs and in Dockerfile.worker-programs, and the claim the overlay mounts there.
+PROGRAMS_DIR = "/opt/substrax/programs"
+PROGRAMS_CLAIM = "substrax-programs"
 
-# Flags the manifests pass that the binaries do not have yet: the mutual-TLS change's
-# (docs/deploy.md#certificates), announced with their exact names and being written now. Each
-# may be missing from a binary's --help; every other flag must be there. Tighten this as the
-# code lands: delete a flag here once its binary has it (the test says which ones it already
-# finds), and delete the table once it is empty.
 CERT_MANAGER_API = "cert-manager.io/v1"
 CSI_DRIVER = "csi.cert-manager.io"
 # The csi-driver's volume attributes (github.com/cert-manager/csi-driver pkg/apis/v1alpha1);
@@ -248,7 +254,7 @@ class RenderedOverlayTest(unittest.TestCase):
         for overlay, objects in self.Each():
             kinds = sorted(Name(o) for o in objects
                            if o["kind"] not in ("ConfigMap", "Secret", "Namespace"))
-            self.assertEqual(kinds, [
+            self.assertEqual(kinds, sorted([
                 "Certificate/substrax-admin",
                 "Certificate/substrax-ca",
                 "Certificate/substrax-coordinator",
@@ -263,7 +269,8 @@ class RenderedOverlayTest(unittest.TestCase):
                 "Service/substrax-coordinator-workers",
                 "Service/substrax-worker",
                 "StatefulSet/substrax-coordinator",
-            ], overlay)
+            ] + (["PersistentVolumeClaim/" + PROGRAMS_CLAIM] if overlay == "programs" else [])),
+                overlay)
             secrets = sorted(re.sub(r"-[a-z0-9]{10}$", "", o["metadata"]["name"])
                              for o in objects if o["kind"] == "Secret")
             self.assertEqual(secrets, ["substrax-auth"], overlay)
@@ -395,6 +402,49 @@ class RenderedOverlayTest(unittest.TestCase):
         cpu = [o for o in self.rendered["cpu"][1] if o["kind"] == "DaemonSet"][0]
         self.assertNotIn("nvidia.com/gpu",
                          cpu["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"])
+
+    def testProgramsOverlay(self):
+        """overlays/programs is the cpu overlay plus what program jobs need: the worker daemon's
+        --programs-dir=/opt/substrax/programs (after the cpu overlay's args, which it keeps),
+        that directory the whole, read-only mount of a read-only ReadOnlyMany claim (workers on
+        every node see the same programs and cannot change them), --program-init-timeout from
+        the worker options; the cpu and gpu overlays run no programs."""
+        objects = self.rendered["programs"][1]
+        ds = [o for o in objects if o["kind"] == "DaemonSet"][0]
+        pod = ds["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        cpu = [o for o in self.rendered["cpu"][1] if o["kind"] == "DaemonSet"][0]
+        cpu_c = cpu["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(c["args"], cpu_c["args"] + [
+            "--programs-dir=" + PROGRAMS_DIR, "--program-init-timeout=$(PROGRAM_INIT_TIMEOUT)"])
+        self.assertEqual(c["image"], cpu_c["image"],
+                         "the program image is the overlay's commented alternative")
+        env = {e["name"]: e for e in c["env"]}
+        self.assertEqual(env["PROGRAM_INIT_TIMEOUT"]["valueFrom"]["configMapKeyRef"]["key"],
+                         "program-init-timeout")
+        cm = [o for o in objects if o["kind"] == "ConfigMap"
+              and o["metadata"]["name"].startswith("substrax-worker-options")][0]
+        self.assertIn("program-init-timeout", cm["data"])
+        mounts = [m for m in c["volumeMounts"] if m["mountPath"].rstrip("/") == PROGRAMS_DIR]
+        self.assertEqual(len(mounts), 1, "one volume mounted at --programs-dir=%s" % PROGRAMS_DIR)
+        self.assertIs(mounts[0].get("readOnly"), True, "mount the programs read-only")
+        self.assertNotIn("subPath", mounts[0])
+        volume = [v for v in pod["volumes"] if v["name"] == mounts[0]["name"]][0]
+        self.assertEqual(volume.get("persistentVolumeClaim"),
+                         {"claimName": PROGRAMS_CLAIM, "readOnly": True})
+        claim = [o for o in objects if Name(o) == "PersistentVolumeClaim/" + PROGRAMS_CLAIM][0]
+        self.assertEqual(claim["spec"]["accessModes"], ["ReadOnlyMany"])
+        # Nothing of the cpu overlay's worker is lost: its mounts and volumes are all there.
+        self.assertEqual([m for m in c["volumeMounts"] if m is not mounts[0]],
+                         cpu_c["volumeMounts"])
+        self.assertEqual([v for v in pod["volumes"] if v is not volume],
+                         cpu["spec"]["template"]["spec"]["volumes"])
+        for overlay in ("cpu", "gpu"):
+            other = [o for o in self.rendered[overlay][1] if o["kind"] == "DaemonSet"][0]
+            self.assertFalse(
+                [t for t in other["spec"]["template"]["spec"]["containers"][0]["args"]
+                 if t.startswith("--program")],
+                "%s: programs are overlays/programs' (opt-in)" % overlay)
 
     def testCoordinatorStateAndScraping(self):
         for overlay, objects in self.Each():
@@ -844,12 +894,43 @@ class DockerfileTest(unittest.TestCase):
         return [line.strip()[len(keyword):].strip() for line in self.files[name].splitlines()
                 if line.strip().upper().startswith(keyword + " ")]
 
+    def Installed(self, name):
+        """What a Dockerfile's image holds: its COPY instructions and, for an image FROM another
+        of ours (DERIVED_FROM), that one's."""
+        copied = " ".join(self.Instructions(name, "COPY"))
+        if name in DERIVED_FROM:
+            copied += " " + self.Installed(DERIVED_FROM[name])
+        return copied
+
+    def testEveryDockerfileIsCheckedAndHasItsDockerignore(self):
+        directory = os.path.join(ARGS.root, "deploy", "docker")
+        with open(os.path.join(directory, "Dockerfile.worker-cpu.dockerignore"),
+                  encoding="utf-8") as f:
+            want = f.read()
+        for name in sorted(os.listdir(directory)):
+            if name.startswith("Dockerfile.") and not name.endswith(".dockerignore"):
+                self.assertIn(name, self.files, "%s: add it to DOCKERFILE_OF_IMAGE" % name)
+                path = os.path.join(directory, name + ".dockerignore")
+                self.assertTrue(os.path.exists(path), "%s has no .dockerignore" % name)
+                with open(path, encoding="utf-8") as f:
+                    self.assertEqual(f.read(), want, "%s.dockerignore" % name)
+
     def testMultiStageNonRootRuntime(self):
         for name, text in self.files.items():
             froms = self.Instructions(name, "FROM")
             self.assertGreaterEqual(len(froms), 2, name)
             self.assertIn("debian:12", " ".join(froms), name)
             self.assertEqual(self.Instructions(name, "USER")[-1], "10001:10001", name)
+            if name in DERIVED_FROM:
+                # FROM ${ARG}, whose default is the image of the Dockerfile it derives from:
+                # that one makes the user.
+                arg = re.fullmatch(r"\$\{(\w+)\}", froms[-1])
+                self.assertTrue(arg, "%s: the runtime stage is FROM ${ARG}" % name)
+                default = re.search(r"^ARG %s=(\S+)$" % arg.group(1), text, re.MULTILINE)
+                self.assertTrue(default, "%s: ARG %s has no default" % (name, arg.group(1)))
+                image = default.group(1).rsplit(":", 1)[0]
+                self.assertEqual(DOCKERFILE_OF_IMAGE.get(image), DERIVED_FROM[name], name)
+                text = self.files[DERIVED_FROM[name]]
             self.assertIn("--uid 10001", text, name)
 
     def testBazelTargetsAreTheBinaries(self):
@@ -864,7 +945,7 @@ class DockerfileTest(unittest.TestCase):
         for name in self.files:
             entry = yaml.safe_load(self.Instructions(name, "ENTRYPOINT")[-1])
             cmd = yaml.safe_load(self.Instructions(name, "CMD")[-1])
-            copied = " ".join(self.Instructions(name, "COPY"))
+            copied = self.Installed(name)
             if "/usr/local/bin/" not in copied or os.path.dirname(entry[0]) != "/usr/local/bin":
                 errors.append("%s: ENTRYPOINT %s is not where the binaries are copied" %
                               (name, entry[0]))
@@ -882,6 +963,43 @@ class DockerfileTest(unittest.TestCase):
         self.assertRegex(self.Instructions("Dockerfile.worker-cuda", "FROM")[-1],
                          r"^\$\{CUDA_RUNTIME_IMAGE\}$")
 
+    def testProgramsImage(self):
+        """Dockerfile.worker-programs: worker-cpu's build stage (the same lines, so its cached
+        layers are shared), `make sdk PREFIX=/opt/substrax`, the CMake project of build arg
+        PROGRAMS (default examples/sdk) built into /opt/substrax/programs, and a runtime stage
+        FROM the worker-cpu image with libsubstrax.so* and the programs copied in, and the
+        worker-cpu command plus --programs-dir=/opt/substrax/programs."""
+        name, base = "Dockerfile.worker-programs", "Dockerfile.worker-cpu"
+        text = self.files[name]
+
+        def BuildStage(f):
+            lines = [l.strip() for l in self.files[f].splitlines()
+                     if l.strip() and not l.strip().startswith("#")]
+            start = [i for i, l in enumerate(lines) if l.startswith("FROM ") and
+                     l.endswith(" AS build")][0]
+            return lines[start:lines.index("COPY . .")]
+
+        ours = BuildStage(name)
+        theirs = BuildStage(base)
+        self.assertEqual(ours[:len(theirs)], theirs,
+                         "%s: start the build stage with %s's lines" % (name, base))
+        self.assertRegex(text, r"(?m)^ARG PROGRAMS=examples/sdk$")
+        runs = " ".join(self.Instructions(name, "RUN"))
+        self.assertIn("make sdk PREFIX=/opt/substrax", runs)
+        self.assertIn('cmake -S "$PROGRAMS"', runs)
+        self.assertIn("-DCMAKE_PREFIX_PATH=/opt/substrax ", runs)
+        self.assertIn("-DCMAKE_RUNTIME_OUTPUT_DIRECTORY=%s " % PROGRAMS_DIR, runs)
+        self.assertIn("cp -a /opt/substrax/lib/libsubstrax.so* /out/lib/", runs)
+        copies = self.Instructions(name, "COPY")
+        self.assertIn("--from=build /out/lib/ /opt/substrax/lib/", copies)
+        self.assertIn("--from=build %s/ %s/" % (PROGRAMS_DIR, PROGRAMS_DIR), copies)
+        self.assertIn("ldconfig", runs)
+        self.assertEqual(yaml.safe_load(self.Instructions(name, "ENTRYPOINT")[-1]),
+                         yaml.safe_load(self.Instructions(base, "ENTRYPOINT")[-1]))
+        self.assertEqual(yaml.safe_load(self.Instructions(name, "CMD")[-1]),
+                         yaml.safe_load(self.Instructions(base, "CMD")[-1]) +
+                         ["--programs-dir=" + PROGRAMS_DIR])
+
     def testManifestsRunWhatTheImagesHold(self):
         """The command of each container is a binary its image's Dockerfile installs."""
         errors = []
@@ -897,7 +1015,7 @@ class DockerfileTest(unittest.TestCase):
                                                                           c["image"]))
                         continue
                     binary = os.path.basename(c["command"][0])
-                    if binary not in " ".join(self.Instructions(dockerfile[0], "COPY")):
+                    if binary not in self.Installed(dockerfile[0]):
                         errors.append("%s: %s runs %s, which %s does not install" %
                                       (overlay, Name(obj), c["command"][0], dockerfile[0]))
         Fail(errors)
