@@ -28,11 +28,11 @@ struct AliveDevices {
 // report: CheckDataPathsUnderRoots in core/data_paths.h, by the path string alone; then a
 // checkpoint directory or resume_from not under one of `checkpoint_roots`:
 // CheckCheckpointPathsUnderRoots; then a program job's spec.program.path not under one of
-// `programs_dirs`: CheckProgramPathUnderDirs), and, when `refuse_jobs_that_cannot_fit`, RESOURCE_EXHAUSTED
-// (even idle, `alive` could not hold the job's smallest mesh on the devices of its
-// SchedulingBackend, CPU devices for a program job; the
-// message is CreateMeshForJob's and says how many alive workers there are). A job that fits but finds the
-// devices busy is admitted: it waits, PENDING.
+// `programs_dirs`: CheckProgramPathUnderDirs), and, when `refuse_jobs_that_cannot_fit`,
+// RESOURCE_EXHAUSTED (even idle, `alive` could not hold the job's smallest mesh on the devices
+// of its SchedulingBackend, CPU devices for a program job; the message is CreateMeshForJob's and
+// says how many alive workers there are). A job that fits but finds the devices busy is
+// admitted: it waits, PENDING.
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          const std::vector<std::string>& data_roots,
                                          const std::vector<std::string>& checkpoint_roots,

@@ -112,8 +112,8 @@ absl::StatusOr<std::string> CheckProgram(const LaunchSettings& settings,
   }
   std::string real;
   if (const int error = RealPath(path, &real); error != 0) {
-    return fail(absl::StrCat("program ", path,
-                             error == ENOENT || error == ENOTDIR ? " not found " : " cannot be resolved ",
+    const bool missing = error == ENOENT || error == ENOTDIR;
+    return fail(absl::StrCat("program ", path, missing ? " not found " : " cannot be resolved ",
                              where, ": ", std::strerror(error)));
   }
   bool inside = false;
@@ -195,8 +195,9 @@ absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
     for (std::string& a : TransportArguments(settings.transport)) {
       command.argv.push_back(std::move(a));
     }
-    for (const auto& [flag, roots] : {std::pair{"--data-root", &settings.data_roots},
-                                       std::pair{"--checkpoint-root", &settings.checkpoint_roots}}) {
+    for (const auto& [flag, roots] :
+         {std::pair{"--data-root", &settings.data_roots},
+          std::pair{"--checkpoint-root", &settings.checkpoint_roots}}) {
       for (const std::string& root : *roots) {
         command.argv.push_back(flag);
         command.argv.push_back(root);
