@@ -350,7 +350,9 @@ int PlanCommand(const CommandContext& ctx, const std::string& path, const std::s
   std::vector<Device> devices;
   std::string source;
   if (int rc = PlanDevices(ctx, workers, &devices, &source)) return rc;
-  absl::StatusOr<int64_t> features = InputFeatures(spec.data());
+  // A program job has no data section: its program defines the inputs.
+  absl::StatusOr<int64_t> features =
+      spec.has_program() ? absl::StatusOr<int64_t>(0) : InputFeatures(spec.data());
   if (!features.ok()) {
     *ctx.err << "substraxctl: " << features.status().message() << "\n";
     return ExitCodeForStatus(features.status().code());

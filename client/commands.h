@@ -100,6 +100,9 @@ struct LocalFlags {
   // Each worker's --checkpoint-root flags; none: <state-dir>/checkpoints (created), so that a
   // local cluster checkpoints out of the box.
   std::vector<std::string> checkpoint_roots;
+  // Each worker's --programs-dir flags: where program jobs (spec.program) may run programs
+  // from. None: no program jobs.
+  std::vector<std::string> programs_dirs;
   // The coordinator's gRPC port and Prometheus port; 0: any free port.
   int port = 0;
   int metrics_port = 0;

@@ -533,6 +533,24 @@ TEST_F(CommandsTest, UnreachableCoordinatorExitsThreeNamingTheAddress) {
   EXPECT_NE(err_.str().find("cannot reach the coordinator"), std::string::npos);
 }
 
+TEST_F(CommandsTest, PlanOfAProgramJobIsItsMeshAndBatch) {
+  const std::string path = WriteFile("program.yaml", R"(apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: prog}
+spec:
+  program: {path: /opt/p/train, args: [--fast]}
+  mesh: {data_parallel_size: 4}
+  batch: {global_batch_size: 64}
+)");
+  ASSERT_EQ(PlanCommand(ctx_, path, "2x2"), kExitOk) << err_.str();
+  EXPECT_EQ(err_.str(), "");
+  EXPECT_THAT(out_.str(), HasSubstr("plan of job prog on 4 devices of --workers 2x2\n"
+                                    "program: /opt/p/train --fast; 16 examples per device per "
+                                    "step\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("mesh (data=4)"));
+  EXPECT_THAT(out_.str(), HasSubstr("the program's own (not planned)"));
+}
+
 TEST_F(CommandsTest, PlanHybridExampleOnTwoWorkersOfTwo) {
   if (!std::ifstream(kFashionMnist).good()) {
     GTEST_SKIP() << kFashionMnist << " is not installed (Debian's dataset-fashion-mnist)";

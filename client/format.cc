@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "core/mesh.h"
@@ -169,8 +170,29 @@ std::string StepCell(const v1::JobProgress& p) {
   return absl::StrCat(p.step(), "/", p.total_steps());
 }
 
+// "/opt/p/train --lr 0.1 'two words'": a program job's command line, arguments quoted where a
+// shell would need it.
+std::string ProgramLine(const v1::ProgramSpec& program) {
+  std::vector<std::string> words = {program.path()};
+  for (const std::string& arg : program.args()) {
+    const bool plain = !arg.empty() && arg.find_first_of(" \t\n'\"\\$`") == std::string::npos;
+    words.push_back(plain ? arg : absl::StrCat("'", absl::StrReplaceAll(arg, {{"'", "'\\''"}}),
+                                               "'"));
+  }
+  return absl::StrJoin(words, " ");
+}
+
 std::string SpecSummary(const v1::JobSpec& spec) {
   std::vector<std::string> parts;
+  if (spec.has_program()) {
+    // The program defines its model, optimizer and data: only what the spec gives it.
+    if (spec.batch().global_batch_size() > 0) {
+      parts.push_back(absl::StrCat("batch ", spec.batch().global_batch_size()));
+    }
+    if (spec.has_steps()) parts.push_back(absl::StrCat(spec.steps(), " steps"));
+    if (spec.has_epochs()) parts.push_back(absl::StrCat(spec.epochs(), " epochs"));
+    return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+  }
   std::string model = ModelTypeName(spec.model().type());
   if (!spec.model().hidden_sizes().empty()) {
     absl::StrAppend(&model, " [", absl::StrJoin(spec.model().hidden_sizes(), ", "), "]");
@@ -236,6 +258,7 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   }
   fields.emplace_back("Created", timestamp(job.create_time()));
   fields.emplace_back("Updated", timestamp(job.update_time()));
+  if (job.spec().has_program()) fields.emplace_back("Program", ProgramLine(job.spec().program()));
   fields.emplace_back("Spec", SpecSummary(job.spec()));
   fields.emplace_back("Mesh", MeshLine(job.mesh()));
   std::string progress = "-";
@@ -595,6 +618,16 @@ int64_t OptimizerMultiple(const JobPlan& plan) {
 }  // namespace
 
 std::string FormatPlan(const JobPlan& plan, const v1::JobSpec& spec, absl::string_view title) {
+  if (spec.has_program()) {
+    // The program defines its model: its plan is the mesh and the batch it is given.
+    return absl::StrCat(
+        title, "\nprogram: ", ProgramLine(spec.program()), "; ",
+        plan.per_device_batch > 0
+            ? absl::StrCat(plan.per_device_batch, " examples per device per step")
+            : "no batch given (the program chooses)",
+        "\n\n", plan.mesh_info.ToString(),
+        "\n  parameters, memory and collectives: the program's own (not planned)\n");
+  }
   const std::string optimizer = spec.optimizer().type();
   std::string out = absl::StrCat(
       title, "\nmodel: ", ModelTypeName(spec.model().type()), " ", LayerChain(plan), " (",
@@ -643,6 +676,7 @@ std::string PlanToJson(const JobPlan& plan, const v1::JobSpec& spec) {
   JsonWriter w;
   w.Open('{');
   w.Key("job").String(spec.name());
+  if (spec.has_program()) w.Key("program").String(ProgramLine(spec.program()));
   w.Key("mesh").Open('{');
   w.Key("axis_names").Strings(plan.mesh_info.axis_names);
   w.Key("shape").Ints(plan.mesh_info.shape);

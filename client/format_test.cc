@@ -9,6 +9,7 @@
 
 namespace substrax::ctl {
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace {
 
 template <typename T>
@@ -123,6 +124,22 @@ TEST(FormatTest, JobDetailsShowEveryPart) {
             "  2024-05-01 12:00:00   -         PENDING   0         submitted\n"
             "  2024-05-01 12:00:02   PENDING   RUNNING   1         scheduled on 4 devices of 2 "
             "workers\n");
+}
+
+TEST(FormatTest, AProgramJobShowsItsProgramInsteadOfAModel) {
+  v1::Job job = RunningJob();
+  v1::JobSpec& spec = *job.mutable_spec();
+  spec.clear_model();
+  spec.clear_optimizer();
+  spec.clear_data();
+  spec.mutable_program()->set_path("/opt/p/train");
+  spec.mutable_program()->add_args("--lr");
+  spec.mutable_program()->add_args("0.1");
+  spec.mutable_program()->add_args("two words");
+  const std::string details = FormatJobDetails(job, At(kT0 + 300));
+  EXPECT_THAT(details, HasSubstr("Program:  /opt/p/train --lr 0.1 'two words'\n"
+                                 "Spec:     batch 256, 3 epochs\n"));
+  EXPECT_THAT(details, Not(HasSubstr("mlp")));
 }
 
 TEST(FormatTest, OutcomeHasFinalMetricsOneALine) {
@@ -249,7 +266,8 @@ TEST(FormatTest, YamlIsBlockStyleAndKeepsStringsStrings) {
             "    job_ids:\n"
             "      - j-1\n"
             "    data_roots: []\n"
-            "    checkpoint_roots: []\n");
+            "    checkpoint_roots: []\n"
+            "    programs_dirs: []\n");
   EXPECT_EQ(FormatMessage(v1::ListJobsResponse(), OutputFormat::kYaml),
             "jobs: []\nnext_page_token: \"\"\n");
 }

@@ -195,6 +195,11 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     std::filesystem::create_directories(checkpoint_roots.back(), ec);
     if (ec) return fail(absl::StrCat("cannot create ", checkpoint_roots.back(), ": ", ec.message()));
   }
+  // Relative to where `local up` runs; every worker runs programs from the same directories.
+  std::vector<std::string> programs_dirs;
+  for (const std::string& dir : flags.programs_dirs) {
+    programs_dirs.push_back(std::filesystem::absolute(dir).lexically_normal().string());
+  }
   for (int i = 0; i < flags.workers; ++i) {
     const std::string name = WorkerName(i);
     std::filesystem::create_directories(absl::StrCat(dir, "/workers/", name), ec);
@@ -212,6 +217,10 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     for (const std::string& root : checkpoint_roots) {
       argv.push_back("--checkpoint-root");
       argv.push_back(root);
+    }
+    for (const std::string& dir : programs_dirs) {
+      argv.push_back("--programs-dir");
+      argv.push_back(dir);
     }
     started = start(name, with_credentials(std::move(argv), name));
     if (!started.ok()) return fail(std::string(started.message()));
@@ -256,6 +265,12 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
            << " workers with " << flags.cpu_devices << " CPU devices each; state and logs in "
            << dir << "; mutual TLS with the credentials in " << tls_dir << "\n"
            << "checkpoints: jobs may write them under " << absl::StrJoin(checkpoint_roots, ", ")
+           << "\n"
+           << "programs: "
+           << (programs_dirs.empty()
+                   ? std::string("none (give --programs-dir DIR to run program jobs)")
+                   : absl::StrCat("program jobs may run programs from ",
+                                  absl::StrJoin(programs_dirs, ", ")))
            << "\n"
            << "use it:   the export line on stdout sets the address and the admin's "
               "credentials (eval \"$(substraxctl local up)\"); from the directory holding "

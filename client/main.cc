@@ -215,6 +215,10 @@ int main(int argc, char** argv) {
                  "A directory under which jobs may write and read checkpoints (repeatable; each "
                  "worker's --checkpoint-root). Default: <state-dir>/checkpoints")
       ->type_name("DIR");
+  up->add_option("--programs-dir", local_flags.programs_dirs,
+                 "A directory every worker runs program jobs' programs from (repeatable; each "
+                 "worker's --programs-dir). None: no program jobs")
+      ->type_name("DIR");
   up->add_option("--port", local_flags.port, "Coordinator gRPC port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();

@@ -41,6 +41,10 @@ absl::StatusOr<google::protobuf::Map<std::string, v1::ShardLayout>> LayoutsFor(
     const v1::JobSpec& spec, const Mesh& mesh) {
   google::protobuf::Map<std::string, v1::ShardLayout> layouts;
   if (!mesh.HasAxis(kDataAxis)) return layouts;
+  // A program job may have no batch: then there is none to lay out.
+  if (spec.batch().global_batch_size() <= 0 && spec.batch().per_device_batch_size() <= 0) {
+    return layouts;
+  }
   int64_t global_batch = spec.batch().global_batch_size();
   if (global_batch == 0) global_batch = PerDeviceBatchSize(spec) * DataAxisSize(spec);
   SUBSTRAX_ASSIGN_OR_RETURN(NamedSharding sharding, CreateDataParallelSharding(mesh));

@@ -25,8 +25,9 @@ std::string StateName(v1::JobState state);
 std::string Count(size_t n, absl::string_view noun);
 
 // The shard layouts an attempt's runners need: the global batch split over the data axis.
-// Parameter layouts depend on the input width, which only the data knows. Errors: the
-// sharding's (the batch does not divide over the data axis).
+// Parameter layouts depend on the input width, which only the data knows; a program job
+// without a batch has none at all. Errors: the sharding's (the batch does not divide over the
+// data axis).
 absl::StatusOr<google::protobuf::Map<std::string, v1::ShardLayout>> LayoutsFor(
     const v1::JobSpec& spec, const Mesh& mesh);
 

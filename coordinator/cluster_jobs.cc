@@ -431,24 +431,26 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
 
 absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
   AliveDevices alive;
-  std::vector<std::string> data_roots, checkpoint_roots;
+  std::vector<std::string> data_roots, checkpoint_roots, programs_dirs;
   {
     absl::MutexLock lock(&mu_);
     alive = AliveDevicesLocked();
     // Every known worker's roots, alive or not: a dead worker may come back, and a job whose
     // data it holds waits for it like one that waits for devices.
-    std::set<std::string> data, checkpoints;
+    std::set<std::string> data, checkpoints, programs;
     for (const auto& [id, worker] : workers_) {
       data.insert(worker.proto.data_roots().begin(), worker.proto.data_roots().end());
       checkpoints.insert(worker.proto.checkpoint_roots().begin(),
                          worker.proto.checkpoint_roots().end());
+      programs.insert(worker.proto.programs_dirs().begin(), worker.proto.programs_dirs().end());
     }
     data_roots.assign(data.begin(), data.end());
     checkpoint_roots.assign(checkpoints.begin(), checkpoints.end());
+    programs_dirs.assign(programs.begin(), programs.end());
   }
   // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
   return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots,
-                                options_.refuse_jobs_that_cannot_fit);
+                                programs_dirs, options_.refuse_jobs_that_cannot_fit);
 }
 
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner) {

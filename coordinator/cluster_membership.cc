@@ -41,7 +41,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
   }
   for (const auto& [field, roots] :
        {std::pair{"data_roots", &request.data_roots()},
-        std::pair{"checkpoint_roots", &request.checkpoint_roots()}}) {
+        std::pair{"checkpoint_roots", &request.checkpoint_roots()},
+        std::pair{"programs_dirs", &request.programs_dirs()}}) {
     if (roots->size() > limits::kMaxDataRootsPerWorker) {
       return absl::InvalidArgumentError(absl::StrCat(
           "worker ", worker_id, ": ", field, ": ", roots->size(),
@@ -109,6 +110,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
       proto.set_state(v1::WORKER_STATE_ALIVE);
       *proto.mutable_data_roots() = request.data_roots();
       *proto.mutable_checkpoint_roots() = request.checkpoint_roots();
+      *proto.mutable_programs_dirs() = request.programs_dirs();
       for (const v1::Device& given : request.devices()) {
         v1::Device* device = proto.add_devices();
         *device = given;

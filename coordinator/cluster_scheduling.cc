@@ -144,8 +144,8 @@ void Cluster::ScheduleLocked() {
     const v1::JobSpec smallest = SpecWithDataParallelSize(spec, sizes.back());
     const int64_t need = RequiredDevices(smallest);
     // Only devices of the kind the job's backend runs on.
-    const std::vector<Device> alive = DevicesForBackend(spec.backend(), all_alive);
-    std::vector<Device> free = DevicesForBackend(spec.backend(), all_free);
+    const std::vector<Device> alive = DevicesForBackend(SchedulingBackend(spec), all_alive);
+    std::vector<Device> free = DevicesForBackend(SchedulingBackend(spec), all_free);
     if (entry.job.has_next_attempt_time() &&
         FromProtoTime(entry.job.next_attempt_time()) > clock_()) {
       // Backing off after a failed attempt; it does not block younger jobs meanwhile.
@@ -166,7 +166,7 @@ void Cluster::ScheduleLocked() {
       SetWaitingLocked(entry, all_alive.empty()
                                   ? absl::StrCat(need, " devices: no worker is alive")
                                   : absl::StrCat(need, " devices of the kind backend ",
-                                                 BackendName(spec.backend()),
+                                                 BackendName(SchedulingBackend(spec)),
                                                  " runs on: no alive worker has any"));
       continue;
     }

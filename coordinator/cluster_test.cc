@@ -1201,6 +1201,114 @@ TEST_F(ClusterTest, RegistrationRefusesDataRootsThatAreNotNormalizedAbsolutePath
   }
 }
 
+// A program job (spec.program) of `dp` data-parallel devices; `batch` 0: none.
+v1::JobSpec ProgramSpec(const std::string& name, int dp, const std::string& path,
+                        int batch = 0) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(
+      "apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: ", name, "}\nspec:\n",
+      "  program: {path: ", path, ", args: [--fast]}\n  mesh: {data_parallel_size: ", dp, "}\n",
+      batch > 0 ? absl::StrCat("  batch: {global_batch_size: ", batch, "}\n") : ""));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+// Registers a worker of `num_devices` devices of `kind` with `programs_dirs`.
+absl::StatusOr<v1::RegisterWorkerResponse> RegisterWithPrograms(
+    Cluster& cluster, const std::string& worker_id, const std::string& host, int num_devices,
+    v1::DeviceKind kind, const std::vector<std::string>& programs_dirs) {
+  v1::RegisterWorkerRequest request;
+  request.set_worker_id(worker_id);
+  request.set_host(host);
+  request.set_incarnation("inc-1");
+  request.set_address(host + ":7000");
+  for (const std::string& dir : programs_dirs) request.add_programs_dirs(dir);
+  for (int i = 0; i < num_devices; ++i) {
+    v1::Device* d = request.add_devices();
+    d->set_local_index(i);
+    d->set_kind(kind);
+    d->set_name(kind == v1::DEVICE_KIND_CUDA ? "NVIDIA H200" : "cpu");
+  }
+  return cluster.RegisterWorker(request);
+}
+
+TEST_F(ClusterTest, ProgramPathsMustLieUnderAKnownWorkersProgramsDir) {
+  const v1::JobSpec spec = ProgramSpec("prog", 2, "/opt/p/train");
+  // Like data and checkpoint roots: with no worker reporting one, every program is refused.
+  absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.program.path: '/opt/p/train' is not under a programs dir: no "
+                        "worker has reported any programs dir (start the worker daemons with "
+                        "--programs-dir DIR)"));
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CPU,
+                                   {"/opt/p", "/srv/bin"})
+                  .ok());
+  Register("w-2", "b", 2);
+  refused = cluster_->SubmitJob(ProgramSpec("prog", 2, "/opt/px/train"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.program.path: '/opt/px/train' is not under a programs dir of any "
+                        "worker (/opt/p, /srv/bin); use a directory there or start a worker "
+                        "with --programs-dir"));
+  const std::string id = Submit(spec);
+  ASSERT_FALSE(id.empty());
+  // Scheduled without a model: the assignment carries the program and no layout (no batch).
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-1");
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(events[0].has_start());
+  EXPECT_EQ(events[0].start().spec().program().path(), "/opt/p/train");
+  EXPECT_TRUE(events[0].start().layouts().empty());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).progress().total_steps(), 0);  // the runners say it
+  absl::StatusOr<v1::GetMeshResponse> mesh = cluster_->GetMesh(id);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_TRUE(mesh->layouts().empty());
+
+  // Kept with the worker, reported by ListWorkers, and across a coordinator restart.
+  cluster_.reset();
+  cluster_ = MakeCluster(state_);
+  const std::vector<v1::Worker> workers = cluster_->ListWorkers();
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_THAT(workers[0].programs_dirs(), ::testing::ElementsAre("/opt/p", "/srv/bin"));
+  EXPECT_TRUE(workers[1].programs_dirs().empty());
+}
+
+TEST_F(ClusterTest, ProgramJobsRunOnCpuDevicesOnlyWithTheirBatchLayout) {
+  ASSERT_TRUE(
+      RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CUDA, {"/opt/p"}).ok());
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-2", "b", 2, v1::DEVICE_KIND_CPU, {"/opt/p"}).ok());
+  // backend auto: a built-in job would take the GPUs; a program job takes the CPU devices.
+  const std::string id = Submit(ProgramSpec("prog", 2, "/opt/p/train", /*batch=*/8));
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(Poll("w-1").empty());
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-2");
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(events[0].has_start());
+  const v1::Assignment& a = events[0].start();
+  for (const v1::Device& d : a.mesh().devices()) EXPECT_EQ(d.kind(), v1::DEVICE_KIND_CPU);
+  ASSERT_EQ(a.layouts().count("batch/inputs"), 1u);
+  EXPECT_EQ(a.spec().batch().per_device_batch_size(), 4);
+
+  // A program job larger than the CPU devices is refused when refusing is on, though GPUs idle.
+  cluster_.reset();
+  options_.refuse_jobs_that_cannot_fit = true;
+  cluster_ = MakeCluster(state_);
+  ASSERT_TRUE(
+      RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CUDA, {"/opt/p"}).ok());
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-2", "b", 2, v1::DEVICE_KIND_CPU, {"/opt/p"}).ok());
+  absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(ProgramSpec("big", 4, "/opt/p/train"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+}
+
+TEST_F(ClusterTest, RegistrationRefusesProgramsDirsThatAreNotNormalizedAbsolutePaths) {
+  for (const char* bad : {"bin", "/opt/p/", "/opt/../p", ""}) {
+    absl::StatusOr<v1::RegisterWorkerResponse> response =
+        RegisterWithPrograms(*cluster_, "w-1", "a", 1, v1::DEVICE_KIND_CPU, {bad});
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(response.status().message(), HasSubstr("worker w-1: programs_dirs[0]")) << bad;
+  }
+}
+
 TEST_F(ClusterTest, ErrorTextAndTransitionsAreBounded) {
   options_.restart_backoff = absl::ZeroDuration();
   cluster_ = MakeCluster(state_);

@@ -21,7 +21,8 @@ namespace limits {
 inline constexpr size_t kMaxNameBytes = 256;
 // Devices one worker registers.
 inline constexpr int kMaxDevicesPerWorker = 1024;
-// Data roots one worker registers, and the length of each.
+// Data roots (and checkpoint roots, and programs dirs) one worker registers, and the length of
+// each.
 inline constexpr int kMaxDataRootsPerWorker = 64;
 inline constexpr size_t kMaxPathBytes = 4096;
 // Runners one heartbeat lists.

@@ -14,6 +14,7 @@ namespace substrax {
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          const std::vector<std::string>& data_roots,
                                          const std::vector<std::string>& checkpoint_roots,
+                                         const std::vector<std::string>& programs_dirs,
                                          bool refuse_jobs_that_cannot_fit) {
   for (const auto& [field, value] :
        {std::pair<const char*, int64_t>{"spec.max_duration_seconds", spec.max_duration_seconds()},
@@ -31,13 +32,16 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& a
   // Checkpoints are written and read only beneath the workers' --checkpoint-root directories;
   // the runner checks again, on the file system, before it writes or reads one.
   SUBSTRAX_RETURN_IF_ERROR(CheckCheckpointPathsUnderRoots(spec, checkpoint_roots));
+  // Programs run only from the workers' --programs-dir directories; each daemon checks again on
+  // its file system (symlinks resolved) before it starts one.
+  SUBSTRAX_RETURN_IF_ERROR(CheckProgramPathUnderDirs(spec, programs_dirs));
   if (!refuse_jobs_that_cannot_fit) return spec;
   // A mesh the alive cluster could never hold is refused now, saying what is available, rather
   // than left waiting for workers that may never come.
   // (An elastic data axis needs only its smallest size.)
   const v1::JobSpec smallest = SpecWithDataParallelSize(spec, DataParallelSizes(spec).back());
   absl::StatusOr<Mesh> mesh =
-      CreateMeshForJob(smallest.mesh(), DevicesForBackend(spec.backend(), alive.devices));
+      CreateMeshForJob(smallest.mesh(), DevicesForBackend(SchedulingBackend(spec), alive.devices));
   if (!mesh.ok()) {
     return absl::ResourceExhaustedError(
         absl::StrCat(mesh.status().message(), "; the cluster has ", alive.workers,

@@ -27,13 +27,16 @@ struct AliveDevices {
 // absolute and normalized or not under one of `data_roots`, the data roots the known workers
 // report: CheckDataPathsUnderRoots in core/data_paths.h, by the path string alone; then a
 // checkpoint directory or resume_from not under one of `checkpoint_roots`:
-// CheckCheckpointPathsUnderRoots), and, when `refuse_jobs_that_cannot_fit`, RESOURCE_EXHAUSTED
-// (even idle, `alive` could not hold the job's smallest mesh on its backend's devices; the
-// message is CreateMeshForJob's and says how many alive workers there are). A job that fits but finds the
-// devices busy is admitted: it waits, PENDING.
+// CheckCheckpointPathsUnderRoots; then a program job's spec.program.path not under one of
+// `programs_dirs`: CheckProgramPathUnderDirs), and, when `refuse_jobs_that_cannot_fit`,
+// RESOURCE_EXHAUSTED (even idle, `alive` could not hold the job's smallest mesh on the devices
+// of its SchedulingBackend, CPU devices for a program job; the message is CreateMeshForJob's and
+// says how many alive workers there are). A job that fits but finds the devices busy is
+// admitted: it waits, PENDING.
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          const std::vector<std::string>& data_roots,
                                          const std::vector<std::string>& checkpoint_roots,
+                                         const std::vector<std::string>& programs_dirs,
                                          bool refuse_jobs_that_cannot_fit);
 
 // Steps an admitted job will run: spec.steps, or epochs x steps per epoch for synthetic data;

@@ -85,10 +85,12 @@ std::vector<std::pair<std::string, std::string>> DataPaths(const v1::DataSpec& d
 namespace {
 
 // One line per path of `paths` that is not normalized or not under one of `roots`; `what` names
-// the kind of root ("data", "checkpoint") and `flag` the daemon flag that offers one.
+// the kind of path ("data", "checkpoint", "program"), `root` the kind of root ("data root",
+// "programs dir") and `flag` the daemon flag that offers one.
 std::vector<std::string> PathsNotUnderRoots(
     const std::vector<std::pair<std::string, std::string>>& paths,
-    const std::vector<std::string>& roots, absl::string_view what, absl::string_view flag) {
+    const std::vector<std::string>& roots, absl::string_view what, absl::string_view root,
+    absl::string_view flag) {
   std::vector<std::string> problems;
   for (const auto& [field, path] : paths) {
     if (absl::Status normalized = CheckNormalizedAbsolute(path); !normalized.ok()) {
@@ -97,10 +99,10 @@ std::vector<std::string> PathsNotUnderRoots(
     } else if (FindRoot(path, roots) == nullptr) {
       problems.push_back(
           roots.empty()
-              ? absl::StrCat(field, ": '", path, "' is not under a ", what, " root: no worker has "
-                             "reported any ", what, " root (start the worker daemons with ", flag,
+              ? absl::StrCat(field, ": '", path, "' is not under a ", root, ": no worker has "
+                             "reported any ", root, " (start the worker daemons with ", flag,
                              " DIR)")
-              : absl::StrCat(field, ": '", path, "' is not under a ", what, " root of any worker (",
+              : absl::StrCat(field, ": '", path, "' is not under a ", root, " of any worker (",
                              absl::StrJoin(roots, ", "), "); use a directory there or start a "
                              "worker with ", flag));
     }
@@ -117,7 +119,7 @@ absl::Status Problems(const std::vector<std::string>& problems) {
 
 absl::Status CheckDataPathsUnderRoots(const v1::DataSpec& data,
                                       const std::vector<std::string>& roots) {
-  return Problems(PathsNotUnderRoots(DataPaths(data), roots, "data", "--data-root"));
+  return Problems(PathsNotUnderRoots(DataPaths(data), roots, "data", "data root", "--data-root"));
 }
 
 std::vector<std::pair<std::string, std::string>> CheckpointPaths(const v1::JobSpec& spec) {
@@ -132,7 +134,15 @@ std::vector<std::pair<std::string, std::string>> CheckpointPaths(const v1::JobSp
 absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
                                             const std::vector<std::string>& roots) {
   return Problems(
-      PathsNotUnderRoots(CheckpointPaths(spec), roots, "checkpoint", "--checkpoint-root"));
+      PathsNotUnderRoots(CheckpointPaths(spec), roots, "checkpoint", "checkpoint root",
+                         "--checkpoint-root"));
+}
+
+absl::Status CheckProgramPathUnderDirs(const v1::JobSpec& spec,
+                                       const std::vector<std::string>& dirs) {
+  if (!spec.has_program()) return absl::OkStatus();
+  return Problems(PathsNotUnderRoots({{"spec.program.path", spec.program().path()}}, dirs,
+                                     "program", "programs dir", "--programs-dir"));
 }
 
 }  // namespace substrax

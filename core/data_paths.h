@@ -68,6 +68,13 @@ std::vector<std::pair<std::string, std::string>> CheckpointPaths(const v1::JobSp
 absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
                                             const std::vector<std::string>& roots);
 
+// OK when `spec` has no program, or its program.path is absolute, normalized and under one of
+// `dirs` (the workers' --programs-dir directories). INVALID_ARGUMENT otherwise, as for data
+// paths: naming the field, the path and the directories offered (or saying that no worker has
+// reported a programs dir).
+absl::Status CheckProgramPathUnderDirs(const v1::JobSpec& spec,
+                                       const std::vector<std::string>& dirs);
+
 }  // namespace substrax
 
 #endif  // SUBSTRAX_CORE_DATA_PATHS_H_

@@ -153,7 +153,8 @@ std::vector<int> DataParallelSizes(const v1::JobSpec& spec) {
   if (min <= 0 || min >= max || spec.mesh().type() == v1::MESH_TYPE_MODEL_PARALLEL) return {max};
   std::vector<int> sizes;
   for (int size = max; size >= min; --size) {
-    if (global > 0 && global % size == 0) sizes.push_back(size);
+    // Without a batch (a program job may have none) every size in the range will do.
+    if (global <= 0 || global % size == 0) sizes.push_back(size);
   }
   if (sizes.empty()) sizes.push_back(max);  // validation refuses such a spec
   return sizes;
@@ -171,6 +172,11 @@ v1::JobSpec SpecWithDataParallelSize(v1::JobSpec spec, int size) {
 bool CheckpointAtEnd(const v1::JobSpec& spec) {
   return spec.has_checkpoint() &&
          (!spec.checkpoint().has_at_end() || spec.checkpoint().at_end());
+}
+
+v1::Backend SchedulingBackend(const v1::JobSpec& spec) {
+  if (spec.has_program()) return v1::BACKEND_CPU;  // validation refuses any other
+  return spec.backend();
 }
 
 bool IsClassification(v1::ModelType type) {

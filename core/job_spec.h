@@ -43,8 +43,10 @@ inline constexpr int kMaxPrefetchSize = 64;
 inline constexpr int kMaxRestarts = 100;
 inline constexpr int64_t kMaxCheckpointSeconds = 30 * 24 * 3600;
 inline constexpr int kMaxCheckpointsKept = 1000;
-// The longest directory a spec may name (checkpoint.directory, resume_from).
+// The longest path a spec may name (checkpoint.directory, resume_from, program.path).
 inline constexpr size_t kMaxSpecPathBytes = 4096;
+// The longest metric name a program job may declare in spec.metrics.
+inline constexpr size_t kMaxProgramMetricNameBytes = 64;
 
 // Parses, defaults and validates a TrainJob YAML document. `source` names the document in error
 // messages (a file name). Errors: INVALID_ARGUMENT with every problem found, one per line, as
@@ -83,13 +85,17 @@ int64_t PerDeviceBatchSize(const v1::JobSpec& spec);
 
 // The data-axis sizes an attempt of a (defaulted, valid) spec may be planned with, largest
 // first: the spec's own, or for an elastic axis (mesh.min_data_parallel_size) every size in
-// [min, max] that divides the global batch.
+// [min, max] that divides the global batch (every size in it when the spec has no batch: a
+// program job may have none).
 std::vector<int> DataParallelSizes(const v1::JobSpec& spec);
 // `spec` as an attempt planned with data-axis size `size` runs it: mesh.data_parallel_size set
 // to `size` and the per-device batch to global / size (the global batch stays the same).
 v1::JobSpec SpecWithDataParallelSize(v1::JobSpec spec, int size);
 // Whether a checkpointed spec saves after its last step (checkpoint.at_end, true by default).
 bool CheckpointAtEnd(const v1::JobSpec& spec);
+// The backend whose devices the job is scheduled on: spec.backend, except that a program job
+// (spec.program) runs on CPU devices in this version, so its `auto` is `cpu`.
+v1::Backend SchedulingBackend(const v1::JobSpec& spec);
 // Whether the model predicts classes (softmax_regression, mlp) rather than values (linear);
 // core/models.h has the table.
 bool IsClassification(v1::ModelType type);

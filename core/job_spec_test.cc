@@ -294,3 +294,64 @@ TEST(JobSpecTest, EnumNamesMatchTheYaml) {
 
 }  // namespace
 }  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST(ProgramSpecTest, ProgramMapsFieldByFieldAndNeedsNoModel) {
+  auto spec = LoadJobSpecFile("core/testdata/good_specs/program.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->program().path(), "/opt/substrax/programs/train_mnist");
+  EXPECT_THAT(spec->program().args(), ::testing::ElementsAre("--hidden", "512", "--lr", "0.001"));
+  EXPECT_EQ(spec->program().env().at("OMP_NUM_THREADS"), "1");
+  EXPECT_FALSE(spec->has_model());
+  EXPECT_FALSE(spec->has_data());
+  EXPECT_FALSE(spec->has_optimizer());
+  EXPECT_EQ(spec->batch().per_device_batch_size(), 64);
+  EXPECT_EQ(spec->metrics().at("val_accuracy"), v1::REDUCTION_MEAN);
+  EXPECT_EQ(SchedulingBackend(*spec), v1::BACKEND_CPU);
+}
+
+TEST(ProgramSpecTest, DefaultsOfAMinimalProgramJob) {
+  auto spec = LoadJobSpecFile("core/testdata/good_specs/program_minimal.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_batch());
+  EXPECT_EQ(spec->length_case(), v1::JobSpec::LENGTH_NOT_SET);
+  EXPECT_EQ(spec->report_every_steps(), 50);
+  EXPECT_EQ(spec->metrics().at("loss"), v1::REDUCTION_MEAN);
+  EXPECT_EQ(spec->metrics().at("step"), v1::REDUCTION_MAX);
+  EXPECT_EQ(spec->backend(), v1::BACKEND_AUTO);
+  // Auto never means CUDA for a program job in this version.
+  EXPECT_EQ(SchedulingBackend(*spec), v1::BACKEND_CPU);
+  EXPECT_EQ(RequiredDevices(*spec), 2);
+  // An elastic axis without a batch may take any size in its range.
+  v1::JobSpec elastic = *spec;
+  elastic.mutable_mesh()->set_min_data_parallel_size(1);
+  elastic.mutable_mesh()->set_data_parallel_size(3);
+  EXPECT_THAT(DataParallelSizes(elastic), ::testing::ElementsAre(3, 2, 1));
+}
+
+TEST(ProgramSpecTest, ABuiltInJobStillNeedsItsModelAndLength) {
+  auto spec = LoadJobSpecFile("core/testdata/good_specs/program_minimal.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec builtin = *spec;
+  builtin.clear_program();
+  const absl::Status refused = ValidateJobSpec(builtin);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("spec.model: is required"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("spec: give steps or epochs"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("spec.batch: give global_batch_size"));
+  EXPECT_EQ(SchedulingBackend(builtin), v1::BACKEND_AUTO);
+}
+
+TEST(ProgramSpecTest, NulInArgumentsIsRefusedFromAnyClient) {
+  auto spec = LoadJobSpecFile("core/testdata/good_specs/program_minimal.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->mutable_program()->add_args(std::string("a\0b", 3));
+  const absl::Status refused = ValidateJobSpec(*spec);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("spec.program.args[0]: must not contain a NUL character"));
+}
+
+}  // namespace
+}  // namespace substrax

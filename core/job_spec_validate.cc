@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data_paths.h"
@@ -60,6 +61,10 @@ class Validator {
 
 void ValidateModel(const v1::JobSpec& spec, Validator& v) {
   const v1::ModelSpec& model = spec.model();
+  if (spec.has_program()) {
+    // The program's own (ValidateProgram says so when the section is there).
+    return;
+  }
   if (!spec.has_model()) {
     v.Add("spec.model", absl::StrCat("is required; give its type (",
                                      EnumChoices(v1::ModelType_descriptor()), ")"));
@@ -126,6 +131,7 @@ void ValidateSplit(const v1::DataSplit& split, const std::string& path, v1::Data
 }
 
 void ValidateData(const v1::JobSpec& spec, Validator& v) {
+  if (spec.has_program()) return;  // the program's own
   if (!spec.has_data()) {
     v.Add("spec.data", absl::StrCat("is required; give its format (",
                                     EnumChoices(v1::DataFormat_descriptor()), ")"));
@@ -204,6 +210,7 @@ void ValidateData(const v1::JobSpec& spec, Validator& v) {
 }
 
 void ValidateOptimizer(const v1::JobSpec& spec, Validator& v) {
+  if (spec.has_program()) return;  // the program's own
   if (!spec.has_optimizer()) {
     v.Add("spec.optimizer", absl::StrCat("is required; give its type (", OptimizerNames(),
                                          ") and learning_rate"));
@@ -325,6 +332,8 @@ void ValidateMesh(const v1::JobSpec& spec, Validator& v) {
 void ValidateBatch(const v1::JobSpec& spec, Validator& v) {
   const v1::BatchSpec& batch = spec.batch();
   const std::string p = "spec.batch";
+  // A program may do without a batch (it is passed on to it when given).
+  if (spec.has_program() && !spec.has_batch() && !v.Written(p)) return;
   if (batch.global_batch_size() == 0 && batch.per_device_batch_size() == 0 &&
       !v.Written(p + ".global_batch_size") && !v.Written(p + ".per_device_batch_size")) {
     v.Add(p, "give global_batch_size or per_device_batch_size (or both)");
@@ -368,6 +377,15 @@ void ValidateBatch(const v1::JobSpec& spec, Validator& v) {
   }
 }
 
+// [A-Za-z_][A-Za-z0-9_]*: environment variable and program metric names.
+bool IsIdentifier(const std::string& name) {
+  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
 // A directory the workers write or read (checkpoints): absolute, normalized, bounded.
 void ValidatePath(const std::string& path, const std::string& value, Validator& v) {
   if (value.size() > kMaxSpecPathBytes) {
@@ -396,7 +414,8 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
       v.Range("spec.epochs", spec.epochs(), 1, kMaxEpochs);
       break;
     default:
-      v.Add("spec", "give steps or epochs: how long to train");
+      // A program decides how long it trains when the spec does not say.
+      if (!spec.has_program()) v.Add("spec", "give steps or epochs: how long to train");
   }
 
   const bool classification = IsClassification(spec.model().type());
@@ -404,7 +423,13 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
   if (classification) known.insert(known.begin() + 1, kMetricAccuracy);
   for (const auto& [name, reduction] : spec.metrics()) {
     const std::string path = absl::StrCat("spec.metrics.", name);
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
+    if (spec.has_program()) {
+      // A program reports metrics of its own choosing, named like identifiers.
+      if (!IsIdentifier(name) || name.size() > kMaxProgramMetricNameBytes) {
+        v.Add(path, absl::StrCat("a metric name is at most ", kMaxProgramMetricNameBytes,
+                                 " letters, digits or '_', not starting with a digit"));
+      }
+    } else if (std::find(known.begin(), known.end(), name) == known.end()) {
       v.Add(path, absl::StrCat(
                       name == kMetricAccuracy ? "a regression model reports no accuracy"
                                               : absl::StrCat("unknown metric '", name, "'"),
@@ -418,7 +443,7 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
   if (spec.report_every_steps() != 0 || v.Written("spec.report_every_steps")) {
     v.Range("spec.report_every_steps", spec.report_every_steps(), 1, kMaxSteps);
   }
-  if (spec.has_checkpoint()) {
+  if (spec.has_checkpoint() && !spec.has_program()) {  // a program job's: ValidateProgram
     const v1::CheckpointSpec& c = spec.checkpoint();
     if (c.directory().empty()) {
       v.Add("spec.checkpoint.directory", "is required when checkpointing: a shared directory");
@@ -432,15 +457,74 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
       v.Add("spec.checkpoint", "saves nothing: give every_steps, every_seconds or at_end: true");
     }
   }
-  if (!spec.resume_from().empty()) ValidatePath("spec.resume_from", spec.resume_from(), v);
+  if (!spec.resume_from().empty() && !spec.has_program()) {
+    ValidatePath("spec.resume_from", spec.resume_from(), v);
+  }
   v.Range("spec.max_restarts", spec.max_restarts(), 0, kMaxRestarts);
   // Reduced precision exists only on the GPU path; backend auto is checked when the job's
   // devices are known (worker/runtime/trainer.cc).
   const bool reduced = spec.precision() == v1::PRECISION_TF32 ||
                        spec.precision() == v1::PRECISION_BF16;
-  if (reduced && spec.backend() == v1::BACKEND_CPU) {
+  if (reduced && spec.backend() == v1::BACKEND_CPU && !spec.has_program()) {
     v.Add("spec.precision", "tf32 and bf16 need the cuda backend; the cpu backend computes in "
                             "fp32 only: use precision fp32 or backend cuda");
+  }
+}
+
+// spec.program, and what a program job may not have: the program defines its model, data and
+// optimizer, runs on CPU devices and saves its own state in this version.
+void ValidateProgram(const v1::JobSpec& spec, Validator& v) {
+  if (!spec.has_program()) return;
+  const v1::ProgramSpec& program = spec.program();
+  if (program.path().empty()) {
+    v.Add("spec.program.path", "is required: the absolute path of the program on the workers, "
+                               "under a worker's --programs-dir");
+  } else {
+    ValidatePath("spec.program.path", program.path(), v);
+  }
+  for (int i = 0; i < program.args_size(); ++i) {
+    if (program.args(i).find('\0') != std::string::npos) {
+      v.Add(absl::StrCat("spec.program.args[", i, "]"), "must not contain a NUL character");
+    }
+  }
+  for (const auto& [name, value] : program.env()) {
+    const std::string path = absl::StrCat("spec.program.env.", name);
+    if (!IsIdentifier(name)) {
+      v.Add(path, "an environment variable name is letters, digits and '_', not starting with "
+                  "a digit");
+    } else if (absl::StartsWith(name, "SUBSTRAX_")) {
+      v.Add(path, "names beginning with SUBSTRAX_ are reserved for the SDK; rename it");
+    }
+    if (value.find('\0') != std::string::npos) {
+      v.Add(path, "the value must not contain a NUL character");
+    }
+  }
+  for (const auto& [field, present] :
+       {std::pair<const char*, bool>{"model", spec.has_model() || v.Written("spec.model")},
+        {"data", spec.has_data() || v.Written("spec.data")},
+        {"optimizer", spec.has_optimizer() || v.Written("spec.optimizer")}}) {
+    if (present) {
+      v.Add(absl::StrCat("spec.", field),
+            absl::StrCat("a program job defines its ", field, " itself; remove spec.", field,
+                         " or spec.program"));
+    }
+  }
+  if (spec.precision() != v1::PRECISION_UNSPECIFIED && spec.precision() != v1::PRECISION_FP32) {
+    v.Add("spec.precision", "program jobs run on CPU devices in this version, which compute in "
+                            "fp32 only; use precision fp32 or leave it out");
+  }
+  if (spec.backend() != v1::BACKEND_UNSPECIFIED && spec.backend() != v1::BACKEND_AUTO &&
+      spec.backend() != v1::BACKEND_CPU) {
+    v.Add("spec.backend", "program jobs run on CPU devices in this version (the SDK's devices "
+                          "are CPU devices); use backend cpu or auto");
+  }
+  if (spec.has_checkpoint() || v.Written("spec.checkpoint")) {
+    v.Add("spec.checkpoint", "program jobs save their own state in this version; remove "
+                             "spec.checkpoint");
+  }
+  if (!spec.resume_from().empty()) {
+    v.Add("spec.resume_from", "program jobs save their own state in this version; remove "
+                              "spec.resume_from");
   }
 }
 
@@ -454,6 +538,7 @@ void Validate(const v1::JobSpec& spec, const Positions* positions, Errors* error
   ValidateMesh(spec, v);
   ValidateBatch(spec, v);
   ValidateRest(spec, v);
+  ValidateProgram(spec, v);
 }
 
 }  // namespace job_spec_internal

@@ -100,7 +100,9 @@ struct JobPlan {
 };
 
 // Plans `spec` (after ApplyJobSpecDefaults; normally also ValidateJobSpec) on `devices` for
-// inputs of `num_features` values (InputFeatures).
+// inputs of `num_features` values (InputFeatures). A program job (spec.program) defines its
+// model itself: its plan is the mesh and the per-device batch only (no parameters, memory or
+// collectives), and `num_features` is not used.
 // Errors: INVALID_ARGUMENT, naming the field: the devices cannot hold the mesh (CreateMeshForJob's
 // message, starting "spec.mesh: "), a hidden width that does not divide over the model axis
 // ("spec.model.hidden_sizes[i]: ..."), or another model error of ModelParams.

@@ -219,3 +219,31 @@ TEST(PlanTest, BadMeshesAreRejectedWithTheFieldPath) {
 
 }  // namespace
 }  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST(PlanTest, AProgramJobIsPlannedAsItsMeshAndBatchOnly) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(R"(apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: prog}
+spec:
+  program: {path: /opt/p/train}
+  mesh: {data_parallel_size: 4}
+  batch: {global_batch_size: 64}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<JobPlan> plan = PlanJob(*spec, MakeUniformCluster(2, 2), /*num_features=*/0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->mesh.size(), 4);
+  EXPECT_EQ(plan->per_device_batch, 16);
+  EXPECT_TRUE(plan->params.empty());
+  EXPECT_EQ(plan->memory.total(), 0);
+  EXPECT_TRUE(plan->collectives.empty());
+  // The mesh is still the coordinator's: too few devices fail with its message.
+  absl::StatusOr<JobPlan> small = PlanJob(*spec, MakeUniformCluster(1, 2), 0);
+  EXPECT_THAT(std::string(small.status().message()), HasSubstr("spec.mesh"));
+}
+
+}  // namespace
+}  // namespace substrax

@@ -318,6 +318,19 @@ int main(int argc, char** argv) {
                      "resume_from lies elsewhere. None: the worker runs only jobs without "
                      "checkpoints")
       ->type_name("DIR");
+  daemon->add_option("--programs-dir", daemon_options.programs_dirs,
+                     "A directory (absolute) from which program jobs (spec.program) may run "
+                     "programs; repeat for several. Reported to the coordinator, which refuses "
+                     "jobs whose program lies elsewhere; checked again, symlinks resolved, before "
+                     "each program starts. Programs run as this daemon's user with its "
+                     "environment and credentials: allow only directories whose contents you "
+                     "trust. None: the worker runs no program jobs")
+      ->type_name("DIR");
+  std::string program_init_timeout = "60s";
+  daemon->add_option("--program-init-timeout", program_init_timeout,
+                     "A program that has not called substrax::Init this long after it started is "
+                     "stopped and its attempt fails as stalled")
+      ->capture_default_str();
   daemon->add_option("--health-listen", daemon_options.health_listen,
                      "Plaintext grpc.health.v1 address for Kubernetes probes (service "
                      "substrax.worker.ready: registered); empty: none");
@@ -387,6 +400,9 @@ int main(int argc, char** argv) {
       std::cerr << substrax::InsecureWarning("substrax-worker daemon") << "\n";
     }
     if (!substrax::ParseTimeout(stop_grace, &daemon_options.stop_grace)) return 2;
+    if (!substrax::ParseTimeout(program_init_timeout, &daemon_options.program_init_timeout)) {
+      return 2;
+    }
     absl::StatusOr<absl::Duration> retention = substrax::ParseRetention(log_retention);
     absl::StatusOr<int64_t> budget = substrax::ParseByteSize(log_budget);
     if (!retention.ok() || !budget.ok()) {

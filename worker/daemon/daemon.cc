@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -130,6 +129,12 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   if (options.worker_id.empty()) options.worker_id = options.host;
   SUBSTRAX_RETURN_IF_ERROR(NormalizeRoots("--data-root", &options.data_roots));
   SUBSTRAX_RETURN_IF_ERROR(NormalizeRoots("--checkpoint-root", &options.checkpoint_roots));
+  SUBSTRAX_RETURN_IF_ERROR(NormalizeRoots("--programs-dir", &options.programs_dirs));
+  if (options.program_init_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--program-init-timeout must be a positive duration such as 60s, got ",
+                     absl::FormatDuration(options.program_init_timeout)));
+  }
 
   if (options.runner_binary.empty()) options.runner_binary = "/proc/self/exe";
   std::error_code error;
@@ -141,8 +146,29 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(options), *std::move(devices)));
 }
 
+namespace {
+
+LaunchSettings SettingsOf(const WorkerDaemonOptions& options) {
+  LaunchSettings settings;
+  settings.worker_id = options.worker_id;
+  settings.host = options.host;
+  settings.coordinator = options.coordinator;
+  settings.transport = options.transport;
+  settings.listen_host = options.listen_host;
+  settings.collective_timeout = options.collective_timeout;
+  settings.data_roots = options.data_roots;
+  settings.checkpoint_roots = options.checkpoint_roots;
+  settings.programs_dirs = options.programs_dirs;
+  settings.runner_binary = options.runner_binary;
+  return settings;
+}
+
+}  // namespace
+
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices)
-    : options_(std::move(options)), devices_(std::move(devices)) {
+    : options_(std::move(options)),
+      launch_settings_(SettingsOf(options_)),
+      devices_(std::move(devices)) {
   // Validated by Create.
   stub_ = v1::CoordinatorService::NewStub(
       *MakeChannel(options_.coordinator, options_.transport, KeepaliveChannelArguments()));
@@ -175,6 +201,7 @@ absl::Status WorkerDaemon::Register() {
   for (const v1::Device& d : devices_) *request.add_devices() = d;
   for (const std::string& root : options_.data_roots) request.add_data_roots(root);
   for (const std::string& root : options_.checkpoint_roots) request.add_checkpoint_roots(root);
+  for (const std::string& dir : options_.programs_dirs) request.add_programs_dirs(dir);
   // Retries only while the coordinator is unreachable (UNAVAILABLE / DEADLINE_EXCEEDED), with
   // exponential backoff and jitter up to 5 s, until stopped; anything else is the caller's to fix.
   absl::Duration backoff = absl::Milliseconds(100);
@@ -208,6 +235,10 @@ absl::Status WorkerDaemon::Register() {
                        options_.checkpoint_roots.empty()
                            ? "none, no checkpoints"
                            : absl::StrJoin(options_.checkpoint_roots, ", "),
+                       "; programs dirs: ",
+                       options_.programs_dirs.empty()
+                           ? "none, no program jobs"
+                           : absl::StrJoin(options_.programs_dirs, ", "),
                        ") with ", options_.coordinator));
       return absl::OkStatus();
     }
@@ -410,92 +441,51 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
       return;
     }
   }
-  const std::string base = absl::StrCat(options_.work_dir, "/", assignment.job_id(), "-attempt-",
-                                        assignment.attempt(), "-process-",
-                                        assignment.process_index());
+  const AttemptFiles files = FilesOfAttempt(options_.work_dir, assignment);
+  const bool program = assignment.spec().has_program();
   Runner runner;
   runner.job_id = assignment.job_id();
   runner.attempt = assignment.attempt();
   runner.process_index = assignment.process_index();
-  runner.result_path = base + ".result";
-  runner.stderr_path = base + ".log";
-  const std::string assignment_path = base + ".assignment";
-  if (absl::Status s = WriteFileAtomically(assignment_path, assignment.SerializeAsString());
-      !s.ok()) {
-    ReportLaunchFailure(runner, absl::StrCat("cannot start a runner: ", s.message()));
+  runner.result_path = files.result;
+  runner.stderr_path = files.log;
+  runner.started_path = files.started;
+  if (program) runner.program = assignment.spec().program().path();
+  const std::string what = program ? absl::StrCat("the program ", runner.program) : "a runner";
+  if (absl::Status s = WriteAttemptFiles(launch_settings_, assignment, files); !s.ok()) {
+    ReportLaunchFailure(runner, absl::StrCat("cannot start ", what, ": ", s.message()));
     return;
   }
-  if (std::remove(runner.result_path.c_str()) != 0 && errno != ENOENT) {
-    ReportLaunchFailure(runner, absl::StrCat("cannot start a runner: cannot remove the old result ",
-                                             runner.result_path, ": ", std::strerror(errno)));
+  // The program checks (launch.h) name the program, host and worker themselves.
+  absl::StatusOr<ChildCommand> command = BuildCommand(launch_settings_, assignment, files);
+  if (!command.ok()) {
+    ReportLaunchFailure(runner, std::string(command.status().message()));
     return;
   }
   // Opened here, not in the child, so that a failure (a full or read-only disk) is reported.
-  const int log_fd =
-      open(runner.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int log_fd = open(files.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) {
-    ReportLaunchFailure(runner, absl::StrCat("cannot start a runner: cannot create its log ",
-                                             runner.stderr_path, ": ", std::strerror(errno)));
+    ReportLaunchFailure(runner, absl::StrCat("cannot start ", what, ": cannot create its log ",
+                                             files.log, ": ", std::strerror(errno)));
     return;
   }
-
-  // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> args = {
-      "substrax-worker", "run",
-      "--assignment", assignment_path,
-      "--coordinator", options_.coordinator,
-      "--listen-host", options_.listen_host,
-      "--result", runner.result_path,
-      "--collective-timeout", absl::FormatDuration(options_.collective_timeout),
-  };
-  for (std::string& a : TransportArguments(options_.transport)) args.push_back(std::move(a));
-  for (const auto& [flag, roots] : {std::pair{"--data-root", &options_.data_roots},
-                                     std::pair{"--checkpoint-root", &options_.checkpoint_roots}}) {
-    for (const std::string& root : *roots) {
-      args.push_back(flag);
-      args.push_back(root);
-    }
-  }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const std::string binary = options_.runner_binary;
-  const pid_t parent = getpid();
-
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // A runner never outlives its daemon, and its own children go with it: it leads a process
-    // group that Terminate signals as a whole.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    setpgid(0, 0);
-    // The daemon blocks SIGTERM and SIGINT for its signal thread; a runner must die of them.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    // An ignored SIGPIPE survives exec: give the runner the default and let it choose.
-    signal(SIGPIPE, SIG_DFL);
-    // dup2 clears close-on-exec on the copies.
-    if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0) _exit(127);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
-  const int fork_errno = errno;
+  absl::StatusOr<pid_t> pid = StartChild(*command, log_fd);
   close(log_fd);
-  if (pid < 0) {
-    ReportLaunchFailure(runner, absl::StrCat("cannot start a runner: fork: ",
-                                             std::strerror(fork_errno)));
+  if (!pid.ok()) {
+    ReportLaunchFailure(runner, absl::StrCat("cannot start ", what, ": ", pid.status().message()));
     return;
   }
-  // Also set in the child: whichever runs first, the group exists before anyone signals it.
-  setpgid(pid, pid);
-  runner.pid = pid;
-  Log(absl::StrCat("started runner ", pid, " for job ", key, " process ", runner.process_index));
+  runner.pid = *pid;
+  // Housekeeping wakes for the deadline and stops a program that has not joined its job by then.
+  if (program) runner.init_deadline = absl::Now() + options_.program_init_timeout;
+  Log(absl::StrCat("started ", program ? absl::StrCat("program ", runner.program) : "runner", " ",
+                   runner.pid, " for job ", key, " process ", runner.process_index));
   absl::MutexLock lock(&mu_);
   runners_[key] = runner;
   const int64_t id = next_reaper_++;
+  const pid_t child = runner.pid;
   // Inserted under mu_, which the reaper needs before it can finish: never joined before this.
-  reapers_[id] = std::thread([this, id, key, pid] { Reap(id, key, pid); });
+  reapers_[id] = std::thread([this, id, key, child] { Reap(id, key, child); });
 }
 
 void WorkerDaemon::ReportLaunchFailure(const Runner& runner, const std::string& error) {
@@ -532,6 +522,7 @@ void WorkerDaemon::Housekeeping() {
   while (true) {
     std::vector<std::thread> done;
     std::vector<std::pair<std::string, pid_t>> to_kill;
+    std::vector<std::string> init_due;
     bool clean = false;
     bool exit = false;
     {
@@ -539,6 +530,7 @@ void WorkerDaemon::Housekeeping() {
       absl::Time wake = next_cleanup;
       for (const auto& [key, r] : runners_) {
         if (!r.ended && !r.killed) wake = std::min(wake, r.kill_at);
+        if (!r.ended) wake = std::min(wake, r.init_deadline);
       }
       auto ready = [this, wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         if (!finished_reapers_.empty()) return true;
@@ -547,6 +539,7 @@ void WorkerDaemon::Housekeeping() {
           if (r.ended) continue;
           running = true;
           if (!r.killed && r.kill_at < wake) return true;  // a new stop: its deadline is first
+          if (r.init_deadline < wake) return true;  // a new program: its init deadline is first
         }
         return stopped_.HasBeenNotified() && !running;
       };
@@ -560,6 +553,7 @@ void WorkerDaemon::Housekeeping() {
           r.killed = true;
           to_kill.emplace_back(key, r.pid);
         }
+        if (r.init_deadline <= now) init_due.push_back(key);
       }
       for (int64_t id : finished_reapers_) {
         done.push_back(std::move(reapers_[id]));
@@ -575,12 +569,39 @@ void WorkerDaemon::Housekeeping() {
                        absl::FormatDuration(options_.stop_grace), ": SIGKILL"));
       kill(-pid, SIGKILL);
     }
+    CheckProgramInits(init_due);
     for (std::thread& t : done) t.join();
     if (clean && !exit) {
       CleanWorkDirNow();
       next_cleanup = absl::Now() + options_.cleanup_interval;
     }
     if (exit) return;
+  }
+}
+
+void WorkerDaemon::CheckProgramInits(const std::vector<std::string>& due) {
+  for (const std::string& key : due) {
+    std::string started_path, program;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = runners_.find(key);
+      if (it == runners_.end()) continue;
+      it->second.init_deadline = absl::InfiniteFuture();  // checked once
+      if (it->second.ended || it->second.stop_requested) continue;
+      started_path = it->second.started_path;
+      program = it->second.program;
+    }
+    // Outside the lock: a file system lookup.
+    if (access(started_path.c_str(), F_OK) == 0) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = runners_.find(key);
+      if (it == runners_.end() || it->second.ended) continue;
+      it->second.init_timed_out = true;
+    }
+    Terminate(key, absl::StrCat("the program ", program, " did not call substrax::Init within ",
+                                absl::FormatDuration(options_.program_init_timeout),
+                                " (--program-init-timeout)"));
   }
 }
 
@@ -645,6 +666,10 @@ void WorkerDaemon::Reap(int64_t reaper, std::string key, pid_t pid) {
   exit.stop_reason = runner.stop_reason;
   exit.result_path = runner.result_path;
   exit.log_path = runner.stderr_path;
+  exit.program = runner.program;
+  exit.started_path = runner.started_path;
+  exit.init_timed_out = runner.init_timed_out;
+  exit.init_timeout = options_.program_init_timeout;
   std::string warning;
   v1::ReportAttemptStatusRequest report = RunnerOutcome(exit, &warning);
   if (!warning.empty()) Log(absl::StrCat("job ", key, ": ", warning));

@@ -41,6 +41,7 @@
 #include "proto/health_server.h"
 #include "rpc/transport.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "worker/daemon/launch.h"
 #include "worker/daemon/work_files.h"
 
 namespace substrax {
@@ -82,6 +83,15 @@ struct WorkerDaemonOptions {
   // The same for checkpoints (--checkpoint-root): jobs write and read checkpoints only beneath
   // them. None: the worker runs only jobs without checkpoints.
   std::vector<std::string> checkpoint_roots;
+  // The directories (absolute; normalized by Create, and each must exist) from which program
+  // jobs (spec.program) may run programs: reported to the coordinator, which refuses jobs whose
+  // program lies elsewhere, and checked again, symlinks resolved, before each program starts
+  // (launch.h). None: the worker runs no program jobs.
+  std::vector<std::string> programs_dirs;
+  // A program that has not called substrax::Init (its started file, launch.h) this long after
+  // it was started is stopped (SIGTERM, SIGKILL after stop_grace) and its attempt fails as
+  // stalled.
+  absl::Duration program_init_timeout = absl::Seconds(60);
   // Which ended attempts' files (assignment, log, result) in work_dir are deleted, and when:
   // at start, every cleanup_interval and after each runner ends (work_files.h).
   LogRetention log_retention;
@@ -116,6 +126,13 @@ class WorkerDaemon {
     int process_index = 0;
     std::string result_path;
     std::string stderr_path;
+    // A program job's program (spec.program.path; empty for the built-in runner), the file its
+    // substrax::Init creates, and when the daemon checks that it has: InfiniteFuture once done.
+    std::string program;
+    std::string started_path;
+    absl::Time init_deadline = absl::InfiniteFuture();
+    // Stopped for not calling substrax::Init in time.
+    bool init_timed_out = false;
     bool stop_requested = false;
     std::string stop_reason;
     // When a runner told to stop gets SIGKILL (its group), unless it has exited by then.
@@ -142,11 +159,15 @@ class WorkerDaemon {
   // The reaper of one runner (its own thread, joined by Housekeeping as soon as it is done):
   // waits for the runner to exit and reports its outcome.
   void Reap(int64_t reaper, std::string key, pid_t pid);
-  // One thread for the whole daemon: SIGKILLs runners whose stop grace is over, joins finished
-  // reapers, and cleans the work dir (at start, every cleanup_interval, after a runner ends).
+  // One thread for the whole daemon: SIGKILLs runners whose stop grace is over, stops programs
+  // that missed their init timeout, joins finished reapers, and cleans the work dir (at start,
+  // every cleanup_interval, after a runner ends).
   // Returns once the daemon is stopping and no runner is running.
   void Housekeeping();
   void CleanWorkDirNow();
+  // Stops every program whose init deadline has passed without its started file (Terminate),
+  // marking it timed out; done with each one's check.
+  void CheckProgramInits(const std::vector<std::string>& due);
   // Reports a runner that could not be started (its files, fork) as FAILED.
   void ReportLaunchFailure(const Runner& runner, const std::string& error);
   // Delivers a runner's final status, retrying while the coordinator is unreachable (until
@@ -155,6 +176,8 @@ class WorkerDaemon {
   std::string Incarnation() const;
 
   const WorkerDaemonOptions options_;
+  // What every launch shares (launch.h), from options_.
+  const LaunchSettings launch_settings_;
   // What Register offers, discovered once by Create.
   const std::vector<v1::Device> devices_;
   std::shared_ptr<v1::CoordinatorService::Stub> stub_;

@@ -1,5 +1,6 @@
 #include "worker/daemon/runner_outcome.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -86,6 +87,66 @@ TEST(RunnerOutcomeTest, KilledRunnerWithoutResultFailsNamingTheSignal) {
   EXPECT_EQ(r.state(), v1::RUNNER_STATE_FAILED);
   EXPECT_EQ(r.exit_code(), 128 + SIGKILL);
   EXPECT_EQ(r.error(), "the runner was killed by signal 9 (stopped: cancelled by user)");
+}
+
+}  // namespace
+}  // namespace substrax
+
+namespace substrax {
+namespace {
+
+RunnerExit ProgramExit(const std::string& dir, int wait_status) {
+  RunnerExit e = Exit(dir, wait_status);
+  e.program = "/opt/p/train";
+  e.started_path = dir + "/j-attempt-1-process-0.started";
+  e.init_timeout = absl::Seconds(60);
+  return e;
+}
+
+TEST(RunnerOutcomeTest, AProgramThatNeverCalledInitFailsSayingSoWhateverItsExitStatus) {
+  for (const int status : {W_EXITCODE(0, 0), W_EXITCODE(3, 0), W_EXITCODE(0, SIGSEGV)}) {
+    const RunnerExit e = ProgramExit(TempDir("no_init"), status);
+    std::string warning;
+    const v1::ReportAttemptStatusRequest r = RunnerOutcome(e, &warning);
+    EXPECT_EQ(r.state(), v1::RUNNER_STATE_FAILED) << status;
+    EXPECT_TRUE(absl::StrContains(r.error(), "the program /opt/p/train exited (")) << r.error();
+    EXPECT_TRUE(absl::StrContains(r.error(), ") without calling substrax::Init; programs must "
+                                             "call substrax::Init first (docs/sdk.md)"))
+        << r.error();
+    EXPECT_TRUE(absl::StrContains(r.stderr_tail(), "boom"));
+  }
+  const v1::ReportAttemptStatusRequest three =
+      RunnerOutcome(ProgramExit(TempDir("no_init_3"), W_EXITCODE(3, 0)), nullptr);
+  EXPECT_TRUE(absl::StrContains(three.error(), "(exit status 3)")) << three.error();
+  const v1::ReportAttemptStatusRequest segv =
+      RunnerOutcome(ProgramExit(TempDir("no_init_segv"), W_EXITCODE(0, SIGSEGV)), nullptr);
+  EXPECT_TRUE(absl::StrContains(segv.error(), "(killed by signal 11)")) << segv.error();
+}
+
+TEST(RunnerOutcomeTest, AProgramThatStartedIsJudgedLikeTheRunnerNamingTheProgram) {
+  const std::string dir = TempDir("started");
+  const RunnerExit e = ProgramExit(dir, W_EXITCODE(2, 0));
+  std::ofstream(e.started_path) << "";
+  const v1::ReportAttemptStatusRequest r = RunnerOutcome(e, nullptr);
+  EXPECT_EQ(r.state(), v1::RUNNER_STATE_FAILED);
+  EXPECT_EQ(r.error(), "the program /opt/p/train exited with status 2");
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_TRUE(absl::StrContains(r.stderr_tail(), "boom"));
+  std::string warning;
+  EXPECT_EQ(RunnerOutcome(ProgramExit(dir, W_EXITCODE(0, 0)), &warning).state(),
+            v1::RUNNER_STATE_SUCCEEDED);
+}
+
+TEST(RunnerOutcomeTest, AProgramStoppedAtItsInitTimeoutFailsAsStalled) {
+  RunnerExit e = ProgramExit(TempDir("init_timeout"), W_EXITCODE(0, SIGTERM));
+  e.stop_requested = true;
+  e.init_timed_out = true;
+  e.init_timeout = absl::Seconds(2);
+  const v1::ReportAttemptStatusRequest r = RunnerOutcome(e, nullptr);
+  EXPECT_EQ(r.state(), v1::RUNNER_STATE_FAILED);
+  EXPECT_EQ(r.error(), "the program /opt/p/train did not call substrax::Init within 2s "
+                       "(--program-init-timeout): stalled");
+  EXPECT_TRUE(absl::StrContains(r.stderr_tail(), "boom"));
 }
 
 }  // namespace

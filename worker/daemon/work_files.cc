@@ -35,7 +35,8 @@ std::string AttemptOfFile(absl::string_view name) {
   const size_t dot = rest.find('.');
   int index = 0;
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &index)) return "";
-  static constexpr absl::string_view kKinds[] = {"assignment", "log", "result"};
+  static constexpr absl::string_view kKinds[] = {"assignment", "launch", "log", "result",
+                                                  "started"};
   absl::string_view kind = rest.substr(dot + 1);
   absl::ConsumeSuffix(&kind, ".tmp");
   if (std::find(std::begin(kKinds), std::end(kKinds), kind) == std::end(kKinds)) return "";

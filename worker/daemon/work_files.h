@@ -1,8 +1,9 @@
 // The files of the worker daemon's work dir: how they are written, read and deleted.
 //
-// Every attempt's runner has `<job>-attempt-<a>-process-<p>.assignment` (written by the daemon,
-// read by the runner), `.log` (the runner's stdout and stderr) and `.result` (written by the
-// runner, read by the daemon). Writes go to `<path>.tmp` and are renamed into place only when
+// Every attempt's runner has `<job>-attempt-<a>-process-<p>.assignment` and `.launch` (written by
+// the daemon, read by the runner or program: launch.h), `.log` (the runner's stdout and stderr),
+// `.result` (written by the runner, read by the daemon) and, for a program that called
+// substrax::Init, `.started`. Writes go to `<path>.tmp` and are renamed into place only when
 // complete and synced, so a reader never sees half a file; each step's error names the path and
 // the system's reason. Old attempts' files are deleted by CleanWorkDir (the daemon runs it at
 // start, every minute and after each runner ends).

@@ -161,3 +161,25 @@ TEST(WorkFilesTest, ParsesRetentionAndBudget) {
 
 }  // namespace
 }  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST(WorkFilesTest, CleanupDeletesLaunchAndStartedFilesWithTheirAttempt) {
+  const std::string dir = TempDir("launch_files");
+  const absl::Time now = absl::Now();
+  for (const char* kind : {".assignment", ".launch", ".started", ".log", ".result"}) {
+    std::ofstream(dir + "/prog-1-attempt-1-process-0" + kind) << "x";
+  }
+  LogRetention retention;
+  retention.max_age = absl::ZeroDuration();
+  retention.max_bytes = 1;
+  absl::StatusOr<CleanupResult> r = CleanWorkDir(dir, retention, {}, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->attempts_deleted, 1);
+  EXPECT_EQ(r->bytes_deleted, 5);
+  EXPECT_TRUE(fs::is_empty(dir));
+}
+
+}  // namespace
+}  // namespace substrax
