@@ -45,7 +45,8 @@ using cnn_example::CnnConfig;
 using cnn_example::ImageDataset;
 
 constexpr int64_t kDefaultGlobalBatch = 64;
-constexpr int64_t kEvalChunk = 500;
+// Test examples per forward pass (the per-thread scratch of cnn.cc grows with it: ~20 MB).
+constexpr int64_t kEvalChunk = 100;
 
 struct Flags {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
