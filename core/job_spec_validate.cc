@@ -443,7 +443,7 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
   if (spec.report_every_steps() != 0 || v.Written("spec.report_every_steps")) {
     v.Range("spec.report_every_steps", spec.report_every_steps(), 1, kMaxSteps);
   }
-  if (spec.has_checkpoint() && !spec.has_program()) {  // a program job's: ValidateProgram
+  if (spec.has_checkpoint()) {
     const v1::CheckpointSpec& c = spec.checkpoint();
     if (c.directory().empty()) {
       v.Add("spec.checkpoint.directory", "is required when checkpointing: a shared directory");
@@ -457,7 +457,7 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
       v.Add("spec.checkpoint", "saves nothing: give every_steps, every_seconds or at_end: true");
     }
   }
-  if (!spec.resume_from().empty() && !spec.has_program()) {
+  if (!spec.resume_from().empty()) {
     ValidatePath("spec.resume_from", spec.resume_from(), v);
   }
   v.Range("spec.max_restarts", spec.max_restarts(), 0, kMaxRestarts);
@@ -518,13 +518,11 @@ void ValidateProgram(const v1::JobSpec& spec, Validator& v) {
     v.Add("spec.backend", "program jobs run on CPU devices in this version (the SDK's devices "
                           "are CPU devices); use backend cpu or auto");
   }
-  if (spec.has_checkpoint() || v.Written("spec.checkpoint")) {
-    v.Add("spec.checkpoint", "program jobs save their own state in this version; remove "
-                             "spec.checkpoint");
-  }
-  if (!spec.resume_from().empty()) {
-    v.Add("spec.resume_from", "program jobs save their own state in this version; remove "
-                              "spec.resume_from");
+  // A program saves at the steps it chooses from every_steps and at_end (substrax::JobSettings):
+  // the built-in trainer's agreement on elapsed time across devices is not the SDK's.
+  if (spec.checkpoint().every_seconds() != 0) {
+    v.Add("spec.checkpoint.every_seconds",
+          "program jobs checkpoint at steps (every_steps, at_end); use every_steps");
   }
 }
 

@@ -38,31 +38,6 @@ v1::StepReport ToStepReport(const DeviceReport& r, const Mesh& mesh, int process
   return report;
 }
 
-// Sends process 0's checkpoint report, retrying while the coordinator is unreachable (up to
-// about a minute); a report that cannot be delivered is logged and training goes on: the
-// checkpoint itself is committed on disk, only its listing in `get` is late.
-void SendCheckpointReport(v1::CoordinatorService::StubInterface& stub,
-                          const v1::ReportCheckpointsRequest& request) {
-  absl::Duration backoff = absl::Milliseconds(100);
-  const absl::Time give_up = absl::Now() + absl::Minutes(1);
-  while (true) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    v1::ReportCheckpointsResponse response;
-    const grpc::Status status = stub.ReportCheckpoints(&context, request, &response);
-    if (status.ok()) return;
-    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!retry || absl::Now() + backoff > give_up) {
-      std::fprintf(stderr, "substrax runner: checkpoint report not delivered: %s\n",
-                   status.error_message().c_str());
-      return;
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
-  }
-}
-
 }  // namespace
 
 // The launch the daemon describes on the runner's command line.
@@ -100,7 +75,6 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
     return started.status();
   }
   ProgramImpl& program = **started;
-  const std::shared_ptr<v1::CoordinatorService::StubInterface>& stub = program.stub();
 
   TrainerOptions trainer(program.mesh());
   trainer.spec = assignment.spec();
@@ -111,10 +85,7 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   trainer.collective_timeout = options.collective_timeout;
   trainer.data_access = DataAccess::Confined(options.data_roots);
   trainer.checkpoint_roots = options.checkpoint_roots;
-  v1::ReportCheckpointsRequest checkpoint_report;
-  checkpoint_report.set_job_id(assignment.job_id());
-  checkpoint_report.set_attempt(assignment.attempt());
-  trainer.on_resume = [&stub, checkpoint_report](const v1::CheckpointResume& resume) {
+  trainer.on_resume = [&program](const v1::CheckpointResume& resume) {
     if (resume.step() > 0) {
       std::fprintf(stderr, "substrax runner: resuming from the checkpoint of step %lld (%s)\n",
                    static_cast<long long>(resume.step()), resume.path().c_str());
@@ -122,14 +93,14 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
     for (const std::string& skipped : resume.skipped()) {
       std::fprintf(stderr, "substrax runner: checkpoint skipped: %s\n", skipped.c_str());
     }
-    v1::ReportCheckpointsRequest request = checkpoint_report;
+    v1::ReportCheckpointsRequest request;
     *request.mutable_resumed() = resume;
-    SendCheckpointReport(*stub, request);
+    program.ReportCheckpoints(std::move(request));
   };
-  trainer.on_checkpoint = [&stub, checkpoint_report](const v1::CheckpointListing& listing) {
-    v1::ReportCheckpointsRequest request = checkpoint_report;
+  trainer.on_checkpoint = [&program](const v1::CheckpointListing& listing) {
+    v1::ReportCheckpointsRequest request;
     *request.mutable_listing() = listing;
-    SendCheckpointReport(*stub, request);
+    program.ReportCheckpoints(std::move(request));
   };
   // Step reports leave the step loop at once: a slow coordinator must not slow training
   // (worker/daemon/step_reporter.h has the bounds).

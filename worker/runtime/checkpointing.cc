@@ -193,15 +193,13 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& directory,
   return point;
 }
 
-absl::Status RestoreDevice(CheckpointReader& reader, int64_t step, const Mesh& mesh,
-                           int device_id, DeviceBackend& backend) {
-  SUBSTRAX_ASSIGN_OR_RETURN(TensorTree state, backend.SaveState());
+absl::Status ReadDeviceState(CheckpointReader& reader, const Mesh& mesh, int device_id,
+                             const std::vector<ParamSpec>& params, TensorTree* state) {
   std::map<std::string, const v1::CheckpointArray*> saved;
   for (const v1::CheckpointArray& a : reader.manifest().arrays()) saved[a.name()] = &a;
-  for (auto& [name, tensor] : state) {
+  for (auto& [name, tensor] : *state) {
     ParamSpec spec;
-    SUBSTRAX_ASSIGN_OR_RETURN(ShardLayout layout,
-                              StateLayout(name, mesh, backend.params(), &spec));
+    SUBSTRAX_ASSIGN_OR_RETURN(ShardLayout layout, StateLayout(name, mesh, params, &spec));
     auto it = saved.find(name);
     if (it == saved.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -219,12 +217,19 @@ absl::Status RestoreDevice(CheckpointReader& reader, int64_t step, const Mesh& m
     SUBSTRAX_ASSIGN_OR_RETURN(ShardSlice slice, layout.ForDevice(device_id));
     SUBSTRAX_ASSIGN_OR_RETURN(Tensor block, reader.ReadBlock(name, slice.index));
     if (block.shape() != tensor.shape()) {
-      return absl::InternalError(absl::StrCat("block of '", name, "' read with shape ",
-                                              block.ShapeString(), ", the device holds ",
-                                              tensor.ShapeString()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "block of '", name, "' read with shape ", block.ShapeString(), ", the device holds ",
+          tensor.ShapeString()));
     }
     tensor = std::move(block);
   }
+  return absl::OkStatus();
+}
+
+absl::Status RestoreDevice(CheckpointReader& reader, int64_t step, const Mesh& mesh,
+                           int device_id, DeviceBackend& backend) {
+  SUBSTRAX_ASSIGN_OR_RETURN(TensorTree state, backend.SaveState());
+  SUBSTRAX_RETURN_IF_ERROR(ReadDeviceState(reader, mesh, device_id, backend.params(), &state));
   return backend.RestoreState(state, step);
 }
 

@@ -74,6 +74,13 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& directory,
                                             const std::string& resume_from, int process_index,
                                             Store* store, absl::Duration timeout);
 
+// Fills every tensor of `state` (arrays named as DeviceBackend::SaveState names them, each of
+// the device's block shape) with device `device_id`'s block of the checkpoint in `reader`, read
+// under `mesh`'s layout of the model's `params` whatever mesh it was saved on. Errors: as
+// RestoreDevice, and INVALID_ARGUMENT for a tensor not of its block's shape.
+absl::Status ReadDeviceState(CheckpointReader& reader, const Mesh& mesh, int device_id,
+                             const std::vector<ParamSpec>& params, TensorTree* state);
+
 // Replaces `backend`'s state with device `device_id`'s blocks of the checkpoint in `reader`,
 // read under this job's `mesh` layout whatever mesh it was saved on. Errors: FAILED_PRECONDITION
 // naming an array the checkpoint lacks or holds with another shape (another model or

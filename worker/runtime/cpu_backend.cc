@@ -11,6 +11,7 @@
 #include "worker/compute/model.h"
 #include "worker/compute/optimizer.h"
 #include "worker/data/sampler.h"
+#include "worker/runtime/device_state.h"
 
 namespace substrax {
 namespace {
@@ -81,49 +82,10 @@ class CpuBackend final : public DeviceBackend {
 
   absl::StatusOr<TensorTree> Parameters() override { return params_; }
 
-  absl::StatusOr<TensorTree> SaveState() override {
-    TensorTree state;
-    for (const auto& [name, p] : params_) state.emplace(absl::StrCat(kParamsPrefix, name), p);
-    for (auto& [name, slot] : optimizer_->ExportState(params_)) {
-      state.emplace(absl::StrCat(kOptimizerPrefix, name), std::move(slot));
-    }
-    return state;
-  }
+  absl::StatusOr<TensorTree> SaveState() override { return DeviceState(params_, *optimizer_); }
 
   absl::Status RestoreState(const TensorTree& state, int64_t step) override {
-    TensorTree params, slots;
-    for (const auto& [name, tensor] : state) {
-      if (absl::StartsWith(name, kParamsPrefix)) {
-        params.emplace(name.substr(kParamsPrefix.size()), tensor);
-      } else if (absl::StartsWith(name, kOptimizerPrefix)) {
-        slots.emplace(name.substr(kOptimizerPrefix.size()), tensor);
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("state array '", name, "' is unknown"));
-      }
-    }
-    for (const auto& [name, p] : params_) {
-      auto it = params.find(name);
-      if (it == params.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("state array '", kParamsPrefix, name, "' is missing"));
-      }
-      if (it->second.shape() != p.shape()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "state array '", kParamsPrefix, name, "' has shape ", it->second.ShapeString(),
-            ", this device's block ", p.ShapeString()));
-      }
-    }
-    if (params.size() != params_.size()) {
-      for (const auto& [name, p] : params) {
-        if (params_.count(name) == 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("state array '", kParamsPrefix, name, "' is not a parameter"));
-        }
-      }
-    }
-    SUBSTRAX_RETURN_IF_ERROR(optimizer_->ImportState(slots, params, step));
-    params_ = std::move(params);
-    return absl::OkStatus();
+    return RestoreDeviceState(state, step, &params_, *optimizer_);
   }
 
  private:

@@ -43,6 +43,13 @@ JobSettings SettingsOf(const v1::Assignment& assignment) {
   settings.steps = spec.length_case() == v1::JobSpec::kSteps ? spec.steps() : 0;
   settings.epochs = spec.length_case() == v1::JobSpec::kEpochs ? spec.epochs() : 0;
   if (spec.report_every_steps() > 0) settings.report_every_steps = spec.report_every_steps();
+  if (spec.has_checkpoint()) {
+    settings.checkpoint_directory = spec.checkpoint().directory();
+    settings.checkpoint_every_steps = spec.checkpoint().every_steps();
+    settings.checkpoint_at_end = !spec.checkpoint().has_at_end() || spec.checkpoint().at_end();
+    settings.checkpoint_keep_last = spec.checkpoint().keep_last();
+  }
+  settings.resume_from = spec.resume_from();
   if (!spec.metrics().empty()) {
     settings.metrics.clear();
     for (const auto& [name, reduction] : spec.metrics()) {
@@ -337,7 +344,13 @@ void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatus
   std::fflush(stderr);
 }
 
-int ProgramImpl::Finish(const absl::Status& status) {
+int ProgramImpl::Finish(const absl::Status& trained) {
+  absl::Status status = trained;
+  // The job has not succeeded until its last checkpoint is committed.
+  if (checkpointer_ != nullptr) {
+    absl::Status flushed = checkpointer_->Flush();
+    if (status.ok()) status = flushed;
+  }
   if (reporter_ != nullptr) {
     if (absl::Status flushed = reporter_->Flush(kFinalFlush); !flushed.ok()) {
       std::fprintf(stderr, "substrax: %s\n", flushed.ToString().c_str());

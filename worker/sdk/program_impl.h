@@ -21,6 +21,8 @@
 #include "substrax/v1/program.pb.h"
 #include "worker/collectives/store.h"
 #include "worker/daemon/step_reporter.h"
+#include "core/model_catalog.h"
+#include "worker/runtime/checkpointing.h"
 #include "worker/runtime/device_connections.h"
 
 namespace substrax {
@@ -59,6 +61,11 @@ class ProgramImpl final : public Program {
   absl::Status ReportMetrics(const DeviceContext& ctx, int64_t step, const Metrics& metrics,
                              const ReportTiming& timing) override;
   void SetFinalMetrics(const Metrics& metrics) override;
+  absl::Status ConfigureCheckpoints(const CheckpointOptions& options) override;
+  absl::StatusOr<int64_t> RestoreCheckpoint(const DeviceContext& ctx, TensorTree* params,
+                                            Optimizer& optimizer) override;
+  absl::Status SaveCheckpoint(const DeviceContext& ctx, int64_t step, const TensorTree& params,
+                              const Optimizer& optimizer) override;
   int Finish(const absl::Status& status) override;
 
   // --- For substrax's runner ---
@@ -74,6 +81,11 @@ class ProgramImpl final : public Program {
   ConnectionOptions connection_options() const;
   // Queues one step report as it is (job and attempt are set by the reporter). No-op standalone.
   void EnqueueStepReport(v1::StepReport report);
+  // Sends a checkpoint report (where the attempt resumed from, or the directory's listing after
+  // a commit), retrying while the coordinator is unreachable (up to about a minute); one that
+  // cannot be delivered is printed and dropped: the checkpoint itself is committed on disk, only
+  // its listing in `get` is late. Job and attempt are filled in. No-op standalone.
+  void ReportCheckpoints(v1::ReportCheckpointsRequest request) const;
 
  private:
   ProgramImpl(Mesh mesh, JobSettings settings) : mesh_(std::move(mesh)), settings_(settings) {}
@@ -91,6 +103,14 @@ class ProgramImpl final : public Program {
   std::unique_ptr<GrpcStepSender> sender_;
   std::unique_ptr<StepReporter> reporter_;
   bool ran_ = false;
+
+  // Checkpoints (ConfigureCheckpoints): the arrays' layouts, where this attempt resumes from (the
+  // reader is not thread-safe: one device reads at a time), and the writer.
+  bool checkpoints_configured_ = false;
+  std::vector<ParamSpec> checkpoint_params_;
+  std::optional<ResumePoint> resume_;
+  absl::Mutex reader_mu_;
+  std::unique_ptr<Checkpointer> checkpointer_;
 
   absl::Mutex mu_;
   int64_t total_steps_ ABSL_GUARDED_BY(mu_) = 0;

@@ -200,5 +200,91 @@ TEST(ProgramTest, SpmdTrainStepOnAProgramsModelEqualsOneDevice) {
   }
 }
 
+CheckpointOptions LinearCheckpoints(const std::string& dir) {
+  CheckpointOptions options;
+  options.directory = dir;
+  options.shapes = {{"w", {1}}, {"b", {1}}};
+  return options;
+}
+
+// Trains the linear model on `devices` devices from whatever `dir` holds, saving every 5 steps up
+// to `steps`; returns device 0's parameters and the step it resumed from.
+std::pair<TensorTree, int64_t> TrainLinearWithCheckpoints(int devices, const std::string& dir,
+                                                          int steps) {
+  InitOptions options;
+  options.standalone_devices = devices;
+  std::unique_ptr<Program> program = *Init(options);
+  absl::Status configured = program->ConfigureCheckpoints(LinearCheckpoints(dir));
+  EXPECT_TRUE(configured.ok()) << configured;
+  Batch global;
+  global.inputs = Tensor({8, 1}, {0, 1, 2, 3, 4, 5, 6, 7});
+  global.targets = Tensor({8, 1}, {1, 3, 5, 7, 9, 11, 13, 15});
+  TensorTree result;
+  int64_t resumed = -1;
+  absl::Status run = program->RunOnDevices([&](DeviceContext& ctx) -> absl::Status {
+    TensorTree params = {{"w", Tensor({1}, {0.f})}, {"b", Tensor({1}, {0.f})}};
+    std::unique_ptr<Optimizer> adam = *Optimizer::Create("adam", 0.05);
+    absl::StatusOr<int64_t> first = program->RestoreCheckpoint(ctx, &params, *adam);
+    if (!first.ok()) return first.status();
+    absl::StatusOr<NamedSharding> sharding = CreateDataParallelSharding(*ctx.mesh);
+    absl::StatusOr<Batch> local = PlaceBatchOnShards(global, *sharding, ctx.device.id);
+    for (int64_t step = *first + 1; step <= steps; ++step) {
+      absl::StatusOr<StepResult> r = SpmdTrainStep(ctx, Linear, *adam, &params, *local);
+      if (!r.ok()) return r.status();
+      if (step % 5 == 0) {
+        absl::Status saved = program->SaveCheckpoint(ctx, step, params, *adam);
+        if (!saved.ok()) return saved;
+      }
+    }
+    if (ctx.device.id == 0) {
+      result = params;
+      resumed = *first;
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(run.ok()) << run;
+  EXPECT_EQ(program->Finish(run), 0);
+  return {result, resumed};
+}
+
+TEST(CheckpointTest, AResumedRunEqualsAnUninterruptedOneOnAnyMesh) {
+  const std::string straight = TempPath("linear-straight");
+  const std::string split = TempPath("linear-split");
+  const auto [uninterrupted, from_nothing] = TrainLinearWithCheckpoints(2, straight, 20);
+  EXPECT_EQ(from_nothing, 0);
+  // 10 steps on 2 devices, then the other 10 on 1 device and on 4 devices from the same
+  // checkpoint directory (the second run commits step 20 there: a third resumes from 20).
+  TrainLinearWithCheckpoints(2, split, 10);
+  const auto [resumed, from] = TrainLinearWithCheckpoints(1, split, 20);
+  EXPECT_EQ(from, 10);
+  for (const char* name : {"w", "b"}) {
+    EXPECT_NEAR(resumed.at(name).data()[0], uninterrupted.at(name).data()[0], 1e-6) << name;
+  }
+  const auto [again, from_end] = TrainLinearWithCheckpoints(4, split, 20);
+  EXPECT_EQ(from_end, 20);
+  for (const char* name : {"w", "b"}) {
+    EXPECT_NEAR(again.at(name).data()[0], uninterrupted.at(name).data()[0], 1e-6) << name;
+  }
+}
+
+TEST(CheckpointTest, MisuseIsRefusedWithWhatToDo) {
+  std::unique_ptr<Program> program = *Init();
+  DeviceContext ctx;
+  TensorTree params = {{"w", Tensor({1}, {0.f})}};
+  std::unique_ptr<Optimizer> sgd = *Optimizer::Create("sgd", 0.1);
+  EXPECT_EQ(program->RestoreCheckpoint(ctx, &params, *sgd).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(program->SaveCheckpoint(ctx, 1, params, *sgd).code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::Status relative = program->ConfigureCheckpoints(LinearCheckpoints("relative/dir"));
+  EXPECT_EQ(relative.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(relative.message(), HasSubstr("relative/dir"));
+  CheckpointOptions no_shapes;
+  no_shapes.directory = TempPath("no-shapes");
+  EXPECT_EQ(program->ConfigureCheckpoints(no_shapes).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(program->ConfigureCheckpoints(CheckpointOptions()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace substrax

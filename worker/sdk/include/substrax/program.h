@@ -61,6 +61,31 @@ struct JobSettings {
   // spec.metrics: the declared reduction across devices of each metric ("loss" -> "mean").
   // Reported metrics are reduced this way (a metric without a declared reduction: "mean").
   std::map<std::string, std::string> metrics = {{"loss", "mean"}, {"accuracy", "mean"}};
+  // spec.checkpoint (docs/checkpoints.md): where to save (empty: the spec has no checkpoint
+  // section), every how many steps (0: not by steps), whether after the last step, and how many
+  // to keep (0: all); spec.resume_from: where to start from (empty: nowhere but the directory).
+  std::string checkpoint_directory;
+  int64_t checkpoint_every_steps = 0;
+  bool checkpoint_at_end = true;
+  int checkpoint_keep_last = 0;
+  std::string resume_from;
+};
+
+// How a program's checkpoints are kept (Program::ConfigureCheckpoints).
+struct CheckpointOptions {
+  // Where checkpoints are written (absolute; in a job under a worker's --checkpoint-root, which is
+  // checked); empty: JobSettings::checkpoint_directory. Both empty: none are written.
+  std::string directory;
+  // Committed checkpoints kept, the newest (0: all; -1: JobSettings::checkpoint_keep_last).
+  int keep_last = -1;
+  // A checkpoint (a job's directory or one "step-..." directory in it) to start from when the
+  // directory holds none yet; empty: JobSettings::resume_from.
+  std::string resume_from;
+  // Every parameter's global shape by name, and how it is split over the mesh (missing:
+  // replicated). Checkpoints hold the parameters and the optimizer's state at these shapes, so
+  // they restore onto any mesh.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::map<std::string, PartitionSpec> specs;
 };
 
 struct InitOptions {
@@ -121,7 +146,34 @@ class Program {
   // several times (later values win).
   virtual void SetFinalMetrics(const Metrics& metrics) = 0;
 
-  // Ends the program's part of the attempt: waits (up to 10 s) for the last reports to reach the
+  // Checkpoints (docs/checkpoints.md: sharded safetensors files committed atomically, listed by
+  // `substraxctl checkpoints`, restored onto any mesh). Call ConfigureCheckpoints once, in every
+  // process, before RunOnDevices: it finds what to resume from (process 0 chooses the newest
+  // whole checkpoint of the directory, else of resume_from; damaged ones are skipped).
+  // Errors: INVALID_ARGUMENT for a directory that is not absolute and normalized, or in a job
+  // not under the worker's --checkpoint-root, and for options without shapes; NOT_FOUND when
+  // resume_from holds no whole checkpoint; FAILED_PRECONDITION after RunOnDevices began.
+  virtual absl::Status ConfigureCheckpoints(const CheckpointOptions& options) = 0;
+  // On every device, before training: replaces `params` (this device's blocks, as
+  // PlaceStateOnShards gives them) and `optimizer`'s state with the checkpoint's, and returns
+  // its step: the steps already done (0, and nothing changed, when there is nothing to resume).
+  // The program goes on from that step; its data order must be a function of the step.
+  // Errors: INVALID_ARGUMENT when the checkpoint holds other arrays or shapes (another model or
+  // optimizer); DATA_LOSS for a damaged shard file; FAILED_PRECONDITION without
+  // ConfigureCheckpoints.
+  virtual absl::StatusOr<int64_t> RestoreCheckpoint(const DeviceContext& ctx, TensorTree* params,
+                                                    Optimizer& optimizer) = 0;
+  // On every device, at the same steps: this device's parameters and optimizer state after
+  // `step` steps. Copies them and returns; a background thread writes this process's shard file
+  // and process 0 commits the checkpoint once every process has written. Finish waits for the
+  // last commit (a job does not succeed before it). Errors: a failed earlier write (stop
+  // training: the message names the file and the reason); FAILED_PRECONDITION without a
+  // checkpoint directory.
+  virtual absl::Status SaveCheckpoint(const DeviceContext& ctx, int64_t step,
+                                      const TensorTree& params, const Optimizer& optimizer) = 0;
+
+  // Ends the program's part of the attempt: waits for the last checkpoint to be committed (its
+  // error replaces an OK `status`) and, up to 10 s, for the last reports to reach the
   // coordinator, then tells the daemon how it ended (`status`: OK = this process succeeded).
   // Returns the exit code for main (0 when `status` is OK, 1 otherwise) and prints a failure to
   // stderr. Call it once, as `return program->Finish(status);`.
