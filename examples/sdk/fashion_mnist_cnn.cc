@@ -16,6 +16,11 @@
 // Every process reads the whole dataset and draws the same parameters and the same order of
 // examples from the job's seed, so the devices agree without exchanging anything but gradients
 // and metrics.
+//
+// Checkpoints: when the job has a checkpoint section (or resume_from), the program saves its
+// parameters and Adam's state every checkpoint.every_steps steps and after the last one, and a
+// restarted attempt (or a job with resume_from) goes on from the newest checkpoint, on any mesh:
+// the order of the examples is a function of the seed and the step.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -144,6 +149,11 @@ struct Job {
   int64_t total_steps = 0;
   uint64_t seed = 0;
   int64_t report_every = 50;
+  // Checkpoints: configured (the spec has a checkpoint section or resume_from), every how many
+  // steps, and after the last step.
+  bool checkpoints = false;
+  int64_t checkpoint_every = 0;
+  bool checkpoint_at_end = false;
 };
 
 // The test set, each device of the data axis a share, summed over the data axis.
@@ -181,11 +191,22 @@ absl::Status TrainOnDevice(const Job& job, substrax::DeviceContext& ctx) {
   absl::StatusOr<std::unique_ptr<substrax::Optimizer>> optimizer =
       substrax::Optimizer::Create("adam", job.learning_rate);
   if (!optimizer.ok()) return optimizer.status();
+  // The steps a checkpoint has done already (0: from the beginning).
+  int64_t first_step = 0;
+  if (job.checkpoints) {
+    absl::StatusOr<int64_t> restored = job.program->RestoreCheckpoint(ctx, &params, **optimizer);
+    if (!restored.ok()) return restored.status();
+    first_step = std::min(*restored, job.total_steps);
+  }
 
   // This device's batches, assembled ahead of the step on a background thread: the global batch
-  // of each step in the epoch's order, then this device's shard of it.
+  // of each step in the epoch's order, then this device's shard of it. A resumed run replays the
+  // shuffles of the epochs begun before its first step.
   EpochOrder order(job.train->count, job.seed);
-  int64_t next_step = 0;
+  for (int64_t e = 0; e < (first_step + job.steps_per_epoch - 1) / job.steps_per_epoch; ++e) {
+    order.Shuffle();
+  }
+  int64_t next_step = first_step;
   substrax::Producer<substrax::Batch> producer =
       [&]() -> absl::StatusOr<std::optional<substrax::Batch>> {
     if (next_step == job.total_steps) return std::optional<substrax::Batch>();
@@ -213,7 +234,7 @@ absl::Status TrainOnDevice(const Job& job, substrax::DeviceContext& ctx) {
   int64_t steps = 0, samples = 0;
   substrax::ReportTiming timing;
   auto window_start = std::chrono::steady_clock::now();
-  for (int64_t step = 1; step <= job.total_steps; ++step) {
+  for (int64_t step = first_step + 1; step <= job.total_steps; ++step) {
     const auto wait_start = std::chrono::steady_clock::now();
     absl::StatusOr<std::optional<substrax::Batch>> batch = (*batches)->Next();
     if (!batch.ok()) return batch.status();
@@ -243,6 +264,13 @@ absl::Status TrainOnDevice(const Job& job, substrax::DeviceContext& ctx) {
       steps = samples = 0;
       timing = {};
       window_start = std::chrono::steady_clock::now();
+    }
+    const bool save = (job.checkpoint_every > 0 && step % job.checkpoint_every == 0) ||
+                      (job.checkpoint_at_end && step == job.total_steps);
+    if (job.checkpoints && save) {
+      if (absl::Status s = job.program->SaveCheckpoint(ctx, step, params, **optimizer); !s.ok()) {
+        return s;
+      }
     }
   }
 
@@ -319,6 +347,16 @@ absl::Status Run(substrax::Program& program, const Flags& flags) {
   absl::StatusOr<substrax::TensorTree> params = cnn_example::InitCnnParams(job.config, job.seed);
   if (!params.ok()) return params.status();
   job.initial_params = &*params;
+
+  // Checkpoints when the job asks for them: every parameter is replicated (data-parallel).
+  if (!settings.checkpoint_directory.empty() || !settings.resume_from.empty()) {
+    substrax::CheckpointOptions checkpoints;
+    for (const auto& [name, tensor] : *params) checkpoints.shapes[name] = tensor.shape();
+    if (absl::Status s = program.ConfigureCheckpoints(checkpoints); !s.ok()) return s;
+    job.checkpoints = true;
+    job.checkpoint_every = settings.checkpoint_every_steps;
+    job.checkpoint_at_end = !settings.checkpoint_directory.empty() && settings.checkpoint_at_end;
+  }
 
   if (program.process_index() == 0) {
     std::printf("fashion_mnist_cnn: mesh %s, %d process(es), global batch %lld, %lld steps "

@@ -13,9 +13,11 @@
 #     its loss and accuracy must be in `substraxctl metrics` (reduced as the spec declares), and
 #     its test accuracy must be >= 0.85;
 #  7. submits the version-2 build (refused by Init in the job: FAILED naming the versions) and the
-#     CNN with a data directory that does not exist (FAILED after Init, naming the file), then a
-#     short CNN job again on the same workers: it SUCCEEDS (the workers kept serving);
-#  8. stops the cluster and checks that no process it started is left.
+#     CNN with a data directory that does not exist (FAILED after Init, naming the file);
+#  8. on the same workers (they kept serving), a CNN job that checkpoints every 30 of its 60
+#     steps SUCCEEDS with both checkpoints listed, and a job on another mesh (2 devices) with
+#     resume_from goes on from its step 60;
+#  9. stops the cluster and checks that no process it started is left.
 # Bounded: every wait has a deadline; Bazel's timeout is the backstop.
 #
 # Arguments: --sdk= (the install tree tarball), --examples= (examples/sdk/CMakeLists.txt), --ctl=,
@@ -132,7 +134,7 @@ cp "$BUILD/fashion_mnist_cnn" "$WORK/guide_v2" "$PROGRAMS/"
 eval "$("$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" \
   --programs-dir "$PROGRAMS" --coordinator-binary "$COORDINATOR_BIN" --worker-binary "$WORKER_BIN")"
 
-spec() {  # name program epochs-or-steps-line args...
+spec() {  # name program "extra spec lines" args...
   local name="$1" program="$2" length="$3"
   shift 3
   local args=""
@@ -145,9 +147,9 @@ spec:
   program:
     path: $PROGRAMS/$program
     args: [${args#, }]
-  mesh: {data_parallel_size: 4}
+  mesh: {data_parallel_size: ${MESH:-4}}
   batch: {global_batch_size: 64}
-  $length
+$(printf '%b' "  $length")
   seed: 7
   metrics: {loss: mean, accuracy: mean}
   report_every_steps: 50
@@ -201,12 +203,25 @@ state=$(wait_done "$JOB" 60)
   { cat "$WORK/nodata-job.txt"; die "a failing program's job did not fail naming the file"; }
 log "a program failing after Init FAILED naming the missing file"
 
-JOB=$("$CTL" submit "$(spec again fashion_mnist_cnn 'steps: 20')")
+# --- 8. checkpoints: saved by the program, resumed on another mesh ---------------------------
+CKPT="$STATE/checkpoints"   # the local cluster's checkpoint root
+JOB=$("$CTL" submit "$(spec saved fashion_mnist_cnn \
+  "steps: 60\n  checkpoint: {directory: $CKPT/cnn, every_steps: 30}")")
 state=$(wait_done "$JOB" 90)
-[[ "$state" == *SUCCEEDED ]] || { "$CTL" get "$JOB"; die "a later program job ended $state"; }
-log "a later program job SUCCEEDED on the same workers"
+[[ "$state" == *SUCCEEDED ]] || { "$CTL" get "$JOB"; die "the checkpointing program job ended $state"; }
+"$CTL" checkpoints "$JOB" >"$WORK/checkpoints.txt"
+grep -q "step-000000000060" "$WORK/checkpoints.txt" && grep -q "step-000000000030" "$WORK/checkpoints.txt" ||
+  { cat "$WORK/checkpoints.txt"; die "substraxctl checkpoints does not list steps 30 and 60"; }
+log "a program job SUCCEEDED (the workers kept serving) and saved checkpoints at steps 30 and 60"
+JOB=$("$CTL" submit "$(MESH=2 spec resumed fashion_mnist_cnn \
+  "steps: 90\n  resume_from: $CKPT/cnn\n  checkpoint: {directory: $CKPT/cnn-resumed, every_steps: 30}")")
+state=$(wait_done "$JOB" 90)
+"$CTL" get "$JOB" >"$WORK/resumed.txt"
+[[ "$state" == *SUCCEEDED ]] && grep -q "Resumed:.*60" "$WORK/resumed.txt" ||
+  { cat "$WORK/resumed.txt"; die "the resumed program job did not go on from step 60"; }
+log "a program job on 2 devices resumed from the 4-device job's step 60"
 
-# --- 8. nothing left behind ------------------------------------------------------------------
+# --- 9. nothing left behind ------------------------------------------------------------------
 "$CTL" local down --state-dir "$STATE" >/dev/null
 deadline=$((SECONDS + 30))
 while pgrep -f "$WORK" >/dev/null; do
