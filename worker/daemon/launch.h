@@ -29,11 +29,9 @@
 #include "rpc/transport.h"
 #include "substrax/v1/coordinator_service.pb.h"
 #include "substrax/v1/program.pb.h"
+#include "worker/sdk/launch_env.h"
 
 namespace substrax {
-
-// The environment variable that names the launch file.
-inline constexpr char kLaunchEnv[] = "SUBSTRAX_LAUNCH";
 
 // The work-dir files of one attempt's process.
 struct AttemptFiles {

@@ -24,11 +24,10 @@
 #include "core/model_catalog.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/device_connections.h"
+#include "worker/sdk/launch_env.h"
 
 namespace substrax {
 
-// The environment variable naming the daemon's launch file.
-inline constexpr char kLaunchEnv[] = "SUBSTRAX_LAUNCH";
 // The environment variable that overrides InitOptions::standalone_devices.
 inline constexpr char kDevicesEnv[] = "SUBSTRAX_DEVICES";
 
