@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Training throughput on CPU devices, substrax against PyTorch DDP, one run each, same job:
+# Fashion-MNIST MLP 784-512-256-10, Adam 1e-3, global batch 128, STEPS steps (default 300),
+# on 1, 2 and 4 devices.
+#  - substrax: `substrax-worker train --local-devices N` (built -c opt); samples/s is the median of
+#    its reports after the first (the first holds the start-up);
+#  - PyTorch: bench/torch_ddp_mlp.py with Debian's python3-torch run by /usr/bin/python3 (the
+#    python3 first on PATH may be another interpreter without torch), N processes over gloo, one
+#    thread each, with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset for that command only (they are
+#    set in this environment for old OpenBLAS builds and would pin Debian's to a slow kernel).
+# Prints a table, then the ratios last: scaling_2dev= (ours at 2 devices / ours at 1),
+# ratio_vs_torch_1dev=, ratio_vs_torch_2dev=, ratio_vs_torch_4dev=. Measures; asserts nothing.
+#
+#   bench/train_throughput.sh            # STEPS=600 bench/train_throughput.sh for longer runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS="${STEPS:-300}"
+[ "$STEPS" -ge 150 ] || { echo "train_throughput: STEPS must be >= 150" >&2; exit 2; }
+
+SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 tools/install_deps.sh
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null || ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
+  echo "train_throughput: installing Debian's python3-torch and OpenBLAS (the comparison peer)..." >&2
+  SUDO=(); [ "$(id -u)" -eq 0 ] || SUDO=(sudo)
+  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends python3-torch libopenblas0-pthread >/dev/null
+fi
+bazel build -c opt --noshow_progress //worker:substrax-worker >&2
+WORKER="$(bazel info -c opt bazel-bin 2>/dev/null)/worker/substrax-worker"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/train-throughput.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+DATA=/usr/share/datasets/fashion-mnist
+cat >"$WORK/job.yaml" <<YAML
+apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: throughput}
+spec:
+  model: {type: mlp, hidden_sizes: [512, 256], num_classes: 10}
+  data:
+    format: idx
+    train: {images: $DATA/train-images-idx3-ubyte.gz, labels: $DATA/train-labels-idx1-ubyte.gz}
+  optimizer: {type: adam, learning_rate: 0.001}
+  mesh: {data_parallel_size: 1}
+  batch: {global_batch_size: 128}
+  steps: $STEPS
+  seed: 0
+  report_every_steps: 25
+YAML
+
+ours() {  # devices -> samples/s
+  sed "s/data_parallel_size: 1/data_parallel_size: $1/" "$WORK/job.yaml" >"$WORK/job-$1.yaml"
+  "$WORKER" train --job "$WORK/job-$1.yaml" --local-devices "$1" 2>&1 |
+    sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' | tail -n +2 | sort -n |
+    awk '{v[NR]=$1} END {if (NR == 0) exit 1; print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'
+}
+torch_ddp() {  # processes -> samples/s
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 \
+    /usr/bin/python3 bench/torch_ddp_mlp.py --procs "$1" --steps "$STEPS" --port $((29500 + $1)) |
+    sed -n 's/^samples_per_second=//p'
+}
+
+declare -A OURS TORCH
+for n in 1 2 4; do
+  OURS[$n]=$(ours "$n")
+  TORCH[$n]=$(torch_ddp "$n")
+done
+
+echo "machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+echo "job: MLP 784-512-256-10, adam 1e-3, global batch 128, $STEPS steps"
+printf '%-8s %18s %18s %10s\n' devices substrax_samples/s torch_samples/s ratio
+for n in 1 2 4; do
+  printf '%-8s %18.0f %18.0f %10.2f\n' "$n" "${OURS[$n]}" "${TORCH[$n]}" \
+    "$(awk -v a="${OURS[$n]}" -v b="${TORCH[$n]}" 'BEGIN {print a / b}')"
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+echo "scaling_2dev=$(ratio "${OURS[2]}" "${OURS[1]}")"
+echo "ratio_vs_torch_1dev=$(ratio "${OURS[1]}" "${TORCH[1]}")"
+echo "ratio_vs_torch_2dev=$(ratio "${OURS[2]}" "${TORCH[2]}")"
+echo "ratio_vs_torch_4dev=$(ratio "${OURS[4]}" "${TORCH[4]}")"
