@@ -2,7 +2,8 @@
 784-512-256-10 with ReLU, softmax cross-entropy (mean), Adam(lr=1e-3, optax's defaults), global
 batch 128 split evenly over --procs processes (DistributedDataParallel over the gloo backend on
 loopback), one thread per process, batches drawn from the training set in a seeded order. Times
-the steps after --warmup and prints `samples_per_second=<global examples per second>`.
+the steps after --warmup and prints `samples_per_second=<global examples per second>` and
+`final_loss=<the last step's loss, mean over the processes>`.
 
     /usr/bin/python3 bench/torch_ddp_mlp.py --procs 2 --steps 300
 """
@@ -61,9 +62,13 @@ def worker(rank, args, port):
         opt.step()
     dist.barrier()
     elapsed = time.perf_counter() - start
+    # The last step's loss, averaged over the processes (the bench checks that training worked).
+    final = loss.detach().clone()
+    dist.all_reduce(final)
     if rank == 0:
         timed = args.steps - args.warmup
         print(f"samples_per_second={timed * args.global_batch / elapsed:.1f}", flush=True)
+        print(f"final_loss={final.item() / args.procs:.4f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -8,6 +8,7 @@
 #    python3 first on PATH may be another interpreter without torch), N processes over gloo, one
 #    thread each, with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset for that command only (they are
 #    set in this environment for old OpenBLAS builds and would pin Debian's to a slow kernel).
+# Each run must have trained (final loss < 1.0, from about 2.3) or the script fails.
 # Prints a table, then the ratios last: scaling_2dev= (ours at 2 devices / ours at 1),
 # ratio_vs_torch_1dev=, ratio_vs_torch_2dev=, ratio_vs_torch_4dev=. Measures; asserts nothing.
 #
@@ -46,16 +47,24 @@ spec:
   report_every_steps: 25
 YAML
 
+# Each run must have trained: its final loss below 1.0 (it starts near ln(10) = 2.3).
+check_trained() {  # what loss
+  awk -v l="$2" 'BEGIN {exit !(l != "" && l < 1.0)}' ||
+    { echo "train_throughput: $1 did not train (final loss '$2')" >&2; exit 1; }
+}
 ours() {  # devices -> samples/s
   sed "s/data_parallel_size: 1/data_parallel_size: $1/" "$WORK/job.yaml" >"$WORK/job-$1.yaml"
-  "$WORKER" train --job "$WORK/job-$1.yaml" --local-devices "$1" 2>&1 |
-    sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' | tail -n +2 | sort -n |
+  "$WORKER" train --job "$WORK/job-$1.yaml" --local-devices "$1" >"$WORK/ours-$1.log" 2>&1
+  check_trained "substrax on $1 device(s)" "$(sed -n 's/^train_loss=//p' "$WORK/ours-$1.log")"
+  sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' "$WORK/ours-$1.log" | tail -n +2 | sort -n |
     awk '{v[NR]=$1} END {if (NR == 0) exit 1; print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'
 }
 torch_ddp() {  # processes -> samples/s
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 \
-    /usr/bin/python3 bench/torch_ddp_mlp.py --procs "$1" --steps "$STEPS" --port $((29500 + $1)) |
-    sed -n 's/^samples_per_second=//p'
+    /usr/bin/python3 bench/torch_ddp_mlp.py --procs "$1" --steps "$STEPS" --port $((29500 + $1)) \
+    >"$WORK/torch-$1.log"
+  check_trained "PyTorch on $1 process(es)" "$(sed -n 's/^final_loss=//p' "$WORK/torch-$1.log")"
+  sed -n 's/^samples_per_second=//p' "$WORK/torch-$1.log"
 }
 
 declare -A OURS TORCH
