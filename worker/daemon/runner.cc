@@ -1,19 +1,16 @@
 #include "worker/daemon/runner.h"
 
 #include <cstdio>
-#include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
-#include "grpcpp/grpcpp.h"
 #include "rpc/proto_time.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "substrax/v1/program.pb.h"
-#include "substrax/version.h"
+#include "worker/daemon/launch.h"
 #include "worker/runtime/trainer.h"
 #include "worker/sdk/program_impl.h"
 
@@ -40,25 +37,19 @@ v1::StepReport ToStepReport(const DeviceReport& r, const Mesh& mesh, int process
 
 }  // namespace
 
-// The launch the daemon describes on the runner's command line.
+// The launch the daemon describes on the runner's command line: what the daemon writes into the
+// launch file (launch.h), without the started file (the daemon watches it for programs only).
 v1::ProgramLaunch LaunchOf(const v1::Assignment& assignment, const RunnerOptions& options) {
-  v1::ProgramLaunch launch;
-  launch.set_sdk_version_major(SUBSTRAX_VERSION_MAJOR);
-  *launch.mutable_assignment() = assignment;
-  launch.set_coordinator(options.coordinator);
-  v1::TransportSettings& transport = *launch.mutable_transport();
-  transport.set_insecure(options.transport.insecure);
-  transport.set_ca_file(options.transport.ca_file);
-  transport.set_cert_file(options.transport.cert_file);
-  transport.set_key_file(options.transport.key_file);
-  transport.set_server_name(options.transport.server_name);
-  *transport.mutable_reload_interval() = ToProtoDuration(options.transport.reload_interval);
-  launch.set_listen_host(options.listen_host);
-  *launch.mutable_collective_timeout() = ToProtoDuration(options.collective_timeout);
-  for (const std::string& root : options.data_roots) launch.add_data_roots(root);
-  for (const std::string& root : options.checkpoint_roots) launch.add_checkpoint_roots(root);
-  launch.set_result_path(options.result_path);
-  return launch;
+  LaunchSettings settings;
+  settings.coordinator = options.coordinator;
+  settings.transport = options.transport;
+  settings.listen_host = options.listen_host;
+  settings.collective_timeout = options.collective_timeout;
+  settings.data_roots = options.data_roots;
+  settings.checkpoint_roots = options.checkpoint_roots;
+  AttemptFiles files;
+  files.result = options.result_path;
+  return MakeProgramLaunch(settings, assignment, files);
 }
 
 // The built-in trainer, run as a program on the SDK: Init's launch path connects it to its job,
@@ -86,16 +77,7 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   trainer.data_access = DataAccess::Confined(options.data_roots);
   trainer.checkpoint_roots = options.checkpoint_roots;
   trainer.on_resume = [&program](const v1::CheckpointResume& resume) {
-    if (resume.step() > 0) {
-      std::fprintf(stderr, "substrax runner: resuming from the checkpoint of step %lld (%s)\n",
-                   static_cast<long long>(resume.step()), resume.path().c_str());
-    }
-    for (const std::string& skipped : resume.skipped()) {
-      std::fprintf(stderr, "substrax runner: checkpoint skipped: %s\n", skipped.c_str());
-    }
-    v1::ReportCheckpointsRequest request;
-    *request.mutable_resumed() = resume;
-    program.ReportCheckpoints(std::move(request));
+    program.ReportResume(resume);
   };
   trainer.on_checkpoint = [&program](const v1::CheckpointListing& listing) {
     v1::ReportCheckpointsRequest request;

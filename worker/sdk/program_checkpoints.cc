@@ -43,6 +43,19 @@ void ProgramImpl::ReportCheckpoints(v1::ReportCheckpointsRequest request) const 
   }
 }
 
+void ProgramImpl::ReportResume(const v1::CheckpointResume& resume) const {
+  if (resume.step() > 0) {
+    std::fprintf(stderr, "substrax: resuming from the checkpoint of step %lld (%s)\n",
+                 static_cast<long long>(resume.step()), resume.path().c_str());
+  }
+  for (const std::string& skipped : resume.skipped()) {
+    std::fprintf(stderr, "substrax: checkpoint skipped: %s\n", skipped.c_str());
+  }
+  v1::ReportCheckpointsRequest request;
+  *request.mutable_resumed() = resume;
+  ReportCheckpoints(std::move(request));
+}
+
 absl::Status ProgramImpl::ConfigureCheckpoints(const CheckpointOptions& options) {
   if (ran_) {
     return absl::FailedPreconditionError(
@@ -93,19 +106,7 @@ absl::Status ProgramImpl::ConfigureCheckpoints(const CheckpointOptions& options)
   }
   SUBSTRAX_ASSIGN_OR_RETURN(resume_, FindResumePoint(directory, resume_from, process_index_,
                                                      store_.get(), kResumeTimeout));
-  if (process_index_ == 0) {
-    const v1::CheckpointResume& report = resume_->report;
-    if (report.step() > 0) {
-      std::fprintf(stderr, "substrax: resuming from the checkpoint of step %lld (%s)\n",
-                   static_cast<long long>(report.step()), report.path().c_str());
-    }
-    for (const std::string& skipped : report.skipped()) {
-      std::fprintf(stderr, "substrax: checkpoint skipped: %s\n", skipped.c_str());
-    }
-    v1::ReportCheckpointsRequest request;
-    *request.mutable_resumed() = report;
-    ReportCheckpoints(std::move(request));
-  }
+  if (process_index_ == 0) ReportResume(resume_->report);
   if (!directory.empty()) {
     CheckpointerOptions writer;
     writer.directory = directory;

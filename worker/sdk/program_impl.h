@@ -85,6 +85,9 @@ class ProgramImpl final : public Program {
   // cannot be delivered is printed and dropped: the checkpoint itself is committed on disk, only
   // its listing in `get` is late. Job and attempt are filled in. No-op standalone.
   void ReportCheckpoints(v1::ReportCheckpointsRequest request) const;
+  // Process 0, once per attempt: where it resumed from and which checkpoints it skipped, printed
+  // and reported (ReportCheckpoints).
+  void ReportResume(const v1::CheckpointResume& resume) const;
 
  private:
   ProgramImpl(Mesh mesh, JobSettings settings) : mesh_(std::move(mesh)), settings_(settings) {}
