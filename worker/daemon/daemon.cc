@@ -28,6 +28,7 @@
 #include "rpc/proto_time.h"
 #include "rpc/transport.h"
 #include "rpc/transport_flags.h"
+#include "worker/compute/cpu_features.h"
 #include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/devices.h"
 #include "worker/daemon/runner_outcome.h"
@@ -101,6 +102,13 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   if (options.devices.empty()) options.devices = absl::StrCat("cpu:", options.cpu_devices);
   absl::StatusOr<std::vector<v1::Device>> devices = DiscoverDevices(options.devices, options.host);
   if (!devices.ok()) return devices.status();
+  for (const v1::Device& device : *devices) {
+    // Refused at start, not at a job's first step: CPU devices run the CPU kernels.
+    if (device.kind() == v1::DEVICE_KIND_CPU) {
+      SUBSTRAX_RETURN_IF_ERROR(Annotate(CheckCpuKernels(), "--devices: CPU devices"));
+      break;
+    }
+  }
   SUBSTRAX_RETURN_IF_ERROR(ValidateTransport(options.transport, /*server=*/false));
   if (!options.transport.insecure) {
     // The certificate is the worker's identity: its CN is the worker id.

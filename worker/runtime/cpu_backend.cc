@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "worker/compute/cpu_features.h"
 #include "worker/compute/model.h"
 #include "worker/compute/optimizer.h"
 #include "worker/data/sampler.h"
@@ -95,7 +96,7 @@ class CpuBackend final : public DeviceBackend {
   const std::unique_ptr<Prefetcher<Batch>> batches_;
   std::optional<Batch> batch_;
   FlatLayout layout_;
-  std::vector<float> flat_;
+  AlignedFloats flat_;
   TensorTree grads_;
   EvalResult sums_;
   HostPhaseClock clock_;
@@ -104,6 +105,7 @@ class CpuBackend final : public DeviceBackend {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCpuBackend(BackendSetup setup) {
+  SUBSTRAX_RETURN_IF_ERROR(CheckCpuKernels());
   const v1::JobSpec& spec = *setup.spec;
   TensorParallelism tp;
   if (setup.model_axis != nullptr) {

@@ -64,7 +64,7 @@ absl::Status ReduceTree(DeviceContext& ctx, TensorTree* tree, ReduceOp op,
                         const std::function<GradientPlan(const FlatLayout&)>& plan,
                         int64_t bucket_bytes, const char* fn) {
   const FlatLayout layout = LayoutOfTree(*tree);
-  std::vector<float> flat(layout.total);
+  AlignedFloats flat(layout.total);
   SUBSTRAX_RETURN_IF_ERROR(PackTree(*tree, layout, flat.data()));
   SUBSTRAX_RETURN_IF_ERROR(ReduceFlat(*ctx.comms, plan(layout), flat.data(), op, bucket_bytes,
                                       ExecutionContext::CallingThread(), fn));

@@ -20,6 +20,7 @@
 #include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "rpc/transport.h"
+#include "worker/compute/cpu_features.h"
 #include "worker/daemon/coordinator_store.h"
 #include "worker/daemon/work_files.h"
 #include "worker/sdk/program_impl.h"
@@ -388,6 +389,8 @@ absl::StatusOr<std::unique_ptr<Program>> InitForVersion(int header_major, int he
         "): rebuild it against the installed SDK ", SUBSTRAX_VERSION_MAJOR,
         ".x (pkg-config --modversion substrax), or install the SDK it was built for"));
   }
+  // A program's devices are CPU devices: their kernels need this host's vector units.
+  SUBSTRAX_RETURN_IF_ERROR(CheckCpuKernels());
   if (const char* launch = std::getenv(kLaunchEnv); launch != nullptr && *launch != '\0') {
     SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImpl> program,
                               ProgramImpl::FromLaunch(launch));
