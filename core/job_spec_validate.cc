@@ -509,6 +509,10 @@ void ValidateProgram(const v1::JobSpec& spec, Validator& v) {
                          " or spec.program"));
     }
   }
+  if (spec.has_gradients() || v.Written("spec.gradients")) {
+    v.Add("spec.gradients", "a program job reduces its gradients itself (substrax::SpmdTrainStep, "
+                            "GradientReductionOptions); remove spec.gradients");
+  }
   if (spec.precision() != v1::PRECISION_UNSPECIFIED && spec.precision() != v1::PRECISION_FP32) {
     v.Add("spec.precision", "program jobs run on CPU devices in this version, which compute in "
                             "fp32 only; use precision fp32 or leave it out");
@@ -528,6 +532,26 @@ void ValidateProgram(const v1::JobSpec& spec, Validator& v) {
 
 }  // namespace
 
+void ValidateGradients(const v1::JobSpec& spec, Validator& v) {
+  const v1::GradientsSpec& g = spec.gradients();
+  if (g.bucket_bytes() != 0 || v.Written("spec.gradients.bucket_bytes")) {
+    v.Range("spec.gradients.bucket_bytes", g.bucket_bytes(), 4, kMaxBucketBytes);
+  }
+  if (!g.has_overlap() || !g.overlap()) return;
+  if (spec.backend() == v1::BACKEND_CUDA) {
+    v.Add("spec.gradients.overlap",
+          "CUDA devices queue the gradient reduction on the device after the backward pass; "
+          "overlap runs on CPU devices: remove it or use backend cpu");
+  }
+  const v1::MeshSpec& mesh = spec.mesh();
+  if (mesh.model_parallel_size() > 1 ||
+      (mesh.type() == v1::MESH_TYPE_MODEL_PARALLEL && mesh.num_devices() > 1)) {
+    v.Add("spec.gradients.overlap",
+          "a mesh with a model axis reduces gradients after the backward pass (the pass itself "
+          "all-reduces over the model axis); remove overlap");
+  }
+}
+
 void Validate(const v1::JobSpec& spec, const Positions* positions, Errors* errors) {
   Validator v(positions, errors);
   ValidateModel(spec, v);
@@ -536,6 +560,7 @@ void Validate(const v1::JobSpec& spec, const Positions* positions, Errors* error
   ValidateMesh(spec, v);
   ValidateBatch(spec, v);
   ValidateRest(spec, v);
+  ValidateGradients(spec, v);
   ValidateProgram(spec, v);
 }
 

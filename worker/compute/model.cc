@@ -14,6 +14,7 @@
 #include "core/mesh.h"
 #include "core/status.h"
 #include "worker/compute/init.h"
+#include "worker/tensor/aligned_floats.h"
 
 namespace substrax {
 namespace {
@@ -70,8 +71,8 @@ class DenseStack final : public Model {
     SUBSTRAX_CHECK(splits_.size() * 2 == this->params().size(), absl::StrCat(splits_.size()));
   }
 
-  absl::StatusOr<LossAndGrads> LossAndGradients(const TensorTree& params,
-                                                const Batch& batch) const override {
+  absl::StatusOr<LossAndGrads> LossAndGradientsInto(const TensorTree& params, const Batch& batch,
+                                                    const GradientSink& sink) const override {
     SUBSTRAX_ASSIGN_OR_RETURN(std::vector<Layer> layers, CheckParams(params));
     SUBSTRAX_ASSIGN_OR_RETURN(std::vector<int64_t> labels, CheckBatch(batch));
     const int64_t n = batch.size();
@@ -90,13 +91,14 @@ class DenseStack final : public Model {
     result.accuracy =
         is_classification() ? static_cast<double>(head.correct) / static_cast<double>(n) : 0.0;
     for (int l = static_cast<int>(layers.size()) - 1; l >= 0; --l) {
-      const ParamSpec& kernel_spec = this->params()[2 * l];
-      const ParamSpec& bias_spec = this->params()[2 * l + 1];
-      Tensor& dw = result.grads[kernel_spec.name] = Tensor(LocalShape(kernel_spec));
-      Tensor& db = result.grads[bias_spec.name] = Tensor(LocalShape(bias_spec));
-      MatrixMap(dw.data(), dw.dim(0), dw.dim(1)).noalias() =
-          LayerInput(batch, acts, l).transpose() * d;
-      RowVectorMap(db.data(), db.dim(0)).noalias() = d.colwise().sum();
+      const size_t kernel = 2 * static_cast<size_t>(l), bias = kernel + 1;
+      const ConstMatrixMap input = LayerInput(batch, acts, l);
+      MatrixMap(sink.buffer(kernel), input.cols(), d.cols()).noalias() = input.transpose() * d;
+      RowVectorMap(sink.buffer(bias), d.cols()).noalias() = d.colwise().sum();
+      if (sink.done) {
+        sink.done(kernel);
+        sink.done(bias);
+      }
       if (l > 0) {
         // Through the kernel, then through the ReLU that made this layer's input: its
         // derivative is 1 where the output was positive, 0 elsewhere (0 at the kink, as in JAX).
@@ -300,6 +302,30 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const v1::ModelSpec& spec,
   return std::make_unique<DenseStack>(std::move(params), IsClassification(spec.type()),
                                       std::move(tp), std::move(splits), num_features,
                                       ModelOutputSize(spec));
+}
+
+absl::StatusOr<LossAndGrads> Model::LossAndGradients(const TensorTree& params,
+                                                     const Batch& batch) const {
+  // Through one aligned scratch buffer (see GradientSink), then into the tensors.
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const ParamSpec& p : params_) {
+    offsets.push_back(total);
+    int64_t size = 1;
+    for (int64_t d : LocalShape(p)) size *= d;
+    // Each gradient on its own cache line, as in a flat gradient buffer.
+    total += (size + kAlignedFloats - 1) / kAlignedFloats * kAlignedFloats;
+  }
+  AlignedFloats scratch(static_cast<size_t>(total));
+  GradientSink sink;
+  sink.buffer = [&](size_t i) { return scratch.data() + offsets[i]; };
+  SUBSTRAX_ASSIGN_OR_RETURN(LossAndGrads result, LossAndGradientsInto(params, batch, sink));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor grad(LocalShape(params_[i]));
+    std::copy_n(scratch.data() + offsets[i], grad.size(), grad.data());
+    result.grads[params_[i].name] = std::move(grad);
+  }
+  return result;
 }
 
 std::vector<std::pair<int64_t, int64_t>> Model::LocalBlock(const ParamSpec& p) const {

@@ -92,8 +92,22 @@ class Model {
   // batch field (batch.inputs, batch.targets) that has the wrong shape, a label outside
   // [0, num_classes), or an empty batch; any error of tp.all_reduce_sum. A device that fails
   // before an all-reduce leaves its peers waiting in theirs, until the collective times out.
-  virtual absl::StatusOr<LossAndGrads> LossAndGradients(const TensorTree& params,
-                                                        const Batch& batch) const = 0;
+  absl::StatusOr<LossAndGrads> LossAndGradients(const TensorTree& params,
+                                                const Batch& batch) const;
+
+  // Where a backward pass puts each parameter's gradient, and whom it tells.
+  struct GradientSink {
+    // The buffer for the gradient of params()[i]: LocalShape of it, row-major. Buffers should
+    // start on kKernelAlignment (aligned_floats.h) for results that repeat bit for bit.
+    std::function<float*(size_t i)> buffer;
+    // Called as soon as the gradient of params()[i] is complete (layer by layer, the last layer
+    // first), while the pass goes on: the step loop starts reducing it then. May be null.
+    std::function<void(size_t i)> done;
+  };
+  // As LossAndGradients, but every gradient goes into `sink` (the result's grads stay empty).
+  virtual absl::StatusOr<LossAndGrads> LossAndGradientsInto(const TensorTree& params,
+                                                            const Batch& batch,
+                                                            const GradientSink& sink) const = 0;
 
   // Per-example losses and correct predictions of `batch`, summed; an empty batch gives zeros.
   // Errors: as LossAndGradients, except that an empty batch is fine.

@@ -13,6 +13,7 @@
 #include "worker/compute/optimizer.h"
 #include "worker/data/sampler.h"
 #include "worker/runtime/device_state.h"
+#include "worker/tensor/aligned_floats.h"
 
 namespace substrax {
 namespace {
@@ -38,8 +39,17 @@ class CpuBackend final : public DeviceBackend {
   absl::StatusOr<float*> BindGradients(const FlatLayout& layout) override {
     layout_ = layout;
     flat_.assign(layout.total, 0.0f);
+    slots_.clear();
+    grads_.clear();
+    for (const ParamSpec& p : model_->params()) {
+      SUBSTRAX_ASSIGN_OR_RETURN(const FlatSlot* slot, layout_.Find(p.name));
+      slots_.push_back(slot);
+      grads_[p.name] = Tensor(slot->shape);
+    }
     return flat_.data();
   }
+
+  void SetGradientsReady(GradientsReady ready) override { ready_ = std::move(ready); }
 
   absl::StatusOr<bool> NextBatch() override {
     SUBSTRAX_ASSIGN_OR_RETURN(batch_, batches_->Next());
@@ -48,13 +58,18 @@ class CpuBackend final : public DeviceBackend {
 
   absl::Status ComputeGradients() override {
     if (!batch_.has_value()) return absl::FailedPreconditionError("no batch: call NextBatch");
-    SUBSTRAX_ASSIGN_OR_RETURN(LossAndGrads lg, model_->LossAndGradients(params_, *batch_));
+    if (slots_.empty()) return absl::FailedPreconditionError("no gradient buffer: call BindGradients");
+    // Straight into the flat buffer, each gradient announced as soon as it is complete.
+    Model::GradientSink sink;
+    sink.buffer = [this](size_t i) { return flat_.data() + slots_[i]->offset; };
+    if (ready_) sink.done = [this](size_t i) { ready_(slots_[i]->offset, slots_[i]->size); };
+    SUBSTRAX_ASSIGN_OR_RETURN(LossAndGrads lg,
+                              model_->LossAndGradientsInto(params_, *batch_, sink));
     const int64_t n = batch_->size();
     sums_.loss_sum += lg.loss * static_cast<double>(n);
     sums_.correct += std::llround(lg.accuracy * static_cast<double>(n));
     sums_.count += n;
-    grads_ = std::move(lg.grads);
-    return PackTree(grads_, layout_, flat_.data());
+    return absl::OkStatus();
   }
 
   absl::Status ApplyGradients() override {
@@ -96,8 +111,11 @@ class CpuBackend final : public DeviceBackend {
   const std::unique_ptr<Prefetcher<Batch>> batches_;
   std::optional<Batch> batch_;
   FlatLayout layout_;
+  // Each gradient's slot of the flat buffer, by parameter index.
+  std::vector<const FlatSlot*> slots_;
   AlignedFloats flat_;
-  TensorTree grads_;
+  GradientsReady ready_;
+  TensorTree grads_;  // the optimizer's view of the flat buffer, copied before each update
   EvalResult sums_;
   HostPhaseClock clock_;
 };

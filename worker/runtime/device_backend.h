@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -62,6 +63,13 @@ class DeviceBackend {
   // From now on ComputeGradients writes every gradient into one flat buffer laid out as
   // `layout` (this device's memory), and ApplyGradients reads it from there. Returns the buffer.
   virtual absl::StatusOr<float*> BindGradients(const FlatLayout& layout) = 0;
+
+  // Whom ComputeGradients tells that [offset, offset + size) of the gradient buffer holds its
+  // final values, as soon as it does, while the backward pass goes on: the step loop starts
+  // reducing the buckets that range completes (overlap). A backend that never calls it is still
+  // right: the loop reduces what was not announced after ComputeGradients returns.
+  using GradientsReady = std::function<void(int64_t offset, int64_t size)>;
+  virtual void SetGradientsReady(GradientsReady ready) { (void)ready; }
 
   // Takes the next training batch: false after the last one. Errors: the input pipeline's.
   virtual absl::StatusOr<bool> NextBatch() = 0;

@@ -71,24 +71,32 @@ GradientPlan PlanOverAxis(const std::string& axis, const FlatLayout& layout) {
   return plan;
 }
 
+int64_t BucketValues(int64_t bucket_bytes) {
+  return std::max<int64_t>(1, bucket_bytes / int64_t{sizeof(float)});
+}
+
+std::vector<FlatRange> CutBuckets(const std::vector<FlatRange>& ranges, int64_t bucket) {
+  std::vector<FlatRange> buckets;
+  for (const FlatRange& range : ranges) {
+    for (int64_t start = 0; start < range.size; start += bucket) {
+      buckets.push_back({range.offset + start, std::min(bucket, range.size - start)});
+    }
+  }
+  return buckets;
+}
+
 absl::Status ReduceFlat(MeshCommunicators& comms, const GradientPlan& plan, float* flat,
                         ReduceOp op, int64_t bucket_bytes, ExecutionContext context,
                         const char* fn, BucketStats* stats,
                         std::vector<CollectiveEvent>* in_flight) {
-  const int64_t bucket = std::max<int64_t>(1, bucket_bytes / int64_t{sizeof(float)});
+  const int64_t bucket = BucketValues(bucket_bytes);
   std::vector<ReduceBuffer> buckets;
   for (const auto& [axis, ranges] : plan.axes) {
     SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, comms.Axis(axis));
     if (comm->size() == 1) continue;  // one replica along this axis: nothing to average
     buckets.clear();
-    // A bucket is filled from consecutive ranges; a range that does not fit starts a new one.
-    // Ranges are in place in `flat`, so a bucket is one contiguous run: cut at range ends and
-    // every `bucket` values.
-    for (const FlatRange& range : ranges) {
-      for (int64_t start = 0; start < range.size; start += bucket) {
-        const int64_t count = std::min(bucket, range.size - start);
-        buckets.push_back({flat + range.offset + start, static_cast<size_t>(count)});
-      }
+    for (const FlatRange& b : CutBuckets(ranges, bucket)) {
+      buckets.push_back({flat + b.offset, static_cast<size_t>(b.size)});
     }
     if (stats != nullptr) stats->collectives += static_cast<int64_t>(buckets.size());
     CollectiveEvent group = comm->AllReduceGroupAsync(buckets, DataType::kFloat32, op, context);

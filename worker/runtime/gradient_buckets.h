@@ -63,6 +63,12 @@ GradientPlan PlanBySharding(const std::vector<std::string>& axis_names, const Fl
 // Every parameter over the one axis `axis`.
 GradientPlan PlanOverAxis(const std::string& axis, const FlatLayout& layout);
 
+// Values per bucket of at most `bucket_bytes` (at least one).
+int64_t BucketValues(int64_t bucket_bytes);
+// `ranges` cut into buckets of at most `bucket` values: at range ends and every `bucket` values
+// (ranges lie in place in the flat buffer, so a bucket is one contiguous run).
+std::vector<FlatRange> CutBuckets(const std::vector<FlatRange>& ranges, int64_t bucket);
+
 // What a reduction did, for tests and timing.
 struct BucketStats {
   int64_t collectives = 0;

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "core/status.h"
 #include "worker/runtime/gradient_buckets.h"
+#include "worker/tensor/aligned_floats.h"
 
 namespace substrax {
 namespace {

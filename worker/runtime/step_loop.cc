@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
+#include "worker/runtime/overlapped_reduction.h"
 
 namespace substrax {
 namespace {
@@ -159,7 +160,28 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
   };
   const char* const reduce_fn =
       options.explicit_collectives ? "reduce_mean_collective" : "gradient reduction";
+  // Overlap where it can be taken (StepLoopOptions::overlap_gradients says where).
+  std::unique_ptr<OverlappedReduction> overlapped;
+  absl::StatusOr<Communicator*> model_axis = ctx.comms->Axis(kModelAxis);
+  const bool tensor_parallel = model_axis.ok() && (*model_axis)->size() > 1;
+  if (options.overlap_gradients && !options.explicit_collectives && max_in_flight == 0 &&
+      !tensor_parallel) {
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        overlapped, OverlappedReduction::Create(*ctx.comms, sharding_plan, grads, ReduceOp::kMean,
+                                                options.gradients.bucket_bytes, reduce_fn));
+    backend.SetGradientsReady(
+        [r = overlapped.get()](int64_t offset, int64_t size) { r->Ready(offset, size); });
+  }
+  // The backend must not call into the reduction after the loop.
+  struct Unbind {
+    DeviceBackend& backend;
+    bool bound;
+    ~Unbind() {
+      if (bound) backend.SetGradientsReady(nullptr);
+    }
+  } unbind{backend, overlapped != nullptr};
   auto reduce_gradients = [&]() -> absl::Status {
+    if (overlapped != nullptr) return overlapped->Finish();
     std::vector<CollectiveEvent>* events = max_in_flight > 0 ? &step_events : nullptr;
     if (!options.explicit_collectives) {
       return ReduceFlat(*ctx.comms, sharding_plan, grads, ReduceOp::kMean,
@@ -203,6 +225,7 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
                                               options.total_steps, " steps"));
     }
     backend.MarkPhase(Phase::kCompute);
+    if (overlapped != nullptr) overlapped->Begin();
     if (absl::Status s = backend.ComputeGradients(); !s.ok()) return step_error(s);
     backend.MarkPhase(Phase::kCollective);
     if (absl::Status s = reduce_gradients(); !s.ok()) return step_error(s);
@@ -280,7 +303,11 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
   }
   result.steps = options.total_steps;
   result.resumed_from_step = options.first_step;
-  if (stats != nullptr) stats->gradient_collectives = buckets.collectives;
+  if (stats != nullptr) {
+    stats->gradient_collectives =
+        overlapped != nullptr ? overlapped->collectives() : buckets.collectives;
+    stats->overlapped = overlapped != nullptr;
+  }
   if (options.eval != nullptr) {
     SUBSTRAX_ASSIGN_OR_RETURN(result.evaluation,
                               Evaluate(ctx, backend, *options.eval, options.eval_prefix));

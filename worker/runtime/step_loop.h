@@ -90,6 +90,11 @@ struct StepLoopOptions {
   // shardings imply. Same result.
   bool explicit_collectives = false;
   GradientReductionOptions gradients;
+  // Reduce each bucket as soon as the backward pass has produced it, on a thread of the loop's,
+  // while the pass goes on (overlapped_reduction.h). Taken only where it can be: a backend whose
+  // collectives run on the calling thread (max_steps_in_flight() == 0), the sharding path (not
+  // explicit_collectives), and no model axis (the backward pass all-reduces over it itself).
+  bool overlap_gradients = false;
   // Called on the device at mesh position 0; keep it short.
   std::function<void(const ProgressReport&)> on_progress;
   // Called on every device at every report; must be thread-safe.
@@ -111,6 +116,8 @@ struct StepLoopOptions {
 // What the loop did, for tests: how many gradient all-reduces (buckets) it issued.
 struct StepLoopStats {
   int64_t gradient_collectives = 0;
+  // Whether the buckets were reduced during the backward pass (overlap taken).
+  bool overlapped = false;
 };
 
 // Runs the job on one device. Every device of the mesh runs it with the same options but its

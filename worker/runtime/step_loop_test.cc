@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "core/device_mesh_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -71,7 +73,12 @@ class FakeBackend final : public DeviceBackend {
         model_size_(model_size),
         model_index_(model_index),
         memory_(std::move(memory)),
-        params_(FakeParams()) {}
+        params_(FakeParams()) {
+    // Without a model axis nothing is split.
+    if (model_size_ == 1) {
+      for (ParamSpec& p : params_) p.partition = PartitionSpec();
+    }
+  }
   ~FakeBackend() override {
     if (flat_ != nullptr) memory_.release(flat_);
   }
@@ -91,7 +98,9 @@ class FakeBackend final : public DeviceBackend {
     return flat_;
   }
   absl::StatusOr<bool> NextBatch() override { return step_ < 1000; }
+  void SetGradientsReady(GradientsReady ready) override { ready_ = std::move(ready); }
   absl::Status ComputeGradients() override {
+    if (ready_ && !overlap_peers.empty()) return ComputeAnnouncing();
     std::vector<float> host(layout_.total);
     for (const FlatSlot& slot : layout_.slots) {
       for (int64_t i = 0; i < slot.size; ++i) {
@@ -136,6 +145,11 @@ class FakeBackend final : public DeviceBackend {
     return tree;
   }
 
+  // Set: ComputeGradients writes the slots last first (as a backward pass does), announces each,
+  // and after the first waits until its last value is the mean over these devices' ids (its
+  // bucket is complete then): it can only get there while the pass is still running if the loop
+  // reduces during it.
+  std::vector<int> overlap_peers;
   // What ApplyGradients saw, per step: the reduced gradients by name.
   std::vector<std::map<std::string, std::vector<float>>> applied;
   std::pair<int64_t, int64_t> evaluated_rows;
@@ -149,7 +163,33 @@ class FakeBackend final : public DeviceBackend {
   const int64_t model_size_;
   const int64_t model_index_;
   const Memory memory_;
-  const std::vector<ParamSpec> params_;
+  std::vector<ParamSpec> params_;
+  absl::Status ComputeAnnouncing() {
+    for (auto slot = layout_.slots.rbegin(); slot != layout_.slots.rend(); ++slot) {
+      for (int64_t i = 0; i < slot->size; ++i) {
+        flat_[slot->offset + i] = GradValue(id_, step_, slot->name, i);
+      }
+      ready_(slot->offset, slot->size);
+      if (slot != layout_.slots.rbegin()) continue;
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      for (;;) {
+        const int64_t last = slot->size - 1;
+        float mean = 0;
+        for (int peer : overlap_peers) mean += GradValue(peer, step_, slot->name, last);
+        mean /= static_cast<float>(overlap_peers.size());
+        if (reinterpret_cast<volatile float*>(flat_)[slot->offset + last] == mean) break;
+        if (absl::Now() > deadline) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "slot ", slot->name, " was not reduced during the pass (step ", step_, ")"));
+        }
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+    }
+    sums_.count += 2;
+    return absl::OkStatus();
+  }
+
+  GradientsReady ready_;
   FlatLayout layout_;
   float* flat_ = nullptr;
   int64_t step_ = 0;
@@ -376,6 +416,59 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.bucket_bytes == 8 ? "SmallBuckets" : "LargeBuckets") +
              (info.param.in_flight > 0 ? "InFlight" : "");
     });
+
+// Overlap: on a data-parallel mesh each bucket is reduced as soon as the pass announces it. The
+// fake waits inside its pass for the first announced slot to be averaged (it fails after 30 s
+// otherwise), and the results equal the reduction after the pass.
+TEST(StepLoopOverlapTest, BucketsAreReducedWhileTheBackwardPassRuns) {
+  const Mesh mesh = *DeviceMeshManager::CreateDataParallelMesh(MakeUniformCluster(1, 2));
+  const v1::JobSpec spec = Spec();
+  constexpr int64_t kSteps = 3;
+  Dataset eval;
+  absl::Mutex mu;
+  std::map<int, std::unique_ptr<FakeBackend>> backends;
+  std::map<int, absl::StatusOr<TrainResult>> results;
+  std::map<int, StepLoopStats> stats;
+  RunOnDevices(mesh, [&](DeviceContext& ctx) {
+    const int id = ctx.device.id;
+    auto backend = std::make_unique<FakeBackend>(id, 1, 0, HostMemory());
+    backend->overlap_peers = {0, 1};
+    StepLoopOptions options;
+    options.spec = &spec;
+    options.mesh = &mesh;
+    options.device_id = id;
+    options.comms = ctx.comms;
+    options.total_steps = kSteps;
+    options.eval = &eval;
+    options.gradients.bucket_bytes = 8;
+    options.overlap_gradients = true;
+    StepLoopStats s;
+    absl::StatusOr<TrainResult> r = RunStepLoop(options, *backend, &s);
+    absl::MutexLock lock(&mu);
+    results.emplace(id, std::move(r));
+    stats[id] = s;
+    backends[id] = std::move(backend);
+  });
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& [id, r] : results) ASSERT_TRUE(r.ok()) << "device " << id << ": " << r.status();
+  for (const auto& [id, backend] : backends) {
+    EXPECT_TRUE(stats[id].overlapped);
+    // Layout a[3] b[4] c[2]: over "data" one range of 9 values, in buckets of 2 values: 5 per
+    // step.
+    EXPECT_EQ(stats[id].gradient_collectives, kSteps * 5);
+    for (int64_t step = 0; step < kSteps; ++step) {
+      for (const std::string name : {"a", "b", "c"}) {
+        const std::vector<float>& got = backend->applied[step].at(name);
+        std::vector<float> want(got.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          want[i] = (GradValue(0, step, name, i) + GradValue(1, step, name, i)) / 2;
+        }
+        EXPECT_THAT(got, ElementsAreArray(want)) << "device " << id << " step " << step << " "
+                                                 << name;
+      }
+    }
+  }
+}
 
 // Checkpoints: every device saves at the same steps, after that step's update: every N steps and
 // at the end; by time at reports (a 1 ns interval: due at every report); a resumed loop runs

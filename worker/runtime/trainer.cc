@@ -127,6 +127,10 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   loop.eval = data.test.has_value() ? &*data.test : &data.train;
   loop.eval_prefix = data.test.has_value() ? "test" : "train";
   loop.explicit_collectives = options.explicit_collectives;
+  loop.gradients.bucket_bytes = spec.gradients().bucket_bytes() > 0
+                                    ? spec.gradients().bucket_bytes()
+                                    : kDefaultBucketBytes;
+  loop.overlap_gradients = !spec.gradients().has_overlap() || spec.gradients().overlap();
   loop.on_progress = options.on_progress;
   if (options.on_device_report) {
     loop.on_device_report = [&options, features = data.num_features](DeviceReport report) {

@@ -26,8 +26,8 @@ int64_t NumElements(const std::vector<int64_t>& shape) {
 Tensor::Tensor(std::vector<int64_t> shape)
     : shape_(std::move(shape)), data_(NumElements(shape_), 0.0f) {}
 
-Tensor::Tensor(std::vector<int64_t> shape, const std::vector<float>& values)
-    : shape_(std::move(shape)), data_(values.begin(), values.end()) {
+Tensor::Tensor(std::vector<int64_t> shape, std::vector<float> values)
+    : shape_(std::move(shape)), data_(std::move(values)) {
   SUBSTRAX_CHECK(static_cast<int64_t>(data_.size()) == NumElements(shape_),
                  absl::StrCat(data_.size(), " values for shape ", ShapeString()));
 }
@@ -43,9 +43,8 @@ absl::StatusOr<Tensor> Tensor::SliceRows(int64_t start, int64_t limit) const {
   const int64_t row = shape_[0] == 0 ? 0 : size() / shape_[0];
   std::vector<int64_t> shape = shape_;
   shape[0] = limit - start;
-  Tensor rows(std::move(shape));
-  std::copy(data_.begin() + start * row, data_.begin() + limit * row, rows.data());
-  return rows;
+  return Tensor(std::move(shape),
+                std::vector<float>(data_.begin() + start * row, data_.begin() + limit * row));
 }
 
 absl::StatusOr<Tensor> Tensor::Slice(absl::Span<const std::pair<int64_t, int64_t>> ranges) const {

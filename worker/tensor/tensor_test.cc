@@ -58,23 +58,5 @@ TEST(TensorTest, CompareTreesFindsTheWorstElement) {
   EXPECT_FALSE(CompareTrees(a, b).ok());
 }
 
-// Kernels' results must not depend on where a buffer starts (see TensorAllocator).
-TEST(TensorTest, StorageStartsOnACacheLine) {
-  for (int64_t n : {1, 3, 17, 1000}) {
-    const Tensor zeros({n});
-    const Tensor values({n}, std::vector<float>(n, 1.0f));
-    const absl::StatusOr<Tensor> rows = Tensor({n, 2}).SliceRows(1, n);
-    ASSERT_TRUE(rows.ok());
-    for (const Tensor* t : {&zeros, &values, &*rows}) {
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data()) % 64, 0u) << n;
-    }
-  }
-  const Tensor copy = Tensor({5}, std::vector<float>(5, 2.0f));
-  Tensor assigned;
-  assigned = copy;
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(assigned.data()) % 64, 0u);
-  EXPECT_EQ(assigned, copy);
-}
-
 }  // namespace
 }  // namespace substrax

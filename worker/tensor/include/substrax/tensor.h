@@ -8,10 +8,8 @@
 #ifndef SUBSTRAX_TENSOR_H_
 #define SUBSTRAX_TENSOR_H_
 
-#include <cstddef>
 #include <cstdint>
 #include <map>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -20,31 +18,6 @@
 
 namespace substrax {
 
-// Allocates on 64-byte boundaries (a cache line; an AVX-512 vector). Vectorized kernels peel
-// scalar iterations until their data is aligned, and a sum taken partly in those iterations is
-// taken in another order: with every tensor starting on the same boundary, results do not
-// depend on where the allocator happened to put a buffer, so runs repeat bit for bit.
-template <typename T>
-struct TensorAllocator {
-  using value_type = T;
-  static constexpr std::align_val_t kAlignment{64};
-
-  TensorAllocator() = default;
-  template <typename U>
-  TensorAllocator(const TensorAllocator<U>&) {}  // NOLINT: allocators convert implicitly
-
-  T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), kAlignment));
-  }
-  void deallocate(T* p, std::size_t) { ::operator delete(p, kAlignment); }
-
-  friend bool operator==(const TensorAllocator&, const TensorAllocator&) { return true; }
-  friend bool operator!=(const TensorAllocator&, const TensorAllocator&) { return false; }
-};
-
-// The storage of tensors and of other buffers the kernels read (flat gradient buffers).
-using AlignedFloats = std::vector<float, TensorAllocator<float>>;
-
 class Tensor {
  public:
   // A rank-0 tensor holding 0.
@@ -52,7 +25,7 @@ class Tensor {
   // Zeros of `shape` (every dimension >= 0; checked).
   explicit Tensor(std::vector<int64_t> shape);
   // `values` in row-major order; their count must match the shape (checked).
-  Tensor(std::vector<int64_t> shape, const std::vector<float>& values);
+  Tensor(std::vector<int64_t> shape, std::vector<float> values);
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
@@ -82,7 +55,7 @@ class Tensor {
 
  private:
   std::vector<int64_t> shape_;
-  AlignedFloats data_;
+  std::vector<float> data_;
 };
 
 // Named tensors in a fixed (sorted) order: every rank iterates parameters identically.
