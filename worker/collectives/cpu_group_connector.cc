@@ -31,9 +31,10 @@ absl::StatusOr<CpuCollectives> ParseCpuCollectives(absl::string_view name) {
 LocalFactory GlooLocalFactory(const std::string& listen_host) {
   LocalFactory factory;
   factory.description = "Gloo";
-  factory.create = [listen_host](const LocalCommunicatorOptions& options, Store* store, int rank,
-                                 std::vector<RankInfo> ranks, const PeerMonitor* monitor)
-      -> absl::StatusOr<std::unique_ptr<Communicator>> {
+  factory.create =
+      [listen_host](const LocalCommunicatorOptions& options, Store* store, int rank,
+                    std::vector<RankInfo> ranks,
+                    const PeerMonitor* monitor) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     GlooCommunicatorOptions gloo;
     gloo.name = options.name;
     gloo.timeout = options.timeout;
@@ -62,13 +63,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> CpuGroupConnector::Local(
   return options_.local.create(options, &store, rank, std::move(ranks), monitor_);
 }
 
+namespace {
+
+// "1 host", "2 hosts".
+std::string Count(int n, const char* what) { return absl::StrCat(n, " ", what, n == 1 ? "" : "s"); }
+
+}  // namespace
+
 void CpuGroupConnector::Log(const CommunicatorGroup& group, const std::string& path) const {
   const int me = process_of_position_[group.positions[group.rank]];
   for (int r = 0; r < group.rank; ++r) {
     if (process_of_position_[group.positions[r]] == me) return;  // an earlier rank logs it
   }
-  const std::string line = absl::StrCat("collectives: ", group.name, " (", group.members.size(),
-                                        " ranks): ", path);
+  const std::string line =
+      absl::StrCat("collectives: ", group.name, " (",
+                   Count(static_cast<int>(group.members.size()), "rank"), "): ", path);
   if (options_.log) {
     options_.log(line);
   } else {
@@ -79,18 +88,13 @@ void CpuGroupConnector::Log(const CommunicatorGroup& group, const std::string& p
 
 absl::StatusOr<std::unique_ptr<Communicator>> CpuGroupConnector::ConnectWorld(
     const CommunicatorGroup& world) {
-  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<RankInfo> ranks,
-                            RanksOfGroup(world, process_of_position_));
+  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<RankInfo> ranks, RanksOfGroup(world, process_of_position_));
   std::vector<std::string> host_of_rank;
   for (const Device& d : world.members) host_of_rank.push_back(d.host);
   const HostTopology topology(host_of_rank);
-  const int size = static_cast<int>(ranks.size());
-  if (options_.collectives == CpuCollectives::kGloo || topology.num_hosts() == size) {
-    Log(world, options_.collectives == CpuCollectives::kGloo
-                   ? absl::StrCat("Gloo (cpu collectives 'gloo'): ", topology.num_hosts(),
-                                  topology.num_hosts() == 1 ? " host" : " hosts")
-                   : absl::StrCat("Gloo: ", topology.num_hosts(),
-                                  " hosts, one rank on each"));
+  const int hosts = topology.num_hosts();
+  if (options_.collectives == CpuCollectives::kGloo) {
+    Log(world, absl::StrCat("Gloo (cpu collectives 'gloo'): ", Count(hosts, "host")));
     return Gloo(world.name, world.store_prefix, world.rank, std::move(ranks));
   }
   if (!options_.local.create) {
@@ -98,14 +102,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> CpuGroupConnector::ConnectWorld(
         "connecting communicator '", world.name,
         "': CPU collectives 'auto' need a factory for the communicators inside a host"));
   }
-  if (topology.num_hosts() == 1) {
-    Log(world, absl::StrCat("one host (", topology.hosts.front(), "): ",
-                            options_.local.description));
+  if (hosts == 1) {
+    Log(world,
+        absl::StrCat("one host (", topology.hosts.front(), "): ", options_.local.description));
     return Local(world.name, absl::StrCat(world.store_prefix, "/local/0"), world.rank,
                  std::move(ranks));
   }
-  Log(world, absl::StrCat("hierarchical: ", topology.num_hosts(), " hosts (",
-                          options_.local.description, " inside a host, Gloo between hosts)"));
+  if (hosts == static_cast<int>(ranks.size())) {
+    Log(world, absl::StrCat("Gloo: ", hosts, " hosts, one rank on each"));
+    return Gloo(world.name, world.store_prefix, world.rank, std::move(ranks));
+  }
+  Log(world, absl::StrCat("hierarchical: ", hosts, " hosts (", options_.local.description,
+                          " inside a host, Gloo between hosts)"));
   return Hierarchical(world, host_of_rank, topology, ranks);
 }
 
@@ -132,8 +140,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CpuGroupConnector::Hierarchical(
         parts.leaders, Gloo(absl::StrCat(group.name, " between hosts"),
                             absl::StrCat(group.store_prefix, "/leaders"), host, subset(leaders)));
   }
-  SUBSTRAX_ASSIGN_OR_RETURN(parts.all, Gloo(group.name, absl::StrCat(group.store_prefix, "/all"),
-                                            group.rank, ranks));
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      parts.all, Gloo(group.name, absl::StrCat(group.store_prefix, "/all"), group.rank, ranks));
   SUBSTRAX_ASSIGN_OR_RETURN(
       std::unique_ptr<HierarchicalCommunicator> comm,
       HierarchicalCommunicator::Create(group.name, host_of_rank, group.rank, std::move(parts)));

@@ -2,7 +2,7 @@
 // its members are:
 //
 //   every member on one host     the local factory's communicator (shared memory once it is
-//                                ShmCommunicator; see LocalFactory);
+//                                ShmCommunicator; see LocalFactory), a group of one rank too;
 //   every member on its own host flat Gloo over TCP, as GlooGroupConnector;
 //   otherwise                    HierarchicalCommunicator (hierarchical_communicator.h): the
 //                                local factory inside each host, Gloo between the hosts' leaders,

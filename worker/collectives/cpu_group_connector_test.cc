@@ -88,18 +88,24 @@ TEST(CpuGroupConnectorTest, OneHostUsesTheLocalFactory) {
   ASSERT_TRUE(mesh.ok());
   const Connected c = ConnectMesh(*mesh, CpuCollectives::kAuto, nullptr);
   EXPECT_EQ(c.local_communicators, 3);
-  EXPECT_THAT(c.lines, UnorderedElementsAre("collectives: world (3 ranks): one host (h): test-local"));
+  EXPECT_THAT(c.lines,
+              UnorderedElementsAre("collectives: world (3 ranks): one host (h): test-local"));
+  auto single = DeviceMeshManager::CreateDataParallelMesh(OnHosts({"h"}));
+  ASSERT_TRUE(single.ok());
+  EXPECT_THAT(ConnectMesh(*single, CpuCollectives::kAuto, nullptr).lines,
+              UnorderedElementsAre("collectives: world (1 rank): one host (h): test-local"));
 }
 
 TEST(CpuGroupConnectorTest, OneRankPerHostIsFlatGloo) {
   auto mesh = DeviceMeshManager::CreateDataParallelMesh(OnHosts({"a", "b", "c"}));
   ASSERT_TRUE(mesh.ok());
-  const Connected c = ConnectMesh(*mesh, CpuCollectives::kAuto, [](const Device&, MeshCommunicators& comms) {
-    EXPECT_TRUE(Is<GlooCommunicator>(&comms.world()));
-  });
+  const Connected c =
+      ConnectMesh(*mesh, CpuCollectives::kAuto, [](const Device&, MeshCommunicators& comms) {
+        EXPECT_TRUE(Is<GlooCommunicator>(&comms.world()));
+      });
   EXPECT_EQ(c.local_communicators, 0);
-  EXPECT_THAT(c.lines,
-              UnorderedElementsAre("collectives: world (3 ranks): Gloo: 3 hosts, one rank on each"));
+  EXPECT_THAT(c.lines, UnorderedElementsAre(
+                           "collectives: world (3 ranks): Gloo: 3 hosts, one rank on each"));
 }
 
 // 2 hosts x 2 devices as (data=2, model=2): the world spans both hosts with two ranks on each
@@ -145,7 +151,8 @@ TEST(CpuGroupConnectorTest, UnevenHostsAreHierarchical) {
         Communicator& world = comms.world();
         EXPECT_TRUE(Is<HierarchicalCommunicator>(&world));
         std::vector<float> gathered(6);
-        ASSERT_TRUE(world.AllGather(std::vector<float>{float(d.id)}, absl::MakeSpan(gathered)).ok());
+        ASSERT_TRUE(
+            world.AllGather(std::vector<float>{float(d.id)}, absl::MakeSpan(gathered)).ok());
         EXPECT_EQ(gathered, (std::vector<float>{0, 1, 2, 3, 4, 5}));
       });
   EXPECT_EQ(c.local_communicators, 6);
@@ -164,7 +171,8 @@ TEST(CpuGroupConnectorTest, GlooChoiceIsFlatGlooEverywhere) {
       });
   EXPECT_EQ(c.local_communicators, 0);
   EXPECT_EQ(c.lines.size(), 5u);
-  EXPECT_THAT(c.lines, Contains("collectives: world (4 ranks): Gloo (cpu collectives 'gloo'): 2 hosts"));
+  EXPECT_THAT(c.lines,
+              Contains("collectives: world (4 ranks): Gloo (cpu collectives 'gloo'): 2 hosts"));
   EXPECT_THAT(c.lines, Contains("collectives: axis 'model' group 1.0 (2 ranks): Gloo (cpu "
                                 "collectives 'gloo'): 1 host"));
 }

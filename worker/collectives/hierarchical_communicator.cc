@@ -25,17 +25,17 @@ HostTopology::HostTopology(const std::vector<std::string>& host_of_rank) {
 
 namespace {
 
-absl::Status CheckPart(const std::string& name, absl::string_view part,
-                       const Communicator* comm, int size, int rank) {
+absl::Status CheckPart(const std::string& name, absl::string_view part, const Communicator* comm,
+                       int size, int rank) {
   if (comm == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("hierarchical communicator '", name, "': no ", part, " communicator"));
   }
   if (comm->size() != size || comm->rank() != rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hierarchical communicator '", name, "': the ", part, " communicator '", comm->name(),
-        "' is rank ", comm->rank(), " of ", comm->size(), ", the topology wants rank ", rank,
-        " of ", size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("hierarchical communicator '", name, "': the ", part, " communicator '",
+                     comm->name(), "' is rank ", comm->rank(), " of ", comm->size(),
+                     ", the topology wants rank ", rank, " of ", size));
   }
   return absl::OkStatus();
 }
@@ -55,23 +55,22 @@ absl::StatusOr<std::unique_ptr<HierarchicalCommunicator>> HierarchicalCommunicat
     HierarchicalParts parts) {
   const int size = static_cast<int>(host_of_rank.size());
   if (rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(absl::StrCat("hierarchical communicator '", name,
-                                                   "': rank ", rank, " is not in 0..", size - 1));
+    return absl::InvalidArgumentError(absl::StrCat("hierarchical communicator '", name, "': rank ",
+                                                   rank, " is not in 0..", size - 1));
   }
   const HostTopology topology(host_of_rank);
   const int host = topology.host_index[rank];
   SUBSTRAX_RETURN_IF_ERROR(CheckPart(name, "flat (all ranks)", parts.all.get(), size, rank));
-  SUBSTRAX_RETURN_IF_ERROR(
-      CheckPart(name, absl::StrCat("inside-host (host ", host_of_rank[rank], ")"),
-                parts.local.get(), static_cast<int>(topology.ranks_of_host[host].size()),
-                topology.local_rank[rank]));
+  SUBSTRAX_RETURN_IF_ERROR(CheckPart(
+      name, absl::StrCat("inside-host (host ", host_of_rank[rank], ")"), parts.local.get(),
+      static_cast<int>(topology.ranks_of_host[host].size()), topology.local_rank[rank]));
   if (topology.is_leader(rank)) {
     SUBSTRAX_RETURN_IF_ERROR(CheckPart(name, "between-hosts (leaders)", parts.leaders.get(),
                                        topology.num_hosts(), host));
   } else if (parts.leaders != nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hierarchical communicator '", name, "': rank ", rank,
-        " is not its host's leader, but was given a between-hosts communicator"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("hierarchical communicator '", name, "': rank ", rank,
+                     " is not its host's leader, but was given a between-hosts communicator"));
   }
   return std::unique_ptr<HierarchicalCommunicator>(new HierarchicalCommunicator(
       std::move(name), rank, size, host_of_rank[rank], std::move(parts)));
@@ -90,15 +89,24 @@ absl::Status HierarchicalCommunicator::Usable(const char* op) const {
       "': an earlier collective failed, so this group is unusable: ", broken_.message()));
 }
 
+absl::Status HierarchicalCommunicator::CheckHost(const char* op, ExecutionContext context) const {
+  if (context.stream == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, " on hierarchical communicator '", name_,
+      "': a CUDA stream was given, but its collectives run on the calling thread over host "
+      "memory (CPU devices)"));
+}
+
 absl::Status HierarchicalCommunicator::Fail(const char* op, const std::string& level,
                                             const absl::Status& status) {
-  broken_ = Annotate(status, absl::StrCat(op, " on hierarchical communicator '", name_,
-                                          "' (rank ", rank_, " of ", size_, "), ", level));
+  broken_ = Annotate(status, absl::StrCat(op, " on hierarchical communicator '", name_, "' (rank ",
+                                          rank_, " of ", size_, "), ", level));
   return broken_;
 }
 
 absl::Status HierarchicalCommunicator::AllReduceLevels(void* data, DataType type, size_t count,
                                                        ReduceOp op, ExecutionContext context) {
+  SUBSTRAX_RETURN_IF_ERROR(CheckHost("all_reduce", context));
   SUBSTRAX_RETURN_IF_ERROR(Usable("all_reduce"));
   // A mean of means would weigh hosts with fewer ranks more: sum, and divide once at the end.
   const ReduceOp level_op = op == ReduceOp::kMean ? ReduceOp::kSum : op;
@@ -137,7 +145,8 @@ CollectiveEvent HierarchicalCommunicator::DoAllReduce(void* data, DataType type,
 }
 
 template <typename Fn>
-CollectiveEvent HierarchicalCommunicator::OnAll(const char* op, Fn&& fn) {
+CollectiveEvent HierarchicalCommunicator::OnAll(const char* op, ExecutionContext context, Fn&& fn) {
+  if (absl::Status s = CheckHost(op, context); !s.ok()) return CollectiveEvent::Done(s);
   if (absl::Status s = Usable(op); !s.ok()) return CollectiveEvent::Done(s);
   absl::Status s = fn(*parts_.all).Await();
   if (!s.ok()) return CollectiveEvent::Done(Fail(op, "over every rank", s));
@@ -147,28 +156,28 @@ CollectiveEvent HierarchicalCommunicator::OnAll(const char* op, Fn&& fn) {
 CollectiveEvent HierarchicalCommunicator::DoAllGather(const void* input, void* output,
                                                       DataType type, size_t count,
                                                       ExecutionContext context) {
-  return OnAll("all_gather", [&](Communicator& all) {
+  return OnAll("all_gather", context, [&](Communicator& all) {
     return all.AllGatherAsync(input, output, type, count, context);
   });
 }
 
 CollectiveEvent HierarchicalCommunicator::DoBroadcast(void* data, DataType type, size_t count,
                                                       int root, ExecutionContext context) {
-  return OnAll("broadcast", [&](Communicator& all) {
+  return OnAll("broadcast", context, [&](Communicator& all) {
     return all.BroadcastAsync(data, type, count, root, context);
   });
 }
 
 CollectiveEvent HierarchicalCommunicator::DoReduceScatter(const void* input, void* output,
-                                                          DataType type, size_t count,
-                                                          ReduceOp op, ExecutionContext context) {
-  return OnAll("reduce_scatter", [&](Communicator& all) {
+                                                          DataType type, size_t count, ReduceOp op,
+                                                          ExecutionContext context) {
+  return OnAll("reduce_scatter", context, [&](Communicator& all) {
     return all.ReduceScatterAsync(input, output, type, count, op, context);
   });
 }
 
 CollectiveEvent HierarchicalCommunicator::DoBarrier(ExecutionContext context) {
-  return OnAll("barrier", [&](Communicator& all) { return all.BarrierAsync(context); });
+  return OnAll("barrier", context, [&](Communicator& all) { return all.BarrierAsync(context); });
 }
 
 }  // namespace substrax

@@ -101,6 +101,9 @@ class HierarchicalCommunicator final : public Communicator {
         host_(std::move(host)),
         parts_(std::move(parts)) {}
 
+  // INVALID_ARGUMENT for a CUDA stream (the parts move host memory on the calling thread); not a
+  // failure of the group, as GlooCommunicator's.
+  absl::Status CheckHost(const char* op, ExecutionContext context) const;
   // FAILED_PRECONDITION once a collective has failed, else OK.
   absl::Status Usable(const char* op) const;
   // Records a failure of `op` at `level` and returns it annotated.
@@ -109,7 +112,7 @@ class HierarchicalCommunicator final : public Communicator {
                                ExecutionContext context);
   // Runs `op` on the flat part.
   template <typename Fn>
-  CollectiveEvent OnAll(const char* op, Fn&& fn);
+  CollectiveEvent OnAll(const char* op, ExecutionContext context, Fn&& fn);
 
   const std::string name_;
   const int rank_;

@@ -49,8 +49,7 @@ HierarchicalParts Connect(Store* store, const std::vector<std::string>& hosts, i
 
 // Runs `body(comm)` on every rank of a group whose rank r is on hosts[r], one thread each;
 // `wrap` may replace a rank's parts before the communicator is made of them.
-void OnRanks(const std::vector<std::string>& hosts,
-             const std::function<void(Communicator&)>& body,
+void OnRanks(const std::vector<std::string>& hosts, const std::function<void(Communicator&)>& body,
              const std::function<void(int, HierarchicalParts&)>& wrap = nullptr,
              GlooCommunicatorOptions options = {}) {
   InMemoryStore store;
@@ -157,8 +156,8 @@ TEST_P(HierarchicalTest, OtherCollectivesKeepGroupRankOrder) {
     const int n = comm.size();
     const int r = comm.rank();
     std::vector<float> gathered(2 * n);
-    ASSERT_TRUE(comm.AllGather(std::vector<float>{float(r), float(10 * r)},
-                               absl::MakeSpan(gathered)).ok());
+    ASSERT_TRUE(
+        comm.AllGather(std::vector<float>{float(r), float(10 * r)}, absl::MakeSpan(gathered)).ok());
     for (int k = 0; k < n; ++k) {
       EXPECT_EQ(gathered[2 * k], k);
       EXPECT_EQ(gathered[2 * k + 1], 10 * k);
@@ -296,6 +295,24 @@ TEST(HierarchicalCreateTest, PartsMustFitTheTopology) {
                         "wants rank 1 of 2"));
   EXPECT_EQ(make(3, std::make_unique<Fake>(1, 2), std::make_unique<Fake>(1, 2)).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A CUDA stream is refused before anything runs, and does not break the group.
+TEST(HierarchicalCreateTest, AStreamIsRefusedWithoutBreakingTheGroup) {
+  HierarchicalParts parts;
+  parts.local = std::make_unique<Fake>(1, 2);
+  parts.all = std::make_unique<Fake>(3, 4);
+  auto comm = HierarchicalCommunicator::Create("g", kTwoByTwo, 3, std::move(parts));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  float data[2] = {1, 2};
+  const ExecutionContext stream = ExecutionContext::Stream(reinterpret_cast<CUstream_st*>(8));
+  const absl::Status refused =
+      (*comm)->AllReduceAsync(data, DataType::kFloat32, 2, ReduceOp::kSum, stream).Await();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("a CUDA stream was given"));
+  EXPECT_EQ((*comm)->BarrierAsync(stream).Await().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*comm)->AllReduce(absl::MakeSpan(data), ReduceOp::kSum).ok());
+  EXPECT_TRUE((*comm)->Barrier().ok());
 }
 
 }  // namespace
