@@ -8,10 +8,11 @@
 //   substrax-worker run --assignment FILE --coordinator HOST:PORT --result FILE
 //                       [--data-root DIR ...]
 //       One runner process of one job attempt (started by the daemon).
-//   substrax-worker train --job FILE.yaml --local-devices N
-//       A whole job in this process on N CPU devices (one thread each, Gloo between them),
-//       without a coordinator: progress lines on stderr, the evaluation on stdout
-//       ("test_accuracy=0.8812"). The user's own process: it reads any data path given.
+//   substrax-worker train --job FILE.yaml --local-devices N [--cpu-collectives auto|gloo]
+//       A whole job in this process on N CPU devices (one thread each, connected by the host's
+//       local communicator, or flat Gloo with --cpu-collectives=gloo), without a coordinator:
+//       progress lines on stderr, the evaluation on stdout ("test_accuracy=0.8812"). The user's
+//       own process: it reads any data path given.
 //   substrax-worker export-checkpoint DIR --out FILE [--step N] [--include-optimizer]
 //       A checkpoint's parameters, whole, in one safetensors file (docs/checkpoints.md).
 //
@@ -41,6 +42,7 @@
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "worker/checkpoint/export_command.h"
+#include "worker/collectives/cpu_group_connector.h"
 #include "worker/collectives/store.h"
 #include "worker/daemon/daemon.h"
 #include "worker/daemon/devices.h"
@@ -91,11 +93,18 @@ void PrintProgress(const ProgressReport& r) {
 }
 
 int RunTrain(const std::string& job_path, int local_devices, const std::string& devices_flag,
-             const std::string& timeout_flag, bool explicit_collectives) {
+             const std::string& timeout_flag, bool explicit_collectives,
+             const std::string& cpu_collectives_flag) {
   absl::Duration timeout;
   if (!absl::ParseDuration(timeout_flag, &timeout) || timeout <= absl::ZeroDuration()) {
     std::cerr << "substrax-worker: --collective-timeout: '" << timeout_flag
               << "' is not a positive duration such as 30s\n";
+    return 2;
+  }
+  absl::StatusOr<CpuCollectives> cpu_collectives = ParseCpuCollectives(cpu_collectives_flag);
+  if (!cpu_collectives.ok()) {
+    std::cerr << "substrax-worker: --cpu-collectives: " << cpu_collectives.status().message()
+              << "\n";
     return 2;
   }
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(UserPath(job_path));
@@ -149,6 +158,7 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
   // quote a data file's contents.
   options.data_access = DataAccess::Unconfined();
   options.explicit_collectives = explicit_collectives;
+  options.cpu_collectives = *cpu_collectives;
   options.on_progress = PrintProgress;
   // Checkpoints go wherever the user's own process may write.
   options.checkpoint_roots = std::nullopt;
@@ -258,8 +268,8 @@ int main(int argc, char** argv) {
   CLI::App app{"substrax worker: runs the device-local part of substrax training jobs"};
   app.require_subcommand(1);
   CLI::App* train = app.add_subcommand(
-      "train", "Run a whole job in this process on local CPU devices (one thread each, Gloo "
-               "between them)");
+      "train", "Run a whole job in this process on local CPU devices (one thread each, "
+               "connected as --cpu-collectives says)");
   std::string job;
   int local_devices = 1;
   std::string train_devices;
@@ -278,6 +288,13 @@ int main(int argc, char** argv) {
   train->add_flag("--explicit-collectives", explicit_collectives,
                   "Reduce gradients with the explicit collective step (the guide's pmap path) "
                   "instead of SpmdTrainStep");
+  std::string cpu_collectives = "auto";
+  train->add_option("--cpu-collectives", cpu_collectives,
+                    "How CPU devices' groups connect: 'auto' (per group: the host's local "
+                    "communicator when it is on one host, flat Gloo when each rank is on its own "
+                    "host, else in levels: inside each host, then Gloo between hosts) or 'gloo' "
+                    "(flat Gloo over TCP for every group; for comparison)")
+      ->capture_default_str();
   substrax::WorkerDaemonOptions daemon_options;
   std::string daemon_timeout = "30s";
   CLI::App* daemon = app.add_subcommand(
@@ -423,5 +440,6 @@ int main(int argc, char** argv) {
     return substrax::RunExportCheckpoint(export_flags, std::cout, std::cerr);
   }
   if (*run) return substrax::RunRunner(assignment, runner_options, runner_timeout);
-  return substrax::RunTrain(job, local_devices, train_devices, timeout, explicit_collectives);
+  return substrax::RunTrain(job, local_devices, train_devices, timeout, explicit_collectives,
+                            cpu_collectives);
 }

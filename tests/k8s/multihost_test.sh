@@ -37,6 +37,9 @@
 # checkpoint root is one directory for both workers, as the ReadWriteMany claim
 # substrax-checkpoints is on a cluster: the last checkpoint must be committed there with both
 # processes' shard files.
+# The job's one group (its 1-D mesh's data axis is the world) has two ranks on each host, so each
+# runner's log (the daemon writes it under its --work-dir) must say that the world took the
+# hierarchical path: inside each host, then between the hosts' leaders.
 #
 # Cleans up on every exit (trap): the daemons and their runners, the namespaces, /etc/netns/<ns>,
 # the temp dir. Bounded: an overall deadline, every blocking command under `timeout`.
@@ -382,6 +385,10 @@ if len(devices) != 4 or hosts != sorted(expected):
 final = job.get("progress", {}).get("finalMetrics", job.get("progress", {}).get("final_metrics", {}))
 if "test_accuracy" not in final:
     errors.append("no test_accuracy in final metrics %s" % final)
+elif float(final["test_accuracy"]) < 0.5:
+    # 40 steps on one host reach about 0.76 (0.1 is chance): far less after 60 means the
+    # gradients were not averaged right across the hosts.
+    errors.append("test_accuracy %s after 60 steps, want at least 0.5" % final["test_accuracy"])
 # The workers registered their namespace IPs (--listen-host=$(POD_IP)), where Gloo binds.
 listed = workers.get("workers", workers) if isinstance(workers, dict) else workers
 seen = {}
@@ -410,3 +417,15 @@ for f in manifest.json process-00000.safetensors process-00001.safetensors; do
   [ -s "$last/$f" ] || die "no $f in $last; $CHECKPOINTS holds: $(held)"
 done
 log "checkpoints committed in $CHECKPOINTS: $(held)"
+
+# The collectives' path, from each worker's runner log (<job>-attempt-<n>-process-<p>.log in its
+# work dir; CpuGroupConnector's line per group and process).
+for i in 0 1; do
+  work="$TMP/${W_NS[$i]}/work"
+  mapfile -t runner_logs < <(find "$work" -name '*-attempt-*-process-*.log' 2>/dev/null)
+  [ "${#runner_logs[@]}" -gt 0 ] || die "no runner log in $work: $(ls -R "$work" 2>&1 | head -20)"
+  line="$(grep -h '^collectives: world ' "${runner_logs[@]}" | head -n 1)"
+  [[ "$line" == "collectives: world (4 ranks): hierarchical: 2 hosts ("*" inside a host, Gloo between hosts)" ]] \
+    || die "worker $((i + 1))'s runner did not connect the world hierarchically: '${line:-no collectives line}' in ${runner_logs[*]}"
+  log "worker $((i + 1)): $line"
+done

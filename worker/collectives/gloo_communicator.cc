@@ -258,22 +258,29 @@ CollectiveEvent GlooCommunicator::DoBarrier(ExecutionContext context) {
   }));
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> GlooGroupConnector::ConnectWorld(
-    const CommunicatorGroup& world) {
+absl::StatusOr<std::vector<RankInfo>> RanksOfGroup(const CommunicatorGroup& group,
+                                                   const std::vector<int>& process_of_position) {
   std::vector<RankInfo> ranks;
-  for (size_t i = 0; i < world.members.size(); ++i) {
-    const int64_t position = world.positions[i];
-    if (position < 0 || position >= static_cast<int64_t>(process_of_position_.size())) {
+  for (size_t i = 0; i < group.members.size(); ++i) {
+    const int64_t position = group.positions[i];
+    if (position < 0 || position >= static_cast<int64_t>(process_of_position.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "communicator '", world.name, "': the process table has ",
-          process_of_position_.size(), " entries, no process for mesh position ", position));
+          "communicator '", group.name, "': the process table has ", process_of_position.size(),
+          " entries, no process for mesh position ", position));
     }
-    const Device& d = world.members[i];
+    const Device& d = group.members[i];
     ranks.push_back(RankInfo{
-        process_of_position_[position], d.ToString(),
+        process_of_position[position], d.ToString(),
         d.worker_id.empty() ? std::string()
                             : absl::StrCat("worker ", d.worker_id, " (host ", d.host, ")")});
   }
+  return ranks;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> GlooGroupConnector::ConnectWorld(
+    const CommunicatorGroup& world) {
+  SUBSTRAX_ASSIGN_OR_RETURN(std::vector<RankInfo> ranks,
+                            RanksOfGroup(world, process_of_position_));
   GlooCommunicatorOptions options = options_;
   options.name = world.name;
   PrefixStore store(store_, world.store_prefix);

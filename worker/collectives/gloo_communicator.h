@@ -54,6 +54,12 @@ struct RankInfo {
   std::string process_name;
 };
 
+// Each member of `group` as a RankInfo: its process from `process_of_position` (indexed by mesh
+// position), its device, and "worker W (host H)" when the device has a worker. Errors:
+// INVALID_ARGUMENT when the table has no entry for a member's position.
+absl::StatusOr<std::vector<RankInfo>> RanksOfGroup(const CommunicatorGroup& group,
+                                                   const std::vector<int>& process_of_position);
+
 class GlooCommunicator final : public Communicator {
  public:
   // Connects rank `rank` of a group of ranks.size() ranks through `store` (which must outlive

@@ -3,13 +3,20 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "worker/collectives/gloo_communicator.h"
+#include "worker/collectives/cpu_group_connector.h"
 #include "worker/collectives/nccl_communicator.h"
 
 namespace substrax {
 namespace {
 
-// How the devices of this job connect: Gloo between CPU devices, NCCL between GPUs.
+// What connects the CPU devices of one host: a group on one host, and the inside-host level of
+// a hierarchical group. Gloo over loopback until the shared-memory communicator lands.
+LocalFactory HostLocalFactory(const ConnectionOptions& options) {
+  return GlooLocalFactory(options.listen_host);
+}
+
+// How the devices of this job connect: NCCL between GPUs; CPU devices per group (Gloo, the host's
+// local communicator, or both in levels).
 std::unique_ptr<GroupConnector> MakeConnector(const ConnectionOptions& options, const Device& me,
                                               const PeerMonitor* monitor) {
   if (me.kind == DeviceKind::kCuda) {
@@ -19,12 +26,14 @@ std::unique_ptr<GroupConnector> MakeConnector(const ConnectionOptions& options, 
     nccl.connect_timeout = options.connect_timeout;
     return std::make_unique<NcclGroupConnector>(nccl, options.store);
   }
-  GlooCommunicatorOptions gloo;
-  gloo.timeout = options.collective_timeout;
-  gloo.connect_timeout = options.connect_timeout;
-  gloo.listen_host = options.listen_host;
-  return std::make_unique<GlooGroupConnector>(gloo, options.store, *options.process_of_position,
-                                              monitor);
+  CpuGroupConnectorOptions cpu;
+  cpu.gloo.timeout = options.collective_timeout;
+  cpu.gloo.connect_timeout = options.connect_timeout;
+  cpu.gloo.listen_host = options.listen_host;
+  cpu.collectives = options.cpu_collectives;
+  cpu.local = HostLocalFactory(options);
+  return std::make_unique<CpuGroupConnector>(cpu, options.store, *options.process_of_position,
+                                             monitor);
 }
 
 }  // namespace

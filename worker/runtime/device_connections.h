@@ -1,6 +1,7 @@
 // How the devices of one process of a job connect to every device of the mesh: the liveness
-// monitor of the job's processes, and per device its communicators (Gloo between CPU devices,
-// NCCL between GPUs), told at once when a peer process dies. Shared by the built-in trainer and
+// monitor of the job's processes, and per device its communicators (CPU devices: per group, a
+// host-local communicator, flat Gloo or hierarchical, see cpu_group_connector.h; NCCL between
+// GPUs), told at once when a peer process dies. Shared by the built-in trainer and
 // the SDK (substrax::Program::RunOnDevices), so a user's program gets exactly the runner's
 // connections.
 #ifndef SUBSTRAX_WORKER_RUNTIME_DEVICE_CONNECTIONS_H_
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/mesh.h"
 #include "worker/collectives/communicator.h"
+#include "worker/collectives/cpu_group_connector.h"
 #include "worker/collectives/mesh_communicators.h"
 #include "worker/collectives/peer_monitor.h"
 #include "worker/collectives/store.h"
@@ -36,6 +38,8 @@ struct ConnectionOptions {
   absl::Duration collective_timeout = absl::Seconds(30);
   // Connecting to every peer at start may take this long.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // How CPU devices' groups connect (cpu_group_connector.h); ignored for GPUs.
+  CpuCollectives cpu_collectives = CpuCollectives::kAuto;
 };
 
 // The number of processes of the job (1 + the largest index in the process table).

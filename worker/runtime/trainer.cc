@@ -61,6 +61,7 @@ ConnectionOptions ConnectionsOf(const TrainerOptions& options) {
   connections.listen_host = options.listen_host;
   connections.collective_timeout = options.collective_timeout;
   connections.connect_timeout = options.connect_timeout;
+  connections.cpu_collectives = options.cpu_collectives;
   return connections;
 }
 

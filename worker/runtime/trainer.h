@@ -1,7 +1,8 @@
 // Train: runs one process's part of a training job. One thread per local device, each connecting
-// its communicators (Gloo on CPU devices, NCCL on GPUs) to every device of the mesh, across
-// processes, building the device's backend and running the step loop (step_loop.h) on it. This
-// is where compute, collectives and data are joined.
+// its communicators (CPU devices: per group Gloo, a host-local communicator or both in levels,
+// see cpu_group_connector.h; NCCL on GPUs) to every device of the mesh, across processes,
+// building the device's backend and running the step loop (step_loop.h) on it. This is where
+// compute, collectives and data are joined.
 //
 // Every process of the job calls Train with the same spec, mesh and store; the parameters of
 // every process end identical (replicated), equal to training on one device with the same
@@ -23,6 +24,7 @@
 #include "core/metric_reductions.h"
 #include "substrax/v1/coordinator_service.pb.h"
 #include "substrax/v1/job.pb.h"
+#include "worker/collectives/cpu_group_connector.h"
 #include "worker/collectives/store.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
@@ -48,6 +50,8 @@ struct TrainerOptions {
   absl::Duration collective_timeout = absl::Seconds(30);
   // Connecting to every peer at start may take this long.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // How CPU devices' groups connect (cpu_group_connector.h): per topology, or flat Gloo.
+  CpuCollectives cpu_collectives = CpuCollectives::kAuto;
   // How data files are opened (safe_open.h). The default opens none (synthetic data only): a
   // runner confines reads to its daemon's data roots, `substrax-worker train` reads any path.
   DataAccess data_access = DataAccess::Confined({});
