@@ -8,15 +8,21 @@
 #    python3 first on PATH may be another interpreter without torch), N processes over gloo, one
 #    thread each, with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset for that command only (they are
 #    set in this environment for old OpenBLAS builds and would pin Debian's to a slow kernel).
+#  - substrax again with --cpu-collectives=gloo (every device through Gloo over TCP, as before
+#    the shared-memory collectives): what those are worth, in the same run.
 # Each run must have trained (final loss < 1.0, from about 2.3) or the script fails.
-# Prints a table, then the ratios last: scaling_2dev= (ours at 2 devices / ours at 1),
-# ratio_vs_torch_1dev=, ratio_vs_torch_2dev=, ratio_vs_torch_4dev=. Measures; asserts nothing.
+# ROUNDS rounds (default 1), each running every configuration once, in turn; every figure is the
+# median over the rounds. Prints a table, then the ratios last: scaling_2dev= (ours at 2 devices /
+# ours at 1), ratio_vs_torch_1dev=, ratio_vs_torch_2dev=, ratio_vs_torch_4dev=. Measures;
+# asserts nothing.
 #
-#   bench/train_throughput.sh            # STEPS=600 bench/train_throughput.sh for longer runs
+#   bench/train_throughput.sh            # ROUNDS=3 STEPS=600 bench/train_throughput.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS="${STEPS:-300}"
+ROUNDS="${ROUNDS:-1}"
 [ "$STEPS" -ge 150 ] || { echo "train_throughput: STEPS must be >= 150" >&2; exit 2; }
+[ "$ROUNDS" -ge 1 ] || { echo "train_throughput: ROUNDS must be >= 1" >&2; exit 2; }
 
 SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 tools/install_deps.sh
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null || ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
@@ -52,12 +58,13 @@ check_trained() {  # what loss
   awk -v l="$2" 'BEGIN {exit !(l != "" && l < 1.0)}' ||
     { echo "train_throughput: $1 did not train (final loss '$2')" >&2; exit 1; }
 }
-ours() {  # devices -> samples/s
+median() { sort -n | awk '{v[NR]=$1} END {if (NR == 0) exit 1; print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
+ours() {  # devices collectives -> samples/s
   sed "s/data_parallel_size: 1/data_parallel_size: $1/" "$WORK/job.yaml" >"$WORK/job-$1.yaml"
-  "$WORKER" train --job "$WORK/job-$1.yaml" --local-devices "$1" >"$WORK/ours-$1.log" 2>&1
-  check_trained "substrax on $1 device(s)" "$(sed -n 's/^train_loss=//p' "$WORK/ours-$1.log")"
-  sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' "$WORK/ours-$1.log" | tail -n +2 | sort -n |
-    awk '{v[NR]=$1} END {if (NR == 0) exit 1; print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'
+  "$WORKER" train --job "$WORK/job-$1.yaml" --local-devices "$1" --cpu-collectives "$2" \
+    >"$WORK/ours-$1-$2.log" 2>&1
+  check_trained "substrax on $1 device(s) ($2)" "$(sed -n 's/^train_loss=//p' "$WORK/ours-$1-$2.log")"
+  sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' "$WORK/ours-$1-$2.log" | tail -n +2 | median
 }
 torch_ddp() {  # processes -> samples/s
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 \
@@ -67,17 +74,26 @@ torch_ddp() {  # processes -> samples/s
   sed -n 's/^samples_per_second=//p' "$WORK/torch-$1.log"
 }
 
-declare -A OURS TORCH
+declare -A OURS GLOO TORCH
+for round in $(seq "$ROUNDS"); do
+  echo "train_throughput: round $round of $ROUNDS..." >&2
+  for n in 1 2 4; do
+    OURS[$n]+="$(ours "$n" auto) "
+    [ "$n" -eq 1 ] || GLOO[$n]+="$(ours "$n" gloo) "
+    TORCH[$n]+="$(torch_ddp "$n") "
+  done
+done
 for n in 1 2 4; do
-  OURS[$n]=$(ours "$n")
-  TORCH[$n]=$(torch_ddp "$n")
+  OURS[$n]=$(tr ' ' '\n' <<<"${OURS[$n]}" | grep . | median)
+  TORCH[$n]=$(tr ' ' '\n' <<<"${TORCH[$n]}" | grep . | median)
+  [ "$n" -eq 1 ] && GLOO[$n]=${OURS[$n]} || GLOO[$n]=$(tr ' ' '\n' <<<"${GLOO[$n]}" | grep . | median)
 done
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
-echo "job: MLP 784-512-256-10, adam 1e-3, global batch 128, $STEPS steps"
-printf '%-8s %18s %18s %10s\n' devices substrax_samples/s torch_samples/s ratio
+echo "job: MLP 784-512-256-10, adam 1e-3, global batch 128, $STEPS steps; medians of $ROUNDS round(s)"
+printf '%-8s %18s %18s %18s %10s\n' devices substrax_samples/s substrax_gloo torch_samples/s ratio
 for n in 1 2 4; do
-  printf '%-8s %18.0f %18.0f %10.2f\n' "$n" "${OURS[$n]}" "${TORCH[$n]}" \
+  printf '%-8s %18.0f %18.0f %18.0f %10.2f\n' "$n" "${OURS[$n]}" "${GLOO[$n]}" "${TORCH[$n]}" \
     "$(awk -v a="${OURS[$n]}" -v b="${TORCH[$n]}" 'BEGIN {print a / b}')"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
