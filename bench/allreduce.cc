@@ -1,15 +1,18 @@
-// allreduce: all-reduce bandwidth of our GlooCommunicator next to what it wraps (raw Gloo) and
-// next to Open MPI, 2 processes on this machine, sum of float32, every result verified.
+// allreduce: all-reduce bandwidth of our GlooCommunicator next to what it wraps (raw Gloo), of our
+// ShmCommunicator (shared memory), and of Open MPI over TCP and over shared memory, 2 processes on
+// this machine, sum of float32, every result verified.
 //
 //   bazel run -c opt //bench:allreduce [-- --max_bytes=... --mpirun=... --mpi_binary=...]
 //
 // Forks two worker processes that rendezvous through a FileStore in a fresh temporary
 // directory; each connects a GlooCommunicator (through a PrefixStore, with a PeerMonitor, as the
 // runtime does) and a raw Gloo context (gloo::rendezvous::FileStore, its own TCP device on
-// 127.0.0.1), and for each size runs the two taking turns iteration by iteration
-// (allreduce_common.h says how a size is timed and why). The workers leave their per-iteration
-// times in the store; this process summarises them. Then it runs //bench:allreduce_mpi under mpirun
-// with the same plan and reads its summary lines. See README.md for how to read the table.
+// 127.0.0.1) and a ShmCommunicator (cross-process: one shared-memory segment), and for each size
+// runs the three taking turns iteration by iteration (allreduce_common.h says how a size is timed
+// and why). The workers leave their per-iteration times in the store; this process summarises
+// them. Then it runs //bench:allreduce_mpi under mpirun with the same plan, once over TCP
+// (btl self,tcp) and once over shared memory (btl self,vader), and reads its summary lines. See
+// README.md for how to read the table.
 //
 // Exit status: 0 when every peer ran and every result was exact; 1 when a peer failed or a
 // result was wrong; non-zero from CLI11 for a bad command line. A missing mpirun or MPI binary
@@ -47,12 +50,13 @@
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "worker/collectives/gloo_communicator.h"
+#include "worker/collectives/shm_communicator.h"
 
 namespace substrax::bench {
 namespace {
 
 constexpr int kRanks = 2;
-const char* const kPeerNames[] = {"ours", "gloo"};
+const char* const kPeerNames[] = {"ours", "gloo", "shm"};
 
 struct Options {
   PlanOptions plan;
@@ -147,6 +151,10 @@ absl::Status RunWorker(int rank, const std::string& dir, const PlanOptions& opti
   const std::chrono::milliseconds timeout(absl::ToInt64Milliseconds(ours_options.timeout));
   SUBSTRAX_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> context,
                             ConnectRawGloo(rank, dir + "/gloo", timeout));
+  PrefixStore shm_store(store.get(), "shm");
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      std::unique_ptr<ShmCommunicator> shm_comm,
+      ShmCommunicator::Create(ShmCommunicatorOptions(), &shm_store, rank, ranks, monitor.get()));
 
   const AllReducePeer ours{
       kPeerNames[0],
@@ -174,20 +182,27 @@ absl::Status RunWorker(int rank, const std::string& dir, const PlanOptions& opti
       },
   };
 
+  const AllReducePeer shm{
+      kPeerNames[2],
+      [&](absl::Span<float> data) { return shm_comm->AllReduce(data, ReduceOp::kSum); },
+      [&] { return shm_comm->Barrier(); },
+  };
+
   const std::vector<SizePlan> plan = MakePlan(options);
   std::vector<float> buffer(plan.empty() ? 0 : plan.back().elements());
   int iteration = 0;
   std::vector<Samples> samples;
   for (const SizePlan& size : plan) {
-    SUBSTRAX_RETURN_IF_ERROR(RunSize({&ours, &raw_gloo}, options, size, rank, kRanks, &iteration,
+    SUBSTRAX_RETURN_IF_ERROR(RunSize({&ours, &raw_gloo, &shm}, options, size, rank, kRanks, &iteration,
                                      absl::MakeSpan(buffer).subspan(0, size.elements()), &samples));
-    for (int p = 0; p < 2; ++p) {
+    for (int p = 0; p < 3; ++p) {
       SUBSTRAX_RETURN_IF_ERROR(
           store->Set(SamplesKey(kPeerNames[p], size.bytes, rank), Serialize(samples[p])));
     }
   }
   // Neither rank tears its connections down while the other still runs its last call.
   SUBSTRAX_RETURN_IF_ERROR(ours.barrier());
+  SUBSTRAX_RETURN_IF_ERROR(shm.barrier());
   return raw_gloo.barrier();
 }
 
@@ -273,9 +288,19 @@ std::optional<std::string> FindMpiBinary(const std::string& flag) {
   return std::nullopt;
 }
 
-// Runs the MPI peer and reads its "result" lines into results["mpi"]. Returns a reason when the
-// column is skipped (no mpirun, no binary), or an error when MPI ran and failed.
-absl::StatusOr<std::string> RunMpi(const Options& options,
+// One way of running the MPI peer: its column and Open MPI's byte transfer layers.
+struct MpiTransport {
+  const char* column;
+  const char* btl;
+};
+// TCP over loopback only, like Gloo's transport; shared memory (vader), like ShmCommunicator.
+constexpr MpiTransport kMpiTcp = {"mpi", "self,tcp"};
+constexpr MpiTransport kMpiShm = {"mpi_shm", "self,vader"};
+
+// Runs the MPI peer over `transport` and reads its "result" lines into
+// results[transport.column]. Returns a reason when the column is skipped (no mpirun, no binary),
+// or an error when MPI ran and failed.
+absl::StatusOr<std::string> RunMpi(const Options& options, const MpiTransport& transport,
                                    std::map<std::string, std::map<int64_t, Result>>* results) {
   const std::optional<std::string> mpirun = FindExecutable(options.mpirun);
   if (!mpirun) {
@@ -291,8 +316,8 @@ absl::StatusOr<std::string> RunMpi(const Options& options,
       *mpirun, "--allow-run-as-root", "--oversubscribe", "-np", absl::StrCat(kRanks),
       // Unbound, like the forked workers of the other two columns.
       "--bind-to", "none",
-      // TCP over loopback only (no shared memory, no other fabrics), like Gloo's transport.
-      "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca",
+      // Only the transport asked for (no other fabrics); TCP on loopback only.
+      "--mca", "btl", transport.btl, "--mca", "btl_tcp_if_include", "lo", "--mca",
       "oob_tcp_if_include", "lo",
       // mpirun ends the job if it runs longer than this (seconds).
       "--timeout", "900", *binary};
@@ -306,7 +331,7 @@ absl::StatusOr<std::string> RunMpi(const Options& options,
     dup2(pipe_fds[1], STDOUT_FILENO);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
-    setenv("OMPI_MCA_btl", "self,tcp", 1);
+    setenv("OMPI_MCA_btl", transport.btl, 1);
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -339,7 +364,7 @@ absl::StatusOr<std::string> RunMpi(const Options& options,
         !absl::SimpleAtod(f[2], &result.seconds) || !absl::SimpleAtoi(f[3], &result.wrong)) {
       return absl::InternalError(absl::StrCat("bad line from allreduce_mpi: '", line, "'"));
     }
-    (*results)["mpi"][bytes] = result;
+    (*results)[transport.column][bytes] = result;
   }
   return std::string();
 }
@@ -390,9 +415,9 @@ int Main(const Options& options) {
 
   std::printf(
       "host: %ld CPUs (%s), load average %s at start; %d processes over 127.0.0.1 "
-      "TCP; sizes %s..%s doubling; timed iterations per size and peer %d..%d after %d "
-      "warm-up, ours and raw Gloo taking turns; time = median over iterations of the "
-      "slowest rank\n",
+      "TCP and shared memory; sizes %s..%s doubling; timed iterations per size and peer %d..%d "
+      "after %d warm-up, ours, raw Gloo and shm taking turns; time = median over iterations of "
+      "the slowest rank\n",
       sysconf(_SC_NPROCESSORS_ONLN), CpuModel().c_str(), LoadAverage().c_str(), kRanks,
       FormatBytes(plan.front().bytes).c_str(), FormatBytes(plan.back().bytes).c_str(),
       plan.back().iterations, plan.front().iterations, options.plan.warmup);
@@ -407,24 +432,37 @@ int Main(const Options& options) {
     std::fprintf(stderr, "ours/raw Gloo: %s\n", status.ToString().c_str());
     return 1;
   }
-  const absl::StatusOr<std::string> skipped = RunMpi(options, &results);
-  if (!skipped.ok()) {
-    std::fprintf(stderr, "MPI peer: %s\n", skipped.status().ToString().c_str());
-    return 1;
+  for (const MpiTransport& transport : {kMpiTcp, kMpiShm}) {
+    const absl::StatusOr<std::string> skipped = RunMpi(options, transport, &results);
+    if (!skipped.ok()) {
+      std::fprintf(stderr, "MPI peer (btl %s): %s\n", transport.btl,
+                   skipped.status().ToString().c_str());
+      return 1;
+    }
+    if (!skipped->empty()) {
+      std::printf("MPI column %s skipped: %s\n", transport.column, skipped->c_str());
+    }
   }
-  if (!skipped->empty()) std::printf("MPI column skipped: %s\n", skipped->c_str());
+  // shm against MPI's shared-memory transport when it ran, else against MPI over TCP.
+  const char* shm_rival = results["mpi_shm"].empty() ? "mpi" : "mpi_shm";
 
-  std::printf("%8s %6s | %9s %8s | %9s %8s | %9s %8s | %9s %8s\n", "size", "iters", "ours_us",
-              "ours_bus", "gloo_us", "gloo_bus", "mpi_us", "mpi_bus", "ours/gloo", "ours/mpi");
+  std::printf("%8s %6s | %9s %8s | %9s %8s | %9s %8s | %9s %8s | %9s %8s | %9s %8s %8s\n",
+              "size", "iters", "ours_us", "ours_bus", "gloo_us", "gloo_bus", "shm_us", "shm_bus",
+              "mpi_us", "mpi_bus", "mpishm_us", "mpishm_b", "ours/gloo", "ours/mpi",
+              results["mpi_shm"].empty() ? "shm/mpi" : "shm/mpis");
   int64_t wrong = 0;
   double min_ratio_1mib = std::numeric_limits<double>::infinity();
+  double shm_ratio_1mib = 0;
   for (const SizePlan& size : plan) {
-    double vs_gloo = 0, vs_mpi = 0;
+    double vs_gloo = 0, vs_mpi = 0, shm_vs_mpi = 0;
     const std::string gloo_ratio =
         RatioCell(results["ours"], results["gloo"], size.bytes, &vs_gloo);
     const std::string mpi_ratio = RatioCell(results["ours"], results["mpi"], size.bytes, &vs_mpi);
+    const std::string shm_ratio =
+        RatioCell(results["shm"], results[shm_rival], size.bytes, &shm_vs_mpi);
+    if (size.bytes == (int64_t{1} << 20)) shm_ratio_1mib = shm_vs_mpi;
     std::printf("%8s %6d", FormatBytes(size.bytes).c_str(), size.iterations);
-    for (const char* peer : {"ours", "gloo", "mpi"}) {
+    for (const char* peer : {"ours", "gloo", "shm", "mpi", "mpi_shm"}) {
       std::printf(" | %9s %8s", Cell(results[peer], size.bytes, false).c_str(),
                   Cell(results[peer], size.bytes, true).c_str());
       if (auto it = results[peer].find(size.bytes); it != results[peer].end()) {
@@ -435,7 +473,7 @@ int Main(const Options& options) {
         wrong += it->second.wrong;
       }
     }
-    std::printf(" | %9s %8s\n", gloo_ratio.c_str(), mpi_ratio.c_str());
+    std::printf(" | %9s %8s %8s\n", gloo_ratio.c_str(), mpi_ratio.c_str(), shm_ratio.c_str());
     if (size.bytes >= (int64_t{1} << 20)) min_ratio_1mib = std::min(min_ratio_1mib, vs_gloo);
   }
   std::printf(
@@ -447,6 +485,15 @@ int Main(const Options& options) {
   } else {
     std::printf("ratio_vs_gloo_min_1MiB=%.3f\n", min_ratio_1mib);
   }
+  // Last: shm's bus bandwidth over MPI's at 1 MiB, and which MPI transport it was.
+  std::printf("shm compared with MPI over %s\n",
+              results["mpi_shm"].empty() ? "TCP (btl self,tcp; vader did not run)"
+                                         : "shared memory (btl self,vader)");
+  if (shm_ratio_1mib > 0) {
+    std::printf("ratio_shm_vs_mpi_1MiB=%.3f\n", shm_ratio_1mib);
+  } else {
+    std::printf("ratio_shm_vs_mpi_1MiB=n/a\n");
+  }
   return wrong == 0 ? 0 : 1;
 }
 
@@ -455,7 +502,9 @@ int Main(const Options& options) {
 
 int main(int argc, char** argv) {
   substrax::bench::Options options;
-  CLI::App app{"all-reduce bandwidth: substrax GlooCommunicator vs raw Gloo vs Open MPI"};
+  CLI::App app{
+      "all-reduce bandwidth: substrax GlooCommunicator vs raw Gloo, substrax ShmCommunicator, "
+      "Open MPI over TCP and over shared memory"};
   substrax::bench::AddPlanFlags(app, &options.plan);
   app.add_option("--mpirun", options.mpirun, "mpirun to launch the MPI peer with")
       ->capture_default_str();

@@ -45,7 +45,10 @@ struct ShmCommunicatorOptions {
   absl::Duration timeout = absl::Seconds(30);
   // How long meeting every rank may take at creation.
   absl::Duration connect_timeout = absl::Seconds(60);
-  // Cross-process mode: bytes of each rank's staging slot in the segment.
+  // Cross-process mode: bytes of each rank's staging slot in the segment (a multiple of 64, at
+  // least 4096 and 256 per rank). Collectives stream through it in chunks of up to 32 KiB; at most
+  // 16 chunks of it are used at once (a ring that stays in cache), so larger slots cost memory,
+  // not speed; a smaller slot forces smaller chunks (the tests use 4096 to exercise wrapping).
   size_t slot_bytes = size_t{4} << 20;
 };
 
