@@ -3,7 +3,8 @@
 # devices, from a fresh machine. Installs what it needs, builds, starts the cluster, submits
 # examples/fashion_mnist_mlp.yaml (checkpointing every 1000 steps), shows its progress, a
 # metrics table and its checkpoints, exports the parameters to one safetensors file, ends with
-# "test_accuracy=<value>", and stops the cluster (also when interrupted).
+# "samples_per_second=<value>" (the training speed) and "test_accuracy=<value>", and stops the
+# cluster (also when interrupted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,5 +55,11 @@ echo "Checkpoints (every 1000 steps and at the end, the newest 2 kept):"
 "$BIN/worker/substrax-worker" export-checkpoint "$STATE/checkpoints/fashion-mnist" \
   --out "$STATE/fashion-mnist.safetensors" >&2
 echo
+# How fast it trained: the median over the reports after the first (which holds the start-up) of
+# the samples per second, summed over the devices.
+rate=$("$CTL" metrics "$JOB" --name samples_per_second |
+  awk '$1 ~ /^[0-9]+$/ && ++n > 1 {print $2 + 0}' | sort -g |
+  awk '{v[NR] = $1} END {if (NR) printf "%.0f", v[int((NR + 1) / 2)]}')
+echo "samples_per_second=$rate"
 accuracy=$("$CTL" get "$JOB" -o json | grep -o '"test_accuracy": *[0-9.eE+-]*' | head -1 | sed 's/.*: *//')
 echo "test_accuracy=$accuracy"

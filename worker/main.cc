@@ -9,6 +9,7 @@
 //                       [--data-root DIR ...]
 //       One runner process of one job attempt (started by the daemon).
 //   substrax-worker train --job FILE.yaml --local-devices N [--cpu-collectives auto|gloo]
+//                         [--cpu-affinity auto|none]
 //       A whole job in this process on N CPU devices (one thread each, connected by the host's
 //       local communicator, or flat Gloo with --cpu-collectives=gloo), without a coordinator:
 //       progress lines on stderr, the evaluation on stdout ("test_accuracy=0.8812"). The user's
@@ -94,7 +95,7 @@ void PrintProgress(const ProgressReport& r) {
 
 int RunTrain(const std::string& job_path, int local_devices, const std::string& devices_flag,
              const std::string& timeout_flag, bool explicit_collectives,
-             const std::string& cpu_collectives_flag) {
+             const std::string& cpu_collectives_flag, const std::string& cpu_affinity) {
   absl::Duration timeout;
   if (!absl::ParseDuration(timeout_flag, &timeout) || timeout <= absl::ZeroDuration()) {
     std::cerr << "substrax-worker: --collective-timeout: '" << timeout_flag
@@ -105,6 +106,12 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
   if (!cpu_collectives.ok()) {
     std::cerr << "substrax-worker: --cpu-collectives: " << cpu_collectives.status().message()
               << "\n";
+    return 2;
+  }
+  if (cpu_affinity != "auto" && cpu_affinity != "none") {
+    std::cerr << "substrax-worker: --cpu-affinity: '" << cpu_affinity
+              << "' is not 'auto' (each device thread on its own CPU when there are enough) or "
+                 "'none'\n";
     return 2;
   }
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(UserPath(job_path));
@@ -159,6 +166,7 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
   options.data_access = DataAccess::Unconfined();
   options.explicit_collectives = explicit_collectives;
   options.cpu_collectives = *cpu_collectives;
+  options.pin_device_threads = cpu_affinity == "auto";
   options.on_progress = PrintProgress;
   // Checkpoints go wherever the user's own process may write.
   options.checkpoint_roots = std::nullopt;
@@ -294,6 +302,12 @@ int main(int argc, char** argv) {
                     "communicator when it is on one host, flat Gloo when each rank is on its own "
                     "host, else in levels: inside each host, then Gloo between hosts) or 'gloo' "
                     "(flat Gloo over TCP for every group; for comparison)")
+      ->capture_default_str();
+  std::string cpu_affinity = "auto";
+  train->add_option("--cpu-affinity", cpu_affinity,
+                    "'auto': each device thread (with its input pipeline) on its own CPU when "
+                    "the process may use at least as many CPUs as it has devices; 'none': let "
+                    "the kernel place them")
       ->capture_default_str();
   substrax::WorkerDaemonOptions daemon_options;
   std::string daemon_timeout = "30s";
@@ -441,5 +455,5 @@ int main(int argc, char** argv) {
   }
   if (*run) return substrax::RunRunner(assignment, runner_options, runner_timeout);
   return substrax::RunTrain(job, local_devices, train_devices, timeout, explicit_collectives,
-                            cpu_collectives);
+                            cpu_collectives, cpu_affinity);
 }

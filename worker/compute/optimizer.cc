@@ -46,6 +46,13 @@ class ElementwiseOptimizer final : public Optimizer {
 
   absl::Status Update(const TensorTree& grads, TensorTree* params) override {
     SUBSTRAX_RETURN_IF_ERROR(CheckGradsMatchParams(grads, *params));
+    GradientViews views;
+    for (const auto& [name, g] : grads) views[name] = g.data();
+    return UpdateFrom(views, params);
+  }
+
+  // The update once the gradients are known to match (one view per parameter, of its size).
+  absl::Status UpdateFrom(const GradientViews& grads, TensorTree* params) {
     for (const auto& [name, p] : *params) {
       auto it = state_.find(name);
       if (it != state_.end() && !it->second.empty() && it->second.front().shape() != p.shape()) {
@@ -61,7 +68,7 @@ class ElementwiseOptimizer final : public Optimizer {
       std::vector<Tensor>& slots = state_[name];
       if (slots.size() != num_slots) slots.assign(num_slots, Tensor(p.shape()));
       for (size_t s = 0; s < num_slots; ++s) slot_data[s] = slots[s].data();
-      kernel_(config_, step, p.data(), grads.at(name).data(), slot_data.data(), p.size());
+      kernel_(config_, step, p.data(), grads.at(name), slot_data.data(), p.size());
     }
     steps_ = step;
     return absl::OkStatus();
@@ -159,9 +166,13 @@ void Adam(const OptimizerConfig& config, int64_t step, float* p, const float* g,
   const double b1_d = config.Get("b1"), b2_d = config.Get("b2");
   const float eps = static_cast<float>(config.Get("eps"));
   // The bias corrections in double: in float, 1 - 0.999^t keeps only about four significant
-  // digits for small t.
-  const float correction1 = static_cast<float>(1.0 - std::pow(b1_d, static_cast<double>(step)));
-  const float correction2 = static_cast<float>(1.0 - std::pow(b2_d, static_cast<double>(step)));
+  // digits for small t. optax divides by them; this multiplies by their reciprocals, rounded
+  // once per call: within a rounding of the quotient, and two divisions fewer per value (the
+  // update is bound by its divisions; docs/performance.md).
+  const float inv_correction1 =
+      static_cast<float>(1.0 / (1.0 - std::pow(b1_d, static_cast<double>(step))));
+  const float inv_correction2 =
+      static_cast<float>(1.0 / (1.0 - std::pow(b2_d, static_cast<double>(step))));
   // optax computes 1 - b in Python (double) and multiplies float32 moments by it.
   const float b1 = static_cast<float>(b1_d), one_minus_b1 = static_cast<float>(1.0 - b1_d);
   const float b2 = static_cast<float>(b2_d), one_minus_b2 = static_cast<float>(1.0 - b2_d);
@@ -170,8 +181,8 @@ void Adam(const OptimizerConfig& config, int64_t step, float* p, const float* g,
   for (int64_t i = 0; i < n; ++i) {
     mu[i] = one_minus_b1 * g[i] + b1 * mu[i];
     nu[i] = one_minus_b2 * (g[i] * g[i]) + b2 * nu[i];
-    const float mu_hat = mu[i] / correction1;
-    const float nu_hat = nu[i] / correction2;
+    const float mu_hat = mu[i] * inv_correction1;
+    const float nu_hat = nu[i] * inv_correction2;
     p[i] -= lr * (mu_hat / (std::sqrt(nu_hat) + eps));
   }
 }
@@ -189,6 +200,30 @@ constexpr KernelRow kCpuKernels[] = {
 };
 
 }  // namespace
+
+absl::Status UpdateFromViews(Optimizer& optimizer, const GradientViews& grads,
+                             TensorTree* params) {
+  for (const auto& [name, p] : *params) {
+    if (grads.count(name) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' has no gradient"));
+    }
+  }
+  for (const auto& [name, g] : grads) {
+    if (params->count(name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient for '", name, "', which is not a parameter"));
+    }
+  }
+  if (auto* elementwise = dynamic_cast<ElementwiseOptimizer*>(&optimizer)) {
+    return elementwise->UpdateFrom(grads, params);
+  }
+  TensorTree copies;
+  for (const auto& [name, p] : *params) {
+    Tensor& g = copies[name] = Tensor(p.shape());
+    std::copy_n(grads.at(name), g.size(), g.data());
+  }
+  return optimizer.Update(copies, params);
+}
 
 CpuOptimizerKernel FindCpuOptimizerKernel(absl::string_view name) {
   for (const KernelRow& row : kCpuKernels) {

@@ -4,7 +4,9 @@
 #define SUBSTRAX_WORKER_COMPUTE_OPTIMIZER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,6 +26,14 @@ using CpuOptimizerKernel = void (*)(const OptimizerConfig& config, int64_t step,
 
 // The CPU kernel of the optimizer called `name`; nullptr when the cpu backend has none.
 CpuOptimizerKernel FindCpuOptimizerKernel(absl::string_view name);
+
+// Gradients that live elsewhere than in tensors (the CPU backend's flat buffer): each
+// parameter's name -> its values, as many as the parameter has.
+using GradientViews = std::map<std::string, const float*>;
+// optimizer.Update from `grads` without copying them into tensors first (an optimizer made by
+// Optimizer::Create reads them in place; any other gets them copied). Errors: as Update, naming
+// a parameter without a gradient.
+absl::Status UpdateFromViews(Optimizer& optimizer, const GradientViews& grads, TensorTree* params);
 
 
 }  // namespace substrax

@@ -40,11 +40,11 @@ class CpuBackend final : public DeviceBackend {
     layout_ = layout;
     flat_.assign(layout.total, 0.0f);
     slots_.clear();
-    grads_.clear();
+    views_.clear();
     for (const ParamSpec& p : model_->params()) {
       SUBSTRAX_ASSIGN_OR_RETURN(const FlatSlot* slot, layout_.Find(p.name));
       slots_.push_back(slot);
-      grads_[p.name] = Tensor(slot->shape);
+      views_[p.name] = flat_.data() + slot->offset;
     }
     return flat_.data();
   }
@@ -73,8 +73,8 @@ class CpuBackend final : public DeviceBackend {
   }
 
   absl::Status ApplyGradients() override {
-    SUBSTRAX_RETURN_IF_ERROR(UnpackTree(flat_.data(), layout_, &grads_));
-    return optimizer_->Update(grads_, &params_);
+    // In place from the flat buffer: no copy into tensors.
+    return UpdateFromViews(*optimizer_, views_, &params_);
   }
 
   absl::StatusOr<EvalResult> TakeMetrics() override { return std::exchange(sums_, EvalResult()); }
@@ -115,7 +115,7 @@ class CpuBackend final : public DeviceBackend {
   std::vector<const FlatSlot*> slots_;
   AlignedFloats flat_;
   GradientsReady ready_;
-  TensorTree grads_;  // the optimizer's view of the flat buffer, copied before each update
+  GradientViews views_;  // each parameter's gradient in flat_, for the optimizer
   EvalResult sums_;
   HostPhaseClock clock_;
 };

@@ -5,14 +5,27 @@
 #include "absl/strings/str_cat.h"
 #include "worker/collectives/cpu_group_connector.h"
 #include "worker/collectives/nccl_communicator.h"
+#include "worker/collectives/shm_communicator.h"
 
 namespace substrax {
 namespace {
 
-// What connects the CPU devices of one host: a group on one host, and the inside-host level of
-// a hierarchical group. Gloo over loopback until the shared-memory communicator lands.
-LocalFactory HostLocalFactory(const ConnectionOptions& options) {
-  return GlooLocalFactory(options.listen_host);
+// What connects the CPU devices of one host (a group on one host, and the inside-host level of
+// a hierarchical group): shared memory, no sockets.
+LocalFactory HostLocalFactory() {
+  return LocalFactory{
+      "shared memory",
+      [](const LocalCommunicatorOptions& o, Store* store, int rank, std::vector<RankInfo> ranks,
+         const PeerMonitor* monitor) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        ShmCommunicatorOptions shm;
+        shm.name = o.name;
+        shm.timeout = o.timeout;
+        shm.connect_timeout = o.connect_timeout;
+        absl::StatusOr<std::unique_ptr<ShmCommunicator>> comm =
+            ShmCommunicator::Create(shm, store, rank, std::move(ranks), monitor);
+        if (!comm.ok()) return comm.status();
+        return std::unique_ptr<Communicator>(*std::move(comm));
+      }};
 }
 
 // How the devices of this job connect: NCCL between GPUs; CPU devices per group (Gloo, the host's
@@ -31,7 +44,7 @@ std::unique_ptr<GroupConnector> MakeConnector(const ConnectionOptions& options, 
   cpu.gloo.connect_timeout = options.connect_timeout;
   cpu.gloo.listen_host = options.listen_host;
   cpu.collectives = options.cpu_collectives;
-  cpu.local = HostLocalFactory(options);
+  cpu.local = HostLocalFactory();
   return std::make_unique<CpuGroupConnector>(cpu, options.store, *options.process_of_position,
                                              monitor);
 }

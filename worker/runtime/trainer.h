@@ -52,6 +52,11 @@ struct TrainerOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // How CPU devices' groups connect (cpu_group_connector.h): per topology, or flat Gloo.
   CpuCollectives cpu_collectives = CpuCollectives::kAuto;
+  // Each device thread (and the threads it starts: its input pipeline) on its own CPU, the i-th
+  // this process may use, when there are at least as many as devices; otherwise unpinned. For
+  // a process that has the host to itself (`substrax-worker train`): processes that share a
+  // host would pin their first devices to the same CPUs.
+  bool pin_device_threads = false;
   // How data files are opened (safe_open.h). The default opens none (synthetic data only): a
   // runner confines reads to its daemon's data roots, `substrax-worker train` reads any path.
   DataAccess data_access = DataAccess::Confined({});
