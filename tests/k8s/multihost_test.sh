@@ -39,7 +39,7 @@
 # processes' shard files.
 # The job's one group (its 1-D mesh's data axis is the world) has two ranks on each host, so each
 # runner's log (the daemon writes it under its --work-dir) must say that the world took the
-# hierarchical path: inside each host, then between the hosts' leaders.
+# hierarchical path: shared memory inside each host, then Gloo between the hosts' leaders.
 #
 # Cleans up on every exit (trap): the daemons and their runners, the namespaces, /etc/netns/<ns>,
 # the temp dir. Bounded: an overall deadline, every blocking command under `timeout`.
@@ -425,7 +425,7 @@ for i in 0 1; do
   mapfile -t runner_logs < <(find "$work" -name '*-attempt-*-process-*.log' 2>/dev/null)
   [ "${#runner_logs[@]}" -gt 0 ] || die "no runner log in $work: $(ls -R "$work" 2>&1 | head -20)"
   line="$(grep -h '^collectives: world ' "${runner_logs[@]}" | head -n 1)"
-  [[ "$line" == "collectives: world (4 ranks): hierarchical: 2 hosts ("*" inside a host, Gloo between hosts)" ]] \
+  [[ "$line" == "collectives: world (4 ranks): hierarchical: 2 hosts (shared memory inside a host, Gloo between hosts)" ]] \
     || die "worker $((i + 1))'s runner did not connect the world hierarchically: '${line:-no collectives line}' in ${runner_logs[*]}"
   log "worker $((i + 1)): $line"
 done

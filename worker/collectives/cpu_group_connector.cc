@@ -24,8 +24,8 @@ absl::StatusOr<CpuCollectives> ParseCpuCollectives(absl::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "'", name,
-      "' is not a CPU collectives choice: 'auto' (per group: the host's local communicator "
-      "inside a host, hierarchical across hosts) or 'gloo' (flat Gloo over TCP for every group)"));
+      "' is not a CPU collectives choice: 'auto' (per group: shared memory inside a host, "
+      "hierarchical across hosts) or 'gloo' (flat Gloo over TCP for every group)"));
 }
 
 LocalFactory GlooLocalFactory(const std::string& listen_host) {
