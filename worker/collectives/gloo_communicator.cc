@@ -1,5 +1,7 @@
 #include "worker/collectives/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -79,6 +81,17 @@ gloo::AllreduceOptions::Func ReduceFunction(ReduceOp op) {
   return static_cast<Fn>(&gloo::sum<T>);
 }
 
+// Gloo's TCP pairs write with writev, which raises SIGPIPE when the peer has died: with the
+// default disposition that kills this process before the collective can report the dead peer.
+// As gRPC does at start, ignore SIGPIPE unless the program installed a handler of its own (the
+// write then fails with EPIPE, which the collective turns into a clear error).
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
@@ -89,6 +102,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(absl::StrCat("communicator '", options.name, "': rank ",
                                                    rank, " is not in 0..", size - 1));
   }
+  IgnoreSigpipeUnlessHandled();
   std::unique_ptr<GlooCommunicator> comm(
       new GlooCommunicator(options, rank, std::move(ranks), monitor));
   const std::string who = absl::StrCat("connecting communicator '", options.name, "' (rank ", rank,
