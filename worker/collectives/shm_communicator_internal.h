@@ -60,17 +60,23 @@ struct Group {
 };
 
 // Waiting for a peer on a machine that may have fewer cores than busy threads: spin a few
-// microseconds (a peer that is running answers within that), then yield, then sleep with a
-// back-off capped well below a millisecond, so that a waiting rank never holds a core for long.
+// microseconds (a peer that is running answers within that), then yield for up to 2 ms (a
+// peer a little behind arrives within that, and the yields give the core to any other thread
+// that wants it), then sleep with a back-off capped well below a millisecond.
 class Backoff {
  public:
   // Waits a little. True once past the spinning phase: time for the caller's slow checks
   // (deadline, peers gone), which would cost more than the spin itself.
   bool Pause();
-  void Reset() { rounds_ = 0; }
+  void Reset() {
+    rounds_ = 0;
+    sleeps_ = 0;
+  }
 
  private:
   int rounds_ = 0;
+  int sleeps_ = 0;
+  absl::Time yield_until_;
 };
 
 // The abort word (in-process hub or segment): 0, or the first failing rank and its code.
