@@ -64,6 +64,10 @@
 // that an earlier heartbeat listed, that a later one does not and that has no final status
 // fails its attempt.
 //
+// Scheduling latency. Every attempt the scheduler starts is recorded as a Placement: how long
+// its job had been schedulable before it got its devices (TakePlacements; the server feeds the
+// histogram substrax_scheduling_latency_seconds from it, docs/metrics.md).
+//
 // Thread-safe. The attempt-ended callback is called without the lock held.
 #ifndef SUBSTRAX_COORDINATOR_CLUSTER_H_
 #define SUBSTRAX_COORDINATOR_CLUSTER_H_
@@ -126,6 +130,19 @@ struct ClusterOptions {
   // job's report_every_steps). metrics_raw_steps 0: keep everything.
   int64_t metrics_raw_steps = 10000;
   int64_t metrics_history_every = 1000;
+};
+
+// An attempt the scheduler started, and how long its job waited for it while schedulable.
+struct Placement {
+  std::string job_id;
+  int attempt = 0;
+  // A restart (attempt > 1) waited from the end of its restart backoff (Job.next_attempt_time)
+  // or from going back to PENDING, whichever is later: the backoff is a chosen wait, not one
+  // for devices. A first attempt waited from its submission (its PENDING transition; for a job
+  // loaded by a restarted coordinator that includes the time the coordinator was down).
+  bool restart = false;
+  // Never negative (a wall clock stepped back counts as no wait).
+  absl::Duration waited;
 };
 
 // SUCCEEDED, FAILED and CANCELLED: the job has ended and will not change again.
@@ -261,6 +278,12 @@ class Cluster {
   // it paces streams, it decides nothing). Returns version().
   uint64_t AwaitChange(uint64_t seen, absl::Duration timeout) const;
 
+  // The attempts started since the last call, oldest first. The server drains them every tick;
+  // beyond kMaxUndrainedPlacements undrained, the oldest are dropped (only a Cluster that
+  // nobody drains gets there).
+  std::vector<Placement> TakePlacements();
+  static constexpr size_t kMaxUndrainedPlacements = 10000;
+
   // Called (without the lock held) with (job_id, attempt) whenever an attempt ends, however it
   // ends, so the rendezvous store can drop the attempt's keys.
   void SetAttemptEndedCallback(std::function<void(const std::string&, int)> callback);
@@ -356,7 +379,8 @@ class Cluster {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the start event of every process of the running attempt to its worker.
   void PushStartEventsLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts an attempt on `mesh`: assignments to its workers, devices taken.
+  // Starts an attempt on `mesh`: assignments to its workers, devices taken, the placement
+  // recorded.
   void StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the running attempt: stop events (reason `why`) to its workers except `culprit`,
@@ -409,6 +433,8 @@ class Cluster {
   mutable absl::Mutex mu_;
   std::function<void(const std::string&, int)> attempt_ended_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Attempts started and not yet taken by TakePlacements.
+  std::vector<Placement> placements_ ABSL_GUARDED_BY(mu_);
   // Workers by id, and their registration order.
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> worker_order_ ABSL_GUARDED_BY(mu_);

@@ -75,6 +75,16 @@ void Cluster::PushStartEventsLocked(JobEntry& entry) {
 
 void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason) {
   v1::Job& job = entry.job;
+  // Schedulable since its PENDING transition (the last one), or since its backoff ended.
+  absl::Time schedulable = job.transitions_size() > 0
+                               ? FromProtoTime(job.transitions(job.transitions_size() - 1).time())
+                               : clock_();
+  if (job.has_next_attempt_time()) {
+    schedulable = std::max(schedulable, FromProtoTime(job.next_attempt_time()));
+  }
+  if (placements_.size() >= kMaxUndrainedPlacements) placements_.erase(placements_.begin());
+  placements_.push_back({job.id(), job.attempt() + 1, /*restart=*/job.attempt() > 0,
+                         std::max(absl::ZeroDuration(), clock_() - schedulable)});
   job.set_attempt(job.attempt() + 1);
   job.clear_error();
   job.clear_next_attempt_time();
@@ -98,6 +108,11 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
   TakeDevicesLocked(entry, std::move(mesh));
   PushStartEventsLocked(entry);
   TransitionLocked(entry, v1::JOB_STATE_RUNNING, reason);
+}
+
+std::vector<Placement> Cluster::TakePlacements() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(placements_, {});
 }
 
 AliveDevices Cluster::AliveDevicesLocked() const {

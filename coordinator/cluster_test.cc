@@ -916,6 +916,39 @@ TEST_F(ClusterTest, RestartsBackOffExponentiallyAndShowWhen) {
   }
 }
 
+TEST_F(ClusterTest, PlacementsRecordHowLongASchedulableJobWaitedForDevices) {
+  options_.restart_backoff = absl::Seconds(2);
+  cluster_ = MakeCluster(state_);
+  const std::string job = Submit(Spec("waits", 4, 1, 1));
+  EXPECT_THAT(cluster_->TakePlacements(), IsEmpty());  // no worker yet
+  now_ += absl::Seconds(7);
+  RegisterTwoWorkers();
+  ASSERT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  std::vector<Placement> placed = cluster_->TakePlacements();
+  ASSERT_THAT(placed, SizeIs(1));
+  EXPECT_EQ(placed[0].job_id, job);
+  EXPECT_EQ(placed[0].attempt, 1);
+  EXPECT_FALSE(placed[0].restart);
+  EXPECT_EQ(placed[0].waited, absl::Seconds(7));  // from its submission
+  EXPECT_THAT(cluster_->TakePlacements(), IsEmpty());  // taken once
+
+  // The restart's backoff ends 2 s after the failure; w-2 is gone until 14 s after it: the
+  // 12 s between count, the backoff does not.
+  ASSERT_TRUE(ReportStatus(job, 1, "w-1", 0, v1::RUNNER_STATE_FAILED).ok());
+  now_ += absl::Seconds(11);  // w-2's lease expires, w-1 keeps heartbeating
+  ASSERT_TRUE(cluster_->Heartbeat("w-1", "inc-1").ok());
+  cluster_->Tick();
+  ASSERT_EQ(Get(job).state(), v1::JOB_STATE_PENDING);
+  now_ += absl::Seconds(3);
+  Register("w-2", "b", 2, "inc-2");
+  ASSERT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  placed = cluster_->TakePlacements();
+  ASSERT_THAT(placed, SizeIs(1));
+  EXPECT_EQ(placed[0].attempt, 2);
+  EXPECT_TRUE(placed[0].restart);
+  EXPECT_EQ(placed[0].waited, absl::Seconds(12));
+}
+
 TEST_F(ClusterTest, ErrorsThatRetryingCannotFixFailTheJobAtOnce) {
   RegisterTwoWorkers();
   const std::string job = Submit(Spec("missing-data", 4, 1, 5));

@@ -232,7 +232,8 @@ int main(int argc, char** argv) {
                     : absl::StrCat(", workers on port ", (*server)->worker_port()))
             << (server_options.metrics_listen.empty()
                     ? std::string()
-                    : ", metrics on " + server_options.metrics_listen)
+                    : ", metrics on " + substrax::DialAddress(server_options.metrics_listen,
+                                                              (*server)->metrics_port()))
             << ", state in " << state_dir << "\n";
   int signal = 0;
   sigwait(&signals, &signal);

@@ -18,6 +18,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "substrax/v1/job_service.grpc.pb.h"
@@ -387,6 +388,15 @@ struct CoordinatorServer::Impl {
     for (const auto& [state, n] : jobs) job_gauges->Add({{"state", state}}).Set(n);
   }
 
+  // Feeds the attempts the scheduler started since the last tick to the histogram (drained
+  // without metrics too, so that they do not pile up in the cluster).
+  void ObservePlacements() {
+    for (const Placement& p : cluster->TakePlacements()) {
+      if (registry == nullptr) continue;
+      (p.restart ? restart_latency : first_latency)->Observe(absl::ToDoubleSeconds(p.waited));
+    }
+  }
+
   const CoordinatorServerOptions options;
   Cluster* const cluster;
   Rendezvous* const rendezvous;
@@ -404,6 +414,8 @@ struct CoordinatorServer::Impl {
   prometheus::Gauge* busy_gauge = nullptr;
   prometheus::Counter* jobs_submitted = nullptr;
   prometheus::Counter* step_reports = nullptr;
+  prometheus::Histogram* first_latency = nullptr;
+  prometheus::Histogram* restart_latency = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
@@ -452,7 +464,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                              .Help("Per-device step reports stored.")
                              .Register(*impl.registry)
                              .Add({});
+    // 10 ms to 10 min: a job placed at once takes a tick at most; one behind others waits for
+    // their devices (minutes).
+    const prometheus::Histogram::BucketBoundaries latency_buckets = {
+        0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+    auto& latency = prometheus::BuildHistogram()
+                        .Name("substrax_scheduling_latency_seconds")
+                        .Help("Time a schedulable job waited for its devices, per attempt started: "
+                              "from submission (attempt=first), or from the end of the restart "
+                              "backoff (attempt=restart).")
+                        .Register(*impl.registry);
+    impl.first_latency = &latency.Add({{"attempt", "first"}}, latency_buckets);
+    impl.restart_latency = &latency.Add({{"attempt", "restart"}}, latency_buckets);
     impl.exposer->RegisterCollectable(impl.registry);
+    const std::vector<int> ports = impl.exposer->GetListeningPorts();
+    server->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
 
   if (!options.health_listen.empty()) {
@@ -501,6 +527,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     while (!s->stopping_.load()) {
       s->impl_->cluster->Tick();
       s->impl_->UpdateGauges();
+      s->impl_->ObservePlacements();
       absl::SleepFor(s->impl_->options.tick_interval);  // a periodic ticker, not a wait
     }
   });

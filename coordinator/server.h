@@ -40,7 +40,8 @@ struct CoordinatorServerOptions {
   // host:port of a plaintext gRPC server with only grpc.health.v1 (for Kubernetes probes);
   // empty: health is served on `listen` only.
   std::string health_listen;
-  // host:port for Prometheus' /metrics; empty: not exported.
+  // host:port for Prometheus' /metrics; empty: not exported. Port 0 picks a free port (see
+  // metrics_port()).
   std::string metrics_listen = "0.0.0.0:9090";
   // Longest a KeyValueGet or Barrier may wait, whatever the client asks.
   absl::Duration max_rendezvous_wait = absl::Minutes(10);
@@ -68,6 +69,8 @@ class CoordinatorServer {
   // The bound gRPC ports: client-facing, and worker-facing (the same without worker_listen).
   int port() const { return port_; }
   int worker_port() const { return worker_port_; }
+  // The bound /metrics port; 0 without metrics_listen.
+  int metrics_port() const { return metrics_port_; }
   // Stops accepting, ends open streams, and returns when every handler has finished.
   void Shutdown();
   // Blocks until Shutdown.
@@ -83,6 +86,7 @@ class CoordinatorServer {
   std::unique_ptr<HealthServer> health_server_;
   int port_ = 0;
   int worker_port_ = 0;
+  int metrics_port_ = 0;
   std::thread ticker_;
   std::atomic<bool> stopping_{false};
 };

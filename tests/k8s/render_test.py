@@ -20,12 +20,20 @@ usages, durations), as are the workers' csi.cert-manager.io volumes; and every S
 ConfigMap, claim and certificate file a pod mounts or names in a flag must be produced by the
 render (testEveryMountedSourceIsRendered).
 
+deploy/k8s/monitoring (applied beside an overlay where the Prometheus Operator runs) is rendered
+too (MonitoringTest): its ConfigMap is validated against the API schema and must hold the Grafana
+dashboard file as it is, labelled grafana_dashboard: "1", under a fixed name; its ServiceMonitor
+(monitoring.coreos.com/v1, no schema offline either) is checked structurally: known fields, the
+overlays' namespace, and an endpoint whose port is the named port, on exactly one selected
+Service, that reaches the coordinator's --metrics-listen.
+
 Run by //tests/k8s:render_test (render_test.sh picks the interpreter of tools/install_deps.sh's
 virtual environment). Arguments: --coordinator, --worker, --ctl: the binaries; --root: the
 directory holding deploy/ and tools/install_deps.sh.
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -63,6 +71,18 @@ PROGRAMS_DIR = "/opt/substrax/programs"
 PROGRAMS_CLAIM = "substrax-programs"
 
 CERT_MANAGER_API = "cert-manager.io/v1"
+# The Prometheus Operator's API (ServiceMonitor) and the fields substrax may use of it
+# (monitoring.coreos.com/v1 ServiceMonitorSpec and Endpoint), so that a misspelt one is an error.
+MONITORING_API = "monitoring.coreos.com/v1"
+SERVICE_MONITOR_FIELDS = {"selector", "endpoints", "namespaceSelector", "jobLabel",
+                          "targetLabels", "podTargetLabels", "sampleLimit", "attachMetadata"}
+ENDPOINT_FIELDS = {"port", "targetPort", "path", "scheme", "params", "interval",
+                   "scrapeTimeout", "honorLabels", "honorTimestamps", "relabelings",
+                   "metricRelabelings", "tlsConfig", "followRedirects"}
+# deploy/k8s/monitoring: the Grafana dashboard and the label Grafana's sidecar looks for.
+MONITORING = "monitoring"
+DASHBOARD_FILE = "substrax-dashboard.json"
+DASHBOARD_CONFIGMAP = "substrax-grafana-dashboard"
 CSI_DRIVER = "csi.cert-manager.io"
 # The csi-driver's volume attributes (github.com/cert-manager/csi-driver pkg/apis/v1alpha1);
 # a misspelt one is silently ignored by the driver, so the test rejects any other.
@@ -158,13 +178,14 @@ class Binaries:
 
 def Render(overlay):
     """The objects `kubectl kustomize` makes of an overlay (a copy of deploy/k8s, so that
-    kustomize sees plain files rather than Bazel's runfiles links)."""
+    kustomize sees plain files rather than Bazel's runfiles links); MONITORING renders
+    deploy/k8s/monitoring."""
     tmp = tempfile.mkdtemp(prefix="k8s-render-")
     try:
         shutil.copytree(os.path.join(ARGS.root, "deploy", "k8s"), os.path.join(tmp, "k8s"),
                         symlinks=False)
-        out = subprocess.run([ARGS.kubectl, "kustomize", os.path.join(tmp, "k8s", "overlays",
-                                                                      overlay)],
+        where = [MONITORING] if overlay == MONITORING else ["overlays", overlay]
+        out = subprocess.run([ARGS.kubectl, "kustomize", os.path.join(tmp, "k8s", *where)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              check=False)
     finally:
@@ -214,6 +235,31 @@ def HealthPort(container):
     return None
 
 
+def ValidateSchemas(renders, structural_api, structural_test):
+    """Errors of each object of each (where, objects) render against the API schema of its kind
+    (strict). Objects of `structural_api` may have no schema offline (CRDs): then
+    `structural_test` checks them, and this says so on stderr."""
+    errors = []
+    structural = set()
+    for where, obj in ((w, o) for w, objects in renders for o in objects):
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append("%s: %s: %s at %s" % (where, Name(obj), e.message,
+                                                "/".join(map(str, e.path))))
+        except kubernetes_validate.SchemaNotFoundError as e:
+            if obj.get("apiVersion") == structural_api:
+                structural.add("%s %s" % (obj["apiVersion"], obj["kind"]))
+            else:
+                errors.append("%s: %s: no schema (%s)" % (where, Name(obj), e))
+    if structural:
+        print("\nrender_test: kubernetes-validate %s has no schema for %s: checked "
+              "structurally instead (%s)" % (kubernetes_validate.version.__version__,
+                                             ", ".join(sorted(structural)), structural_test),
+              file=sys.stderr)
+    return errors
+
+
 class RenderedOverlayTest(unittest.TestCase):
     rendered = {}
 
@@ -228,27 +274,7 @@ class RenderedOverlayTest(unittest.TestCase):
             yield overlay, self.rendered[overlay][1]
 
     def testEveryObjectMatchesTheApiSchema(self):
-        errors = []
-        structural = set()
-        for overlay, objects in self.Each():
-            for obj in objects:
-                try:
-                    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-                except kubernetes_validate.ValidationError as e:
-                    errors.append("%s: %s: %s at %s" % (overlay, Name(obj), e.message,
-                                                        "/".join(map(str, e.path))))
-                except kubernetes_validate.SchemaNotFoundError as e:
-                    if obj.get("apiVersion") == CERT_MANAGER_API:
-                        # No cert-manager CRD schemas offline: testCertManagerObjects checks them.
-                        structural.add("%s %s" % (obj["apiVersion"], obj["kind"]))
-                    else:
-                        errors.append("%s: %s: no schema (%s)" % (overlay, Name(obj), e))
-        if structural:
-            print("\nrender_test: kubernetes-validate %s has no schema for %s: checked "
-                  "structurally instead (testCertManagerObjects)" % (
-                      kubernetes_validate.version.__version__, ", ".join(sorted(structural))),
-                  file=sys.stderr)
-        Fail(errors)
+        Fail(ValidateSchemas(self.Each(), CERT_MANAGER_API, "testCertManagerObjects"))
 
     def testExpectedObjects(self):
         for overlay, objects in self.Each():
@@ -875,6 +901,92 @@ class RenderedOverlayTest(unittest.TestCase):
                     errors += self.binaries.Check(
                         "%s: %s container %s" % (overlay, Name(obj), c["name"]),
                         c.get("command", []), c.get("args", []))
+        Fail(errors)
+
+
+class MonitoringTest(unittest.TestCase):
+    """deploy/k8s/monitoring: the ServiceMonitor and the Grafana dashboard's ConfigMap."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.objects = Render(MONITORING)[1]
+        cls.overlays = {o: (RenderedOverlayTest.rendered.get(o) or Render(o))[1]
+                        for o in OVERLAYS}
+
+    def Only(self, kind):
+        found = [o for o in self.objects if o["kind"] == kind]
+        self.assertEqual(len(found), 1, "one %s in %s" % (kind, MONITORING))
+        return found[0]
+
+    def testObjectsAndSchemas(self):
+        self.assertEqual(sorted(Name(o) for o in self.objects),
+                         ["ConfigMap/" + DASHBOARD_CONFIGMAP,
+                          "ServiceMonitor/substrax-coordinator"])
+        Fail(ValidateSchemas([(MONITORING, self.objects)], MONITORING_API,
+                             "MonitoringTest.testServiceMonitorScrapesTheCoordinator"))
+
+    def testSameNamespaceAsTheOverlays(self):
+        for overlay, objects in self.overlays.items():
+            spaces = {o["metadata"].get("namespace") for o in objects if o["kind"] != "Namespace"}
+            for obj in self.objects:
+                self.assertEqual({obj["metadata"].get("namespace")}, spaces,
+                                 "%s: %s: the namespace of overlays/%s" % (MONITORING, Name(obj),
+                                                                           overlay))
+
+    def testDashboardConfigMapForGrafanasSidecar(self):
+        cm = self.Only("ConfigMap")
+        # A fixed name (no hash suffix; see the kustomization) and the sidecar's label.
+        self.assertEqual(cm["metadata"]["name"], DASHBOARD_CONFIGMAP)
+        self.assertEqual(cm["metadata"].get("labels", {}).get("grafana_dashboard"), "1")
+        self.assertEqual(sorted(cm["data"]), [DASHBOARD_FILE])
+        with open(os.path.join(ARGS.root, "deploy", "k8s", MONITORING, DASHBOARD_FILE),
+                  encoding="utf-8") as f:
+            self.assertEqual(cm["data"][DASHBOARD_FILE], f.read())
+        dashboard = json.loads(cm["data"][DASHBOARD_FILE])
+        self.assertTrue(dashboard.get("uid"))
+        self.assertTrue(dashboard.get("panels"))
+
+    def testServiceMonitorScrapesTheCoordinator(self):
+        sm = self.Only("ServiceMonitor")
+        errors = []
+        if sm["apiVersion"] != MONITORING_API:
+            errors.append("ServiceMonitor: apiVersion %s, want %s" % (sm["apiVersion"],
+                                                                      MONITORING_API))
+        spec = sm.get("spec", {})
+        errors += ["ServiceMonitor: unknown spec field %s" % f
+                   for f in sorted(set(spec) - SERVICE_MONITOR_FIELDS)]
+        if spec.get("namespaceSelector"):
+            errors.append("ServiceMonitor: scrape its own namespace (no namespaceSelector)")
+        endpoints = spec.get("endpoints") or []
+        if not endpoints:
+            errors.append("ServiceMonitor: no endpoints")
+        match = (spec.get("selector") or {}).get("matchLabels")
+        if not match or (spec.get("selector") or {}).get("matchExpressions"):
+            errors.append("ServiceMonitor: select the Services by matchLabels alone")
+        for overlay, objects in self.overlays.items():
+            services = [o for o in objects if o["kind"] == "Service" and
+                        Selects(match, o["metadata"].get("labels", {}))]
+            sts = [o for o in objects if o["kind"] == "StatefulSet"][0]
+            c = sts["spec"]["template"]["spec"]["containers"][0]
+            metrics_port = ListenPort(c, "--metrics-listen")
+            for i, ep in enumerate(endpoints):
+                w = "%s: ServiceMonitor endpoint %d" % (overlay, i)
+                errors += ["%s: unknown field %s" % (w, f)
+                           for f in sorted(set(ep) - ENDPOINT_FIELDS)]
+                if ep.get("path", "/metrics") != "/metrics" or ep.get("scheme", "http") != "http":
+                    errors.append("%s: the coordinator serves plaintext http /metrics" % w)
+                ports = [(Name(svc), p) for svc in services for p in svc["spec"]["ports"]
+                         if p.get("name") == ep.get("port")]
+                if len(ports) != 1:
+                    errors.append("%s: port %r is on %d selected Services (%s), want one" % (
+                        w, ep.get("port"), len(ports), ", ".join(Name(s) for s in services)))
+                    continue
+                target = ports[0][1].get("targetPort")
+                reached = [p["containerPort"] for p in c.get("ports", [])
+                           if target in (p.get("name"), p["containerPort"])]
+                if reached != [metrics_port]:
+                    errors.append("%s: %s targets %r, container ports %s; --metrics-listen "
+                                  "port %s" % (w, ports[0][0], target, reached, metrics_port))
         Fail(errors)
 
 
