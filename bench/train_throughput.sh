@@ -10,11 +10,15 @@
 #    set in this environment for old OpenBLAS builds and would pin Debian's to a slow kernel).
 #  - substrax again with --cpu-collectives=gloo (every device through Gloo over TCP, as before
 #    the shared-memory collectives): what those are worth, in the same run.
+#  - two 1-device substrax runs at once, pinned to CPU 0 and CPU 1 (taskset): what two cores give
+#    when nothing is shared between them, in the same minutes. On a VM whose neighbours slow one
+#    vCPU at times, a 1-device run moves to the faster vCPU while 2 devices wait for the slower
+#    one; this column shows it (2 devices against the pair's sum: scaling_2dev_vs_pair=).
 # Each run must have trained (final loss < 1.0, from about 2.3) or the script fails.
 # ROUNDS rounds (default 1), each running every configuration once, in turn; every figure is the
 # median over the rounds. Prints a table, then the ratios last: scaling_2dev= (ours at 2 devices /
-# ours at 1), ratio_vs_torch_1dev=, ratio_vs_torch_2dev=, ratio_vs_torch_4dev=. Measures;
-# asserts nothing.
+# ours at 1), scaling_2dev_vs_pair=, ratio_vs_torch_1dev=, ratio_vs_torch_2dev=,
+# ratio_vs_torch_4dev=. Measures; asserts nothing.
 #
 #   bench/train_throughput.sh            # ROUNDS=3 STEPS=600 bench/train_throughput.sh
 set -euo pipefail
@@ -59,13 +63,24 @@ check_trained() {  # what loss
     { echo "train_throughput: $1 did not train (final loss '$2')" >&2; exit 1; }
 }
 median() { sort -n | awk '{v[NR]=$1} END {if (NR == 0) exit 1; print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-ours() {  # devices collectives -> samples/s
+ours() {  # devices collectives [log name] -> samples/s
+  local log="$WORK/${3:-ours-$1-$2}.log"
   sed "s/data_parallel_size: 1/data_parallel_size: $1/" "$WORK/job.yaml" >"$WORK/job-$1.yaml"
   "$WORKER" train --job "$WORK/job-$1.yaml" --local-devices "$1" --cpu-collectives "$2" \
-    >"$WORK/ours-$1-$2.log" 2>&1
-  check_trained "substrax on $1 device(s) ($2)" "$(sed -n 's/^train_loss=//p' "$WORK/ours-$1-$2.log")"
-  sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' "$WORK/ours-$1-$2.log" | tail -n +2 | median
+    >"$log" 2>&1
+  check_trained "substrax on $1 device(s) ($2)" "$(sed -n 's/^train_loss=//p' "$log")"
+  sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' "$log" | tail -n +2 | median
 }
+pair() {  # -> the sum of two 1-device runs at once, one pinned to CPU 0 and one to CPU 1
+  taskset -c 0 bash -c "set -euo pipefail; $(declare -f ours check_trained median); WORKER='$WORKER' WORK='$WORK'; \
+    ours 1 auto pair-0" >"$WORK/pair-0" &
+  local first=$!
+  taskset -c 1 bash -c "set -euo pipefail; $(declare -f ours check_trained median); WORKER='$WORKER' WORK='$WORK'; \
+    ours 1 auto pair-1" >"$WORK/pair-1"
+  wait "$first"
+  awk '{s += $1} END {print s}' "$WORK/pair-0" "$WORK/pair-1"
+}
+CPUS=$(nproc)
 torch_ddp() {  # processes -> samples/s
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 \
     /usr/bin/python3 bench/torch_ddp_mlp.py --procs "$1" --steps "$STEPS" --port $((29500 + $1)) \
@@ -75,14 +90,17 @@ torch_ddp() {  # processes -> samples/s
 }
 
 declare -A OURS GLOO TORCH
+PAIR=""
 for round in $(seq "$ROUNDS"); do
   echo "train_throughput: round $round of $ROUNDS..." >&2
   for n in 1 2 4; do
     OURS[$n]+="$(ours "$n" auto) "
     [ "$n" -eq 1 ] || GLOO[$n]+="$(ours "$n" gloo) "
     TORCH[$n]+="$(torch_ddp "$n") "
+    [ "$n" -ne 2 ] || [ "$CPUS" -lt 2 ] || PAIR+="$(pair) "
   done
 done
+PAIR=$(tr ' ' '\n' <<<"$PAIR" | grep . | median || true)
 for n in 1 2 4; do
   OURS[$n]=$(tr ' ' '\n' <<<"${OURS[$n]}" | grep . | median)
   TORCH[$n]=$(tr ' ' '\n' <<<"${TORCH[$n]}" | grep . | median)
@@ -97,7 +115,11 @@ for n in 1 2 4; do
     "$(awk -v a="${OURS[$n]}" -v b="${TORCH[$n]}" 'BEGIN {print a / b}')"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+if [ -n "$PAIR" ]; then
+  printf 'two 1-device runs at once, pinned to CPU 0 and 1: %.0f samples/s together\n' "$PAIR"
+fi
 echo "scaling_2dev=$(ratio "${OURS[2]}" "${OURS[1]}")"
+[ -z "$PAIR" ] || echo "scaling_2dev_vs_pair=$(ratio "${OURS[2]}" "$PAIR")"
 echo "ratio_vs_torch_1dev=$(ratio "${OURS[1]}" "${TORCH[1]}")"
 echo "ratio_vs_torch_2dev=$(ratio "${OURS[2]}" "${TORCH[2]}")"
 echo "ratio_vs_torch_4dev=$(ratio "${OURS[4]}" "${TORCH[4]}")"
