@@ -1,7 +1,11 @@
-"""`substraxctl metrics --tensorboard DIR` for a job that ran on a real local cluster (a
-coordinator and 2 worker daemons, each with one CPU device): TensorBoard's own reader
-(tensorboard.backend.event_processing.event_accumulator) finds every series of
-`substraxctl metrics -o json` in the event file, at every step, with the same values (float32).
+"""TensorBoard event files of jobs that ran on a real local cluster (a coordinator and 2 worker
+daemons, each with one CPU device), read with TensorBoard's own reader
+(tensorboard.backend.event_processing.event_accumulator):
+- `substraxctl metrics --tensorboard DIR`: every series of `substraxctl metrics -o json`, at
+  every step, with the same values (float32);
+- spec.tensorboard: the runner's file, written as the job trains, has the job's metrics at every
+  report, equal to the coordinator's (declared reductions); a directory outside the checkpoint
+  root is refused at submit.
 """
 import argparse
 import json
@@ -37,6 +41,10 @@ spec:
 """
 
 
+def job_with(name, extra):
+    return JOB.replace("name: tensorboard", f"name: {name}") + extra + "\n"
+
+
 def run(*argv, env=None, check=True, timeout=120):
     r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     if check and r.returncode != 0:
@@ -47,7 +55,7 @@ def run(*argv, env=None, check=True, timeout=120):
 class TensorBoardTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        cls.tmp = os.path.realpath(tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR")))
         cls.state = os.path.join(cls.tmp, "cluster")
         cls.env = dict(os.environ)
         up = run(ARGS.ctl, "local", "up", "--workers", "2", "--cpu-devices", "1", "--state-dir",
@@ -57,15 +65,25 @@ class TensorBoardTest(unittest.TestCase):
         for word in shlex.split(up.stdout.strip())[1:]:
             key, _, value = word.partition("=")
             cls.env[key] = value
-        spec = os.path.join(cls.tmp, "job.yaml")
+        cls.job = cls.submit("plain", JOB).stdout.strip()
+        # local up's default checkpoint root.
+        cls.live_dir = os.path.join(cls.state, "checkpoints", "runs", "live")
+        cls.live_job = cls.submit(
+            "live", job_with("tensorboard-live", f"  tensorboard: {{directory: {cls.live_dir}}}")
+        ).stdout.strip()
+        for job in (cls.job, cls.live_job):
+            # `watch` returns when the job ends (exit 0 only if it SUCCEEDED), within its timeout.
+            watched = cls.ctl("watch", job, check=False, timeout=240)
+            if watched.returncode != 0:
+                raise AssertionError(f"job {job} did not succeed:\n{watched.stdout}\n"
+                                     f"{watched.stderr}\n{cls.ctl('get', job).stdout}")
+
+    @classmethod
+    def submit(cls, name, text, check=True):
+        spec = os.path.join(cls.tmp, name + ".yaml")
         with open(spec, "w") as f:
-            f.write(JOB)
-        cls.job = cls.ctl("submit", spec).stdout.strip()
-        # `watch` returns when the job ends (exit 0 only if it SUCCEEDED); bounded by its timeout.
-        watched = cls.ctl("watch", cls.job, check=False, timeout=240)
-        if watched.returncode != 0:
-            raise AssertionError(f"job {cls.job} did not succeed:\n{watched.stdout}\n"
-                                 f"{watched.stderr}\n{cls.ctl('get', cls.job).stdout}")
+            f.write(text)
+        return cls.ctl("submit", spec, check=check)
 
     @classmethod
     def tearDownClass(cls):
@@ -84,10 +102,7 @@ class TensorBoardTest(unittest.TestCase):
         files = os.listdir(out)
         self.assertEqual(len(files), 1, files)
         self.assertRegex(files[0], r"^events\.out\.tfevents\.\d+\.")
-        acc = event_accumulator.EventAccumulator(out, size_guidance={"scalars": 0})
-        acc.Reload()
-        scalars = {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
-        return response, scalars
+        return response, self.load(out)
 
     def assert_same(self, response, scalars, tag_of):
         expected = {}
@@ -122,6 +137,44 @@ class TensorBoardTest(unittest.TestCase):
         expected = self.assert_same(response, scalars,
                                     lambda s: f"{s['name']}/device_{s['group']}")
         self.assertEqual(len(expected), 4, expected)  # 2 metrics x 2 devices
+
+    def load(self, directory):
+        acc = event_accumulator.EventAccumulator(directory, size_guidance={"scalars": 0})
+        acc.Reload()
+        return {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
+
+    def test_spec_tensorboard_is_written_while_training(self):
+        files = os.listdir(self.live_dir)
+        self.assertEqual(len(files), 1, files)  # one attempt, one file
+        self.assertRegex(files[0], r"^events\.out\.tfevents\.\d+\.")
+        scalars = self.load(self.live_dir)
+        self.assertEqual(sorted(scalars), ["accuracy", "collective_fraction", "compute_fraction",
+                                           "data_wait_fraction", "loss", "samples_per_second"])
+        response = json.loads(self.ctl("metrics", self.live_job, "--name", "loss,accuracy",
+                                       "-o", "json").stdout)
+        for series in response["series"]:
+            with self.subTest(series=series["name"]):
+                events = scalars[series["name"]]
+                self.assertEqual([e.step for e in events], [10, 20, 30, 40, 50, 60])
+                self.assertEqual([e.step for e in events],
+                                 [int(p["step"]) for p in series["points"]])
+                # The runner's reduction across devices and the coordinator's agree to float32.
+                for event, point in zip(events, series["points"]):
+                    self.assertAlmostEqual(event.value, point["value"],
+                                           delta=1e-6 * max(1.0, abs(point["value"])))
+
+    def test_spec_tensorboard_outside_the_checkpoint_root_is_refused(self):
+        root = os.path.join(self.state, "checkpoints")
+        for directory, message in [
+                (root + "/../escape", "has a '..' component"),
+                (os.path.join(self.tmp, "outside"), "is not under a checkpoint root")]:
+            with self.subTest(directory=directory):
+                r = self.submit("escape", job_with("escape", f"  tensorboard: {{directory: "
+                                                             f"{directory}}}"), check=False)
+                self.assertNotEqual(r.returncode, 0, r.stdout)
+                self.assertIn(f"spec.tensorboard.directory: '{directory}' {message}", r.stderr)
+                self.assertFalse(os.path.exists(os.path.join(self.tmp, "escape")))
+                self.assertFalse(os.path.exists(os.path.join(self.tmp, "outside")))
 
     def test_a_directory_that_cannot_be_made_is_refused(self):
         blocker = os.path.join(self.tmp, "a-file")
