@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/progress.h"
+#include "client/tensorboard_export.h"
 #include "client/command_util.h"
 #include "core/device.h"
 #include "core/input_shape.h"
@@ -409,9 +410,25 @@ int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
   v1::QueryMetricsResponse response;
   const grpc::Status status = stub->QueryMetrics(&context, request, &response);
   if (!status.ok()) return ReportRpcError(ctx, status, channel->get());
+  const std::string none = absl::StrCat("no metrics for job ", job_id, " in that range");
+  if (!flags.tensorboard.empty()) {
+    if (response.series().empty()) {
+      *ctx.err << "substraxctl: " << none << "\n";
+      return kExitError;
+    }
+    absl::StatusOr<TensorBoardExport> written = WriteTensorBoard(
+        response, *group_by, UserPath(flags.tensorboard, ctx.working_directory), ctx.clock());
+    if (!written.ok()) {
+      *ctx.err << "substraxctl: --tensorboard: " << written.status().message() << "\n";
+      return kExitError;
+    }
+    *ctx.out << "wrote " << written->series << " series over " << written->steps
+             << " steps (attempt " << response.attempt() << ") to " << written->path << "\n";
+    return kExitOk;
+  }
   return PrintResult(
       ctx, response, [&] { return FormatMetricsTable(response); }, response.series().empty(),
-      absl::StrCat("no metrics for job ", job_id, " in that range"));
+      none);
 }
 
 }  // namespace substrax::ctl

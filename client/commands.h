@@ -86,8 +86,12 @@ struct MetricsFlags {
   std::string steps;               // --steps; empty: all
   std::string group_by;            // --group-by; empty: none
   int attempt = 0;                 // --attempt; 0: the latest attempt with points
+  std::string tensorboard = "";    // --tensorboard DIR; empty: print the series instead
 };
-// metrics JOB: malformed flags exit 2 before any RPC.
+// metrics JOB: malformed flags exit 2 before any RPC. With --tensorboard DIR the series go to a
+// new TensorBoard event file in DIR (created if missing; a relative DIR is relative to
+// ctx.working_directory) and one line names it; exit 1 when DIR cannot be written or there are
+// no points.
 int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
                    const MetricsFlags& flags);
 

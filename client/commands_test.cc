@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -21,11 +22,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/local_cluster.h"
+#include "client/tensorboard_export.h"
+#include "core/tensorboard_writer.h"
 #include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "substrax/v1/job_service.grpc.pb.h"
 #include "substrax/v1/metrics_service.grpc.pb.h"
+#include "tensorboard/event.pb.h"
 
 namespace substrax::ctl {
 namespace {
@@ -469,6 +473,50 @@ TEST_F(CommandsTest, MetricsSendsTheQueryAndTabulatesSeries) {
   EXPECT_EQ(q.reduction(), v1::REDUCTION_MAX);
   EXPECT_EQ(q.group_by(), v1::GROUP_BY_HOST);
   EXPECT_EQ(q.attempt(), 0);
+}
+
+TEST_F(CommandsTest, MetricsTensorBoardWritesAnEventFileWithHostTags) {
+  MetricsFlags flags;
+  flags.group_by = "host";
+  ctx_.working_directory = ::testing::TempDir();
+  flags.tensorboard = "tb/run";  // relative to the working directory, created
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("wrote 2 series over 2 steps (attempt 0) to "));
+  const std::string path = out_.str().substr(out_.str().find(" to ") + 4);
+  std::ifstream in(path.substr(0, path.size() - 1), std::ios::binary);
+  const std::string contents((std::istreambuf_iterator<char>(in)), {});
+  absl::StatusOr<std::vector<std::string>> records = ParseTfRecords(contents);
+  ASSERT_TRUE(records.ok()) << records.status() << " in " << path;
+  ASSERT_EQ(records->size(), 3u);  // the version, steps 100 and 150
+  tensorboard::Event event;
+  ASSERT_TRUE(event.ParseFromString((*records)[1]));
+  EXPECT_EQ(event.step(), 100);
+  ASSERT_EQ(event.summary().value_size(), 2);
+  EXPECT_EQ(event.summary().value(0).tag(), "loss/host_local-0");
+  EXPECT_EQ(event.summary().value(1).tag(), "loss/host_local-1");
+  EXPECT_EQ(event.summary().value(1).simple_value(), 0.1f);
+}
+
+TEST_F(CommandsTest, MetricsTensorBoardRefusesADirectoryItCannotCreate) {
+  MetricsFlags flags;
+  flags.tensorboard = WriteFile("not-a-dir", "x") + "/sub";
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitError);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_THAT(err_.str(), ::testing::HasSubstr("substraxctl: --tensorboard: cannot create the "
+                                               "directory " + flags.tensorboard));
+}
+
+TEST(TensorBoardTagTest, GroupsGetDeviceOrHostSuffixes) {
+  v1::MetricSeries series;
+  series.set_name("loss");
+  EXPECT_EQ(TensorBoardTag(series, v1::GROUP_BY_NONE), "loss");
+  series.set_group("3");
+  EXPECT_EQ(TensorBoardTag(series, v1::GROUP_BY_DEVICE), "loss/device_3");
+  series.set_reduction(v1::REDUCTION_NONE);  // one series per device whatever the grouping
+  EXPECT_EQ(TensorBoardTag(series, v1::GROUP_BY_HOST), "loss/device_3");
+  series.set_reduction(v1::REDUCTION_MEAN);
+  series.set_group("a");
+  EXPECT_EQ(TensorBoardTag(series, v1::GROUP_BY_HOST), "loss/host_a");
 }
 
 TEST_F(CommandsTest, MalformedMetricsFlagsAreUsageErrorsWithoutAnRpc) {

@@ -183,6 +183,10 @@ int main(int argc, char** argv) {
   metrics->add_option("--group-by", metrics_flags.group_by, "device or host; default: none");
   metrics->add_option("--attempt", metrics_flags.attempt,
                       "Attempt N (1 is the first); default: the latest attempt with metrics");
+  metrics->add_option("--tensorboard", metrics_flags.tensorboard,
+                      "Write the series as a TensorBoard event file in DIR (created if missing) "
+                      "instead of printing them")
+      ->type_name("DIR");
   add_output(metrics);
   metrics->callback(
       [&] { run = [&](auto& ctx) { return ctl::MetricsCommand(ctx, job, metrics_flags); }; });

@@ -131,10 +131,18 @@ std::vector<std::pair<std::string, std::string>> CheckpointPaths(const v1::JobSp
   return paths;
 }
 
+std::vector<std::pair<std::string, std::string>> CheckpointRootPaths(const v1::JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> paths = CheckpointPaths(spec);
+  if (!spec.tensorboard().directory().empty()) {
+    paths.emplace_back("spec.tensorboard.directory", spec.tensorboard().directory());
+  }
+  return paths;
+}
+
 absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
                                             const std::vector<std::string>& roots) {
   return Problems(
-      PathsNotUnderRoots(CheckpointPaths(spec), roots, "checkpoint", "checkpoint root",
+      PathsNotUnderRoots(CheckpointRootPaths(spec), roots, "checkpoint", "checkpoint root",
                          "--checkpoint-root"));
 }
 

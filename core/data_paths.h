@@ -63,8 +63,13 @@ absl::Status CheckDataPathsUnderRoots(const v1::DataSpec& data,
 // "spec.resume_from"); empty fields are left out. Runners write and read them.
 std::vector<std::pair<std::string, std::string>> CheckpointPaths(const v1::JobSpec& spec);
 
-// OK when every checkpoint path of `spec` is absolute, normalized and under one of `roots` (the
-// workers' --checkpoint-root directories). INVALID_ARGUMENT otherwise, as for data paths.
+// The directories runners write or read beneath the workers' --checkpoint-root directories:
+// CheckpointPaths and spec.tensorboard.directory.
+std::vector<std::pair<std::string, std::string>> CheckpointRootPaths(const v1::JobSpec& spec);
+
+// OK when every path of CheckpointRootPaths(spec) is absolute, normalized and under one of
+// `roots` (the workers' --checkpoint-root directories). INVALID_ARGUMENT otherwise, as for data
+// paths.
 absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
                                             const std::vector<std::string>& roots);
 

@@ -96,5 +96,24 @@ TEST(DataPathsTest, CheckDataPathsUnderRoots) {
   EXPECT_TRUE(CheckDataPathsUnderRoots(data, {"/data"}).ok());
 }
 
+TEST(DataPathsTest, TheTensorBoardDirectoryIsConfinedLikeCheckpoints) {
+  v1::JobSpec spec;
+  spec.mutable_checkpoint()->set_directory("/ckpt/job");
+  spec.mutable_tensorboard()->set_directory("/ckpt/runs/job");
+  const auto paths = CheckpointRootPaths(spec);
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(paths[1].first, "spec.tensorboard.directory");
+  EXPECT_EQ(CheckpointPaths(spec).size(), 1u) << "no checkpoints are listed from it";
+  EXPECT_TRUE(CheckCheckpointPathsUnderRoots(spec, {"/ckpt"}).ok());
+  spec.mutable_tensorboard()->set_directory("/home/me/runs");
+  absl::Status s = CheckCheckpointPathsUnderRoots(spec, {"/ckpt"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("spec.tensorboard.directory: '/home/me/runs' is not under a "
+                                     "checkpoint root"));
+  spec.mutable_tensorboard()->set_directory("/ckpt/../etc");
+  EXPECT_THAT(CheckCheckpointPathsUnderRoots(spec, {"/ckpt"}).message(),
+              HasSubstr("spec.tensorboard.directory: '/ckpt/../etc' has a '..'"));
+}
+
 }  // namespace
 }  // namespace substrax

@@ -460,6 +460,14 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
   if (!spec.resume_from().empty()) {
     ValidatePath("spec.resume_from", spec.resume_from(), v);
   }
+  if (spec.has_tensorboard() || v.Written("spec.tensorboard")) {
+    if (spec.tensorboard().directory().empty()) {
+      v.Add("spec.tensorboard.directory",
+            "is required: the directory the event files go to, under a worker's checkpoint root");
+    } else {
+      ValidatePath("spec.tensorboard.directory", spec.tensorboard().directory(), v);
+    }
+  }
   v.Range("spec.max_restarts", spec.max_restarts(), 0, kMaxRestarts);
   // Reduced precision exists only on the GPU path; backend auto is checked when the job's
   // devices are known (worker/runtime/trainer.cc).
@@ -508,6 +516,11 @@ void ValidateProgram(const v1::JobSpec& spec, Validator& v) {
             absl::StrCat("a program job defines its ", field, " itself; remove spec.", field,
                          " or spec.program"));
     }
+  }
+  if (spec.has_tensorboard() || v.Written("spec.tensorboard")) {
+    v.Add("spec.tensorboard", "the built-in trainer writes these files; a program job writes its "
+                              "own, or use substraxctl metrics --tensorboard; remove "
+                              "spec.tensorboard");
   }
   if (spec.has_gradients() || v.Written("spec.gradients")) {
     v.Add("spec.gradients", "a program job reduces its gradients itself (substrax::SpmdTrainStep, "

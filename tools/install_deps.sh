@@ -9,7 +9,8 @@ set -euo pipefail
 # Build: Bazel 4 (Debian's bazel-bootstrap), a C++ compiler, pkg-config for the system libraries.
 # Libraries: gRPC and protobuf (with their compilers), Abseil, yaml-cpp, GoogleTest/GoogleMock,
 # Eigen (CPU math), zlib (gzip'd IDX files), Gloo (CPU collectives), CLI11 (command lines),
-# SQLite (the coordinator's state), OpenSSL (certificates and keys for mutual TLS).
+# SQLite (the coordinator's state), OpenSSL (certificates and keys for mutual TLS), Boost
+# (header-only: Boost.CRC's CRC32C for TensorBoard event files).
 # Benchmarks: Open MPI (libraries and mpirun), the comparison peer of //bench:allreduce.
 # Data: Fashion-MNIST in IDX format (examples and the quality run).
 # The SDK's test (tests/sdk) builds examples/sdk outside Bazel as a user would: CMake.
@@ -38,6 +39,7 @@ PACKAGES=(
   libsqlite3-dev
   libssl-dev
   libxxhash-dev
+  libboost-dev
   libopenmpi-dev
   cmake
   openmpi-bin
@@ -127,6 +129,14 @@ PY_REQUIREMENTS=(
   # worker/checkpoint/python_interop_test: checkpoint shards (safetensors) read from Python.
   numpy==2.2.1
   safetensors==0.4.5
+  # tests/tensorboard_test: TensorBoard event files read back by TensorBoard itself.
+  tensorboard==2.20.0
+  tensorboard-data-server==0.7.2
+  absl-py==2.5.1
+  Markdown==3.11.3
+  MarkupSafe==3.0.4
+  pillow==13.0.0
+  Werkzeug==3.1.9
 )
 stamp="$VENV/.substrax-requirements"
 if [ "$(cat "$stamp" 2>/dev/null)" != "${PY_REQUIREMENTS[*]}" ]; then

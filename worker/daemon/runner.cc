@@ -7,10 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
+#include "core/tensorboard_writer.h"
 #include "rpc/proto_time.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "substrax/v1/program.pb.h"
 #include "worker/daemon/launch.h"
+#include "worker/runtime/checkpointing.h"
 #include "worker/runtime/trainer.h"
 #include "worker/sdk/program_impl.h"
 
@@ -33,6 +35,37 @@ v1::StepReport ToStepReport(const DeviceReport& r, const Mesh& mesh, int process
   report.set_input_features(r.input_features);
   *report.mutable_time() = ToProtoTime(absl::Now());
   return report;
+}
+
+// spec.tensorboard's scalars of one progress report: the job's metrics as reduced across
+// devices, the throughput of all devices and the slowest device's time fractions.
+std::vector<TensorBoardScalar> TensorBoardScalars(const ProgressReport& r) {
+  std::vector<TensorBoardScalar> scalars;
+  for (const auto& [name, value] : r.metrics) scalars.push_back({name, value});
+  scalars.push_back({"samples_per_second", r.samples_per_second});
+  scalars.push_back({"data_wait_fraction", r.data_wait_fraction});
+  scalars.push_back({"compute_fraction", r.compute_fraction});
+  scalars.push_back({"collective_fraction", r.collective_fraction});
+  return scalars;
+}
+
+// The event file of spec.tensorboard, opened by the process that holds mesh position 0 (the
+// one the step loop gives progress reports to); null for the other processes and for a job
+// without spec.tensorboard. The directory is checked against the daemon's checkpoint roots
+// first, on the file system, as checkpoint directories are.
+absl::StatusOr<std::unique_ptr<TensorBoardWriter>> OpenTensorBoard(
+    const v1::JobSpec& spec, const ProgramImpl& program, const RunnerOptions& options) {
+  if (!spec.has_tensorboard() || program.process_of_position().empty() ||
+      program.process_of_position().front() != program.process_index()) {
+    return nullptr;
+  }
+  const std::string& dir = spec.tensorboard().directory();
+  SUBSTRAX_RETURN_IF_ERROR(
+      CheckCheckpointDirectory("spec.tensorboard.directory", dir, options.checkpoint_roots));
+  absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer =
+      TensorBoardWriter::Create(dir, absl::Now());
+  if (!writer.ok()) return Annotate(writer.status(), "spec.tensorboard.directory");
+  return writer;
 }
 
 }  // namespace
@@ -66,6 +99,12 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
     return started.status();
   }
   ProgramImpl& program = **started;
+  absl::StatusOr<std::unique_ptr<TensorBoardWriter>> tensorboard =
+      OpenTensorBoard(assignment.spec(), program, options);
+  if (!tensorboard.ok()) {
+    program.Finish(tensorboard.status());
+    return tensorboard.status();
+  }
 
   TrainerOptions trainer(program.mesh());
   trainer.spec = assignment.spec();
@@ -89,9 +128,20 @@ absl::Status RunAssignment(const v1::Assignment& assignment, const RunnerOptions
   trainer.on_device_report = [&](const DeviceReport& r) {
     program.EnqueueStepReport(ToStepReport(r, program.mesh(), program.process_index()));
   };
-  trainer.on_progress = [](const ProgressReport& r) {
+  bool tensorboard_failed = false;
+  trainer.on_progress = [&](const ProgressReport& r) {
     std::fprintf(stderr, "step %lld/%lld\n", static_cast<long long>(r.step),
                  static_cast<long long>(r.total_steps));
+    if (*tensorboard == nullptr) return;
+    // Flushed at every report, so that TensorBoard shows the job live. A failed write (a full
+    // disk) does not stop training: the runner's log says it once, and later reports retry it.
+    (*tensorboard)->AddStep(r.step, absl::Now(), TensorBoardScalars(r));
+    const absl::Status flushed = (*tensorboard)->Flush();
+    if (!flushed.ok() && !tensorboard_failed) {
+      std::fprintf(stderr, "spec.tensorboard: %s; training goes on\n",
+                   std::string(flushed.message()).c_str());
+    }
+    tensorboard_failed = !flushed.ok();
   };
   absl::StatusOr<TrainResult> trained = Train(trainer);
   if (trained.ok()) program.SetFinalMetrics(trained->evaluation);

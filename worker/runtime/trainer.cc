@@ -281,7 +281,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
         "spec.checkpoint: checkpoints are not implemented on CUDA devices yet (they run on CPU "
         "devices); remove the checkpoint section and resume_from, or run on CPU workers");
   }
-  for (const auto& [field, dir] : CheckpointPaths(spec)) {
+  for (const auto& [field, dir] : CheckpointRootPaths(spec)) {
     SUBSTRAX_RETURN_IF_ERROR(CheckCheckpointDirectory(field, dir, options.checkpoint_roots));
   }
   if (spec.backend() == v1::BACKEND_CUDA && !cuda_devices) {
