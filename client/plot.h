@@ -23,6 +23,8 @@ struct PlotSeries {
 // The smallest chart RenderPlot draws; smaller sizes are raised to these.
 inline constexpr int kMinPlotWidth = 20;
 inline constexpr int kMinPlotHeight = 6;
+// The height of a chart when the terminal's is unknown.
+inline constexpr int kDefaultPlotHeight = 20;
 
 struct PlotOptions {
   // Columns of every line at most, and lines of the chart exactly (legend included).
