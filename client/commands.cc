@@ -240,8 +240,10 @@ int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
   const ProgressStyle style{ctx.terminal, ctx.columns, ctx.unicode};
   EtaEstimator eta;
   // The loss of each step the stream showed, latest last, for the trend beside the bar. The
-  // stream carries every report, so no metrics query is needed.
+  // stream carries every report, so no metrics query is needed. A step's loss changes while
+  // more of its devices report: the latest value replaces the step's.
   std::vector<double> losses;
+  int64_t loss_step = -1;
   std::optional<v1::Job> last;
   bool bar_shown = false;  // a bar is on the current terminal line
   auto end_bar = [&] {
@@ -268,13 +270,18 @@ int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
       if (changed) {  // a new attempt restarts the estimate and the trend
         eta = EtaEstimator();
         losses.clear();
+        loss_step = -1;
       }
       eta.Observe(ctx.clock(), job.progress().step());
       const auto loss = job.progress().metrics().find("loss");
-      if (loss != job.progress().metrics().end() &&
-          (changed || last->progress().step() != job.progress().step())) {
-        losses.push_back(loss->second);
-        if (losses.size() > kLossTrendLength) losses.erase(losses.begin());
+      if (loss != job.progress().metrics().end()) {
+        if (losses.empty() || job.progress().step() != loss_step) {
+          losses.push_back(loss->second);
+          if (losses.size() > kLossTrendLength) losses.erase(losses.begin());
+        } else {
+          losses.back() = loss->second;
+        }
+        loss_step = job.progress().step();
       }
       const std::string line =
           RenderProgress(job, eta.Remaining(job.progress().total_steps()), style, losses);

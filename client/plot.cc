@@ -50,13 +50,17 @@ std::string RenderLine(const std::vector<CellMark>& cells, bool color) {
   size_t end = cells.size();
   while (end > 0 && cells[end - 1].ch == ' ') --end;
   std::string line;
+  int open = -1;  // the series whose colour is on
   for (size_t i = 0; i < end; ++i) {
-    if (color && cells[i].series >= 0) {
-      absl::StrAppend(&line, ColorOf(cells[i].series), std::string(1, cells[i].ch), kReset);
-    } else {
-      line += cells[i].ch;
+    const int series = color ? cells[i].series : -1;
+    if (series != open) {
+      if (open >= 0) line += kReset;
+      if (series >= 0) line += ColorOf(series);
+      open = series;
     }
+    line += cells[i].ch;
   }
+  if (open >= 0) line += kReset;
   return line + "\n";
 }
 
