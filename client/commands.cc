@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/plot.h"
 #include "client/progress.h"
 #include "client/tensorboard_export.h"
 #include "client/command_util.h"
@@ -120,6 +121,33 @@ int PlanDevices(const CommandContext& ctx, const std::string& workers, std::vect
   return kExitOk;
 }
 
+// --plot draws for people; its size flags mean nothing without it.
+absl::Status CheckPlotFlags(const CommandContext& ctx, const MetricsFlags& flags) {
+  if (flags.plot && ctx.format != OutputFormat::kTable) {
+    return absl::InvalidArgumentError(
+        "--plot draws a chart for people and cannot be combined with -o json or -o yaml; "
+        "leave out --plot to get the series as data");
+  }
+  if (flags.plot && !flags.tensorboard.empty()) {
+    return absl::InvalidArgumentError(
+        "--plot draws the series and --tensorboard writes them to files; choose one");
+  }
+  if (!flags.plot && (flags.width != 0 || flags.height != 0)) {
+    return absl::InvalidArgumentError("--width and --height size the chart of --plot; add --plot");
+  }
+  if (flags.width != 0 && flags.width < kMinPlotWidth) {
+    return absl::InvalidArgumentError(absl::StrCat("--width: ", flags.width, " columns is too "
+                                                   "narrow for a chart; give at least ",
+                                                   kMinPlotWidth));
+  }
+  if (flags.height != 0 && flags.height < kMinPlotHeight) {
+    return absl::InvalidArgumentError(absl::StrCat("--height: ", flags.height, " lines is too "
+                                                   "low for a chart; give at least ",
+                                                   kMinPlotHeight));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch,
@@ -214,8 +242,13 @@ int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
   std::unique_ptr<grpc::ClientReader<v1::WatchJobResponse>> reader =
       stub->WatchJob(&context, request);
 
-  const ProgressStyle style{ctx.terminal, ctx.columns};
+  const ProgressStyle style{ctx.terminal, ctx.columns, ctx.unicode};
   EtaEstimator eta;
+  // The loss of each step the stream showed, latest last, for the trend beside the bar. The
+  // stream carries every report, so no metrics query is needed. A step's loss changes while
+  // more of its devices report: the latest value replaces the step's.
+  std::vector<double> losses;
+  int64_t loss_step = -1;
   std::optional<v1::Job> last;
   bool bar_shown = false;  // a bar is on the current terminal line
   auto end_bar = [&] {
@@ -239,10 +272,24 @@ int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
       *ctx.out << RenderStateChange(job) << "\n";
     }
     if (job.state() == v1::JOB_STATE_RUNNING && job.progress().total_steps() > 0) {
-      if (changed) eta = EtaEstimator();  // a new attempt restarts the estimate
+      if (changed) {  // a new attempt restarts the estimate and the trend
+        eta = EtaEstimator();
+        losses.clear();
+        loss_step = -1;
+      }
       eta.Observe(ctx.clock(), job.progress().step());
+      const auto loss = job.progress().metrics().find("loss");
+      if (loss != job.progress().metrics().end()) {
+        if (losses.empty() || job.progress().step() != loss_step) {
+          losses.push_back(loss->second);
+          if (losses.size() > kLossTrendLength) losses.erase(losses.begin());
+        } else {
+          losses.back() = loss->second;
+        }
+        loss_step = job.progress().step();
+      }
       const std::string line =
-          RenderProgress(job, eta.Remaining(job.progress().total_steps()), style);
+          RenderProgress(job, eta.Remaining(job.progress().total_steps()), style, losses);
       if (ctx.terminal) {
         *ctx.out << "\r" << line << "\x1b[K";
         bar_shown = true;
@@ -380,6 +427,7 @@ int PlanCommand(const CommandContext& ctx, const std::string& path, const std::s
 
 int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
                    const MetricsFlags& flags) {
+  if (absl::Status s = CheckPlotFlags(ctx, flags); !s.ok()) return UsageError(ctx, s);
   v1::QueryMetricsRequest request;
   request.set_job_id(job_id);
   for (const std::string& names : flags.names) {
@@ -387,6 +435,8 @@ int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
       request.add_names(std::string(name));
     }
   }
+  // A chart of every metric at once would mix scales: the loss unless asked otherwise.
+  if (flags.plot && request.names().empty()) request.add_names("loss");
   absl::StatusOr<v1::StepRange> steps = ParseStepRange(flags.steps);
   if (!steps.ok()) return UsageError(ctx, steps.status());
   *request.mutable_steps() = *steps;
@@ -426,9 +476,17 @@ int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
              << " steps (attempt " << response.attempt() << ") to " << written->path << "\n";
     return kExitOk;
   }
-  return PrintResult(
-      ctx, response, [&] { return FormatMetricsTable(response); }, response.series().empty(),
-      none);
+  auto render = [&] {
+    if (!flags.plot) return FormatMetricsTable(response);
+    PlotOptions options;
+    options.width = flags.width > 0 ? flags.width : ctx.columns;
+    options.height = flags.height > 0 ? flags.height
+                     : ctx.rows > 0   ? ctx.rows - 1  // the prompt's line stays on screen
+                                      : kDefaultPlotHeight;
+    options.color = ctx.color;
+    return RenderPlot(PlotSeriesOf(response), options);
+  };
+  return PrintResult(ctx, response, render, response.series().empty(), none);
 }
 
 }  // namespace substrax::ctl

@@ -35,6 +35,10 @@ struct CommandContext {
   bool terminal = false;
   // Width of that terminal.
   int columns = 80;
+  // Its height in lines; 0: unknown (not a terminal and no $LINES).
+  int rows = 0;
+  // Sparklines may use Unicode blocks: a terminal with a UTF-8 locale.
+  bool unicode = false;
   // ANSI colours in tables (a terminal, NO_COLOR unset).
   bool color = false;
   // Times are shown in this zone; ages and ETAs are measured with this clock.
@@ -87,11 +91,16 @@ struct MetricsFlags {
   std::string group_by;            // --group-by; empty: none
   int attempt = 0;                 // --attempt; 0: the latest attempt with points
   std::string tensorboard = "";    // --tensorboard DIR; empty: print the series instead
+  bool plot = false;               // --plot: a chart (client/plot.h) instead of the table
+  int width = 0;                   // --width of the chart; 0: the terminal's columns
+  int height = 0;                  // --height of the chart; 0: the terminal's lines less one, or 20
 };
 // metrics JOB: malformed flags exit 2 before any RPC. With --tensorboard DIR the series go to a
 // new TensorBoard event file in DIR (created if missing; a relative DIR is relative to
 // ctx.working_directory) and one line names it; exit 1 when DIR cannot be written or there are
-// no points.
+// no points. With `plot`, the series (loss when no --name is given) are drawn as a chart; --plot
+// with -o json or yaml or with --tensorboard, and --width or --height without --plot or below
+// the chart's minimum (client/plot.h), are usage errors.
 int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
                    const MetricsFlags& flags);
 

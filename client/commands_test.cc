@@ -20,6 +20,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "client/local_cluster.h"
 #include "client/tensorboard_export.h"
@@ -163,6 +165,8 @@ class FakeJobService final : public v1::JobService::Service {
     send(MakeJob(id, v1::JOB_STATE_RUNNING, 50));
     v1::Job same_step = MakeJob(id, v1::JOB_STATE_RUNNING, 50);
     same_step.mutable_progress()->set_samples_per_second(99);  // no new plain line
+    // More of the step's devices reported: its loss changes (the trend keeps the latest).
+    (*same_step.mutable_progress()->mutable_metrics())["loss"] = 0.6;
     send(same_step);
     if (id == "fails-1") {
       v1::Job failed = MakeJob(id, v1::JOB_STATE_FAILED, 50);
@@ -403,8 +407,8 @@ TEST_F(CommandsTest, WatchPlainPrintsALinePerStepThenTheOutcome) {
             "job demo-1 PENDING: submitted\n"
             "job demo-1 RUNNING (attempt 1): scheduled on 2 devices of 1 worker\n"
             "step 0/100 (0.0%)  loss=1\n"
-            "step 50/100 (50.0%)  loss=0.0196  eta 10s\n"
-            "step 100/100 (100.0%)  loss=0.0099  eta 0s\n"
+            "step 50/100 (50.0%)  loss=0.0196 trend=^_  eta 10s\n"
+            "step 100/100 (100.0%)  loss=0.0099 trend=^-_  eta 0s\n"
             "demo-1 SUCCEEDED after 1m00s at step 100/100\n"
             "test_accuracy=0.8812\n");
   EXPECT_EQ(err_.str(), "");
@@ -412,11 +416,17 @@ TEST_F(CommandsTest, WatchPlainPrintsALinePerStepThenTheOutcome) {
 
 TEST_F(CommandsTest, WatchOnATerminalRedrawsTheBarInPlace) {
   ctx_.terminal = true;
+  ctx_.unicode = true;
   ctx_.columns = 100;
   EXPECT_EQ(WatchCommand(ctx_, "demo-1"), kExitOk);
   const std::string out = out_.str();
   EXPECT_NE(out.find("\r|"), std::string::npos) << out;
-  EXPECT_NE(out.find("| 50/100 50%  loss=0.0196  99 samples/s  ETA"), std::string::npos) << out;
+  // The loss trend: one glyph per step the stream showed (0, 50, 100); step 50 again, with
+  // its loss refined to 0.6, replaces step 50's value.
+  EXPECT_NE(out.find("| 50/100 50%  loss=0.0196 █▁  ETA"), std::string::npos) << out;
+  EXPECT_NE(out.find("| 50/100 50%  loss=0.6000 █▁  99 samples/s  ETA"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("| 100/100 100%  loss=0.0099 █▅▁"), std::string::npos) << out;
   EXPECT_NE(out.find("\x1b[K\ndemo-1 SUCCEEDED"), std::string::npos) << out;
   EXPECT_NE(out.find("█"), std::string::npos);
 }
@@ -517,6 +527,84 @@ TEST(TensorBoardTagTest, GroupsGetDeviceOrHostSuffixes) {
   series.set_reduction(v1::REDUCTION_MEAN);
   series.set_group("a");
   EXPECT_EQ(TensorBoardTag(series, v1::GROUP_BY_HOST), "loss/host_a");
+}
+
+TEST_F(CommandsTest, MetricsPlotDrawsTheLossPerGroupAtTheAskedSize) {
+  MetricsFlags flags;
+  flags.group_by = "host";
+  flags.attempt = 1;
+  flags.steps = "100:";
+  flags.plot = true;
+  flags.width = 60;
+  flags.height = 15;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitOk) << err_.str();
+  const std::string out = out_.str();
+  const std::vector<std::string> lines = absl::StrSplit(absl::StripSuffix(out, "\n"), '\n');
+  EXPECT_EQ(lines.size(), 15u) << out;
+  for (const std::string& line : lines) EXPECT_LE(DisplayWidth(line), 60u) << line;
+  EXPECT_EQ(lines.back(), "* loss/local-0   o loss/local-1") << out;
+  EXPECT_THAT(out, HasSubstr("0.1500 |")) << out;
+  EXPECT_THAT(out, HasSubstr("100")) << out;
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << "colour is off";
+  // Without --name the chart is of the loss; the other flags pass through.
+  const v1::QueryMetricsRequest q = metrics_.last();
+  EXPECT_EQ(std::vector<std::string>(q.names().begin(), q.names().end()),
+            std::vector<std::string>{"loss"});
+  EXPECT_EQ(q.group_by(), v1::GROUP_BY_HOST);
+  EXPECT_EQ(q.attempt(), 1);
+  EXPECT_EQ(q.steps().first(), 100);
+
+  // Sized to the terminal when no size is given, in colour when the context says so.
+  out_.str("");
+  ctx_.columns = 72;
+  ctx_.rows = 30;
+  ctx_.color = true;
+  flags.width = flags.height = 0;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitOk) << err_.str();
+  const std::string sized = out_.str();
+  EXPECT_EQ(std::count(sized.begin(), sized.end(), '\n'), 29) << sized;
+  EXPECT_THAT(sized, HasSubstr(std::string(kYellow) + "oo")) << sized;
+  std::vector<std::string> sized_lines = absl::StrSplit(sized, '\n');
+  size_t widest = 0;
+  for (const std::string& line : sized_lines) widest = std::max(widest, DisplayWidth(line));
+  EXPECT_EQ(widest, 72u) << sized;  // the x-axis spans the terminal
+  // Not a terminal and no $LINES: 20 lines.
+  out_.str("");
+  ctx_.rows = 0;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitOk) << err_.str();
+  const std::string unsized = out_.str();
+  EXPECT_EQ(std::count(unsized.begin(), unsized.end(), '\n'), 20) << unsized;
+}
+
+TEST_F(CommandsTest, MetricsPlotFlagsThatCannotWorkAreUsageErrors) {
+  MetricsFlags flags;
+  flags.plot = true;
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--plot draws a chart for people and cannot be combined "
+                                    "with -o json or -o yaml"));
+  ctx_.format = OutputFormat::kYaml;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitUsage);
+  ctx_.format = OutputFormat::kTable;
+  err_.str("");
+  flags.width = 10;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--width: 10 columns is too narrow for a chart; give at "
+                                    "least 20"));
+  flags.width = 0;
+  flags.height = -3;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--height: -3 lines is too low"));
+  flags.plot = false;
+  flags.height = 20;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--width and --height size the chart of --plot; add --plot"));
+  flags.height = 0;
+  flags.plot = true;
+  flags.tensorboard = "tb";
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--plot draws the series and --tensorboard writes them"));
+  EXPECT_EQ(metrics_.queries(), 0);
 }
 
 TEST_F(CommandsTest, MalformedMetricsFlagsAreUsageErrorsWithoutAnRpc) {

@@ -33,6 +33,8 @@ inline constexpr char kReset[] = "\x1b[0m";
 inline constexpr char kRed[] = "\x1b[31m";
 inline constexpr char kGreen[] = "\x1b[32m";
 inline constexpr char kYellow[] = "\x1b[33m";
+inline constexpr char kBlue[] = "\x1b[34m";
+inline constexpr char kMagenta[] = "\x1b[35m";
 inline constexpr char kCyan[] = "\x1b[36m";
 inline constexpr char kGrey[] = "\x1b[90m";
 

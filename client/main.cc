@@ -18,6 +18,7 @@
 #include "client/certs_command.h"
 #include "client/commands.h"
 #include "client/local_cluster.h"
+#include "client/plot.h"
 #include "rpc/transport_flags.h"
 
 namespace {
@@ -27,12 +28,13 @@ std::string Env(const char* name) {
   return value == nullptr ? "" : value;
 }
 
-int TerminalColumns() {
+// The terminal's size from stdout (TIOCGWINSZ), else $COLUMNS and $LINES; 0 where unknown.
+int TerminalSize(unsigned short winsize::*field, const char* env) {
   struct winsize ws;
-  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  int columns = 0;
-  if (absl::SimpleAtoi(Env("COLUMNS"), &columns) && columns > 0) return columns;
-  return 80;
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.*field > 0) return ws.*field;
+  int size = 0;
+  if (absl::SimpleAtoi(Env(env), &size) && size > 0) return size;
+  return 0;
 }
 
 constexpr char kFooter[] =
@@ -169,7 +171,8 @@ int main(int argc, char** argv) {
       [&] { run = [&](auto& ctx) { return ctl::PlanCommand(ctx, spec_file, plan_workers); }; });
 
   CLI::App* metrics = app.add_subcommand(
-      "metrics", "Query a job's metric series: one row per step, one column per series");
+      "metrics", "Query a job's metric series: one row per step, one column per series, or "
+                 "a chart (--plot)");
   ctl::MetricsFlags metrics_flags;
   add_job(metrics);
   metrics->add_option("--name", metrics_flags.names,
@@ -187,6 +190,16 @@ int main(int argc, char** argv) {
                       "Write the series as a TensorBoard event file in DIR (created if missing) "
                       "instead of printing them")
       ->type_name("DIR");
+  metrics->add_flag("--plot", metrics_flags.plot,
+                    "Draw the series (default: loss) against the step as a chart sized to the "
+                    "terminal, one line per series, instead of the table");
+  metrics->add_option("--width", metrics_flags.width,
+                      "Columns of the --plot chart (default: the terminal's, else $COLUMNS or 80)")
+      ->type_name("N");
+  metrics->add_option("--height", metrics_flags.height,
+                      "Lines of the --plot chart (default: the terminal's less one, else $LINES "
+                      "less one, or 20)")
+      ->type_name("N");
   add_output(metrics);
   metrics->callback(
       [&] { run = [&](auto& ctx) { return ctl::MetricsCommand(ctx, job, metrics_flags); }; });
@@ -334,7 +347,10 @@ int main(int argc, char** argv) {
   local_flags.self_dir = ctl::SelfDirectory();
   ctx.format = *ctl::ParseOutputFormat(output);
   ctx.terminal = isatty(STDOUT_FILENO) == 1;
-  ctx.columns = TerminalColumns();
+  ctx.columns = TerminalSize(&winsize::ws_col, "COLUMNS");
+  if (ctx.columns == 0) ctx.columns = 80;
+  ctx.rows = TerminalSize(&winsize::ws_row, "LINES");
   ctx.color = ctx.terminal && Env("NO_COLOR").empty() && Env("TERM") != "dumb";
+  ctx.unicode = ctx.terminal && ctl::LocaleIsUtf8(Env("LC_ALL"), Env("LC_CTYPE"), Env("LANG"));
   return run(ctx);
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/format.h"
+#include "client/plot.h"
 
 namespace substrax::ctl {
 
@@ -48,11 +49,25 @@ std::string RenderBar(double fraction, int width) {
 }
 
 std::string RenderProgress(const v1::Job& job, std::optional<absl::Duration> eta,
-                           const ProgressStyle& style) {
+                           const ProgressStyle& style, const std::vector<double>& losses) {
   const v1::JobProgress& p = job.progress();
   const double fraction =
       p.total_steps() > 0 ? static_cast<double>(p.step()) / p.total_steps() : 0.0;
-  const std::string metrics = FormatMetricPairs(p.metrics(), "  ", "step");
+  const bool has_loss = p.metrics().count("loss") > 0;
+  std::string trend;
+  if (has_loss && losses.size() >= 2) {
+    trend = RenderSparkline(losses, kLossTrendLength, style.unicode);
+    if (!style.terminal) trend = "trend=" + trend;
+  }
+  // "loss=X", its trend after it when there is one.
+  std::string loss;
+  if (has_loss) {
+    loss = absl::StrCat("loss=", FormatMetricValue(p.metrics().at("loss")));
+    if (!trend.empty()) absl::StrAppend(&loss, " ", trend);
+  }
+  // The loss pair comes first; the trend goes after it.
+  std::string metrics = FormatMetricPairs(p.metrics(), "  ", "step");
+  if (!trend.empty()) metrics.replace(0, std::min(metrics.find("  "), metrics.size()), loss);
   if (!style.terminal) {
     std::string line = absl::StrFormat("step %d/%d (%.1f%%)", p.step(), p.total_steps(),
                                        100 * fraction);
@@ -64,13 +79,13 @@ std::string RenderProgress(const v1::Job& job, std::optional<absl::Duration> eta
     return line;
   }
   // The text after the bar, with less in it as the terminal narrows: all metrics, then loss
-  // only, then without the throughput.
-  auto text_with = [&](bool all_metrics, bool throughput) {
+  // only, then without the throughput, then without the trend.
+  auto text_with = [&](bool all_metrics, bool throughput, bool with_trend) {
     std::string text =
         absl::StrFormat(" %d/%d %.0f%%", p.step(), p.total_steps(), 100 * fraction);
     if (all_metrics && !metrics.empty()) absl::StrAppend(&text, "  ", metrics);
-    if (!all_metrics && p.metrics().count("loss") > 0) {
-      absl::StrAppend(&text, "  loss=", FormatMetricValue(p.metrics().at("loss")));
+    if (!all_metrics && has_loss) {
+      absl::StrAppend(&text, "  ", with_trend ? loss : loss.substr(0, loss.find(' ')));
     }
     if (throughput && p.samples_per_second() > 0) {
       absl::StrAppendFormat(&text, "  %.0f samples/s", p.samples_per_second());
@@ -82,15 +97,18 @@ std::string RenderProgress(const v1::Job& job, std::optional<absl::Duration> eta
   const int room = style.columns - 1;
   constexpr int kMinBar = 10;
   constexpr int kMaxBar = 30;
-  for (const auto& [all_metrics, throughput] :
-       {std::pair{true, true}, std::pair{false, true}, std::pair{false, false}}) {
-    const std::string text = text_with(all_metrics, throughput);
+  struct Variant {
+    bool all_metrics, throughput, trend;
+  };
+  for (const Variant& v : {Variant{true, true, true}, Variant{false, true, true},
+                           Variant{false, false, true}, Variant{false, false, false}}) {
+    const std::string text = text_with(v.all_metrics, v.throughput, v.trend);
     const int bar_width =
         std::min(kMaxBar, room - static_cast<int>(DisplayWidth(text)) - 2);  // the two '|'
     if (bar_width >= kMinBar) return absl::StrCat("|", RenderBar(fraction, bar_width), "|", text);
   }
   // Too narrow for a bar: the shortest text alone, cut to fit (it is ASCII).
-  std::string plain = text_with(false, false).substr(1);
+  std::string plain = text_with(false, false, false).substr(1);
   if (static_cast<int>(plain.size()) > room) plain.resize(std::max(0, room));
   return plain;
 }

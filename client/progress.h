@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "substrax/v1/job.pb.h"
@@ -38,15 +39,22 @@ struct ProgressStyle {
   // Otherwise the plain form, one line per update.
   bool terminal = false;
   int columns = 80;
+  // The loss trend in Unicode blocks; else in ASCII (client/plot.h RenderSparkline).
+  bool unicode = false;
 };
 
+// How many of the latest loss reports the trend shows.
+inline constexpr int kLossTrendLength = 12;
+
 // The progress of a running job, without a line ending:
-//   terminal: "|████▌     | 120/1000 12%  loss=0.5123  accuracy=0.8100  1234 samples/s  ETA 1m05s"
-//   plain:    "step 120/1000 (12.0%)  loss=0.5123  accuracy=0.8100  samples/s=1234  eta 1m05s"
-// On a terminal the bar narrows (to 10 columns at least) so the line fits `columns - 1`; if even
-// that does not fit, the bar is left out and the text cut.
+//   terminal: "|████▌     | 120/1000 12%  loss=0.5123 █▆▄▃▂▁  accuracy=0.8100  1234 samples/s  ETA 1m05s"
+//   plain:    "step 120/1000 (12.0%)  loss=0.5123 trend=^~-._  accuracy=0.8100  samples/s=1234  eta 1m05s"
+// `losses` are the job's latest loss reports, oldest first; with two or more, the last
+// kLossTrendLength are drawn as a sparkline after the loss. On a terminal the bar narrows (to 10
+// columns at least) so the line fits `columns - 1`, dropping the other metrics, the throughput
+// and then the trend as needed; if even that does not fit, the bar is left out and the text cut.
 std::string RenderProgress(const v1::Job& job, std::optional<absl::Duration> eta,
-                           const ProgressStyle& style);
+                           const ProgressStyle& style, const std::vector<double>& losses = {});
 
 // A line for a change of state or attempt while watching:
 // "job fashion-mnist-mlp-3 RUNNING (attempt 1): scheduled on 4 devices of 2 workers".

@@ -1,6 +1,7 @@
 #include "client/progress.h"
 
 #include <string>
+#include <vector>
 
 #include "client/format.h"
 #include "gtest/gtest.h"
@@ -57,6 +58,28 @@ TEST(RenderProgressTest, TerminalBarFitsTheWidth) {
   // Too narrow for a bar of 10: the text alone, cut to fit.
   const std::string narrow = RenderProgress(Running(500, 1000), absl::Seconds(65), {true, 30});
   EXPECT_EQ(narrow, "500/1000 50%  loss=0.5123  ET");
+}
+
+TEST(RenderProgressTest, LossTrendAfterTheLoss) {
+  const std::vector<double> losses = {2.0, 1.2, 0.9, 0.7, 0.6, 0.51234};
+  // Plain lines (logs, pipes): ASCII.
+  EXPECT_EQ(RenderProgress(Running(500, 1000), std::nullopt, {false, 80}, losses),
+            "step 500/1000 (50.0%)  loss=0.5123 trend=^-..__  accuracy=0.8100  samples/s=1234");
+  // A UTF-8 terminal: blocks; an ASCII terminal: the ASCII glyphs.
+  EXPECT_EQ(RenderProgress(Running(500, 1000), std::nullopt, {true, 200, true}, losses),
+            "|" + RenderBar(0.5, 30) +
+                "| 500/1000 50%  loss=0.5123 █▄▃▂▁▁  accuracy=0.8100  1234 samples/s");
+  EXPECT_EQ(RenderProgress(Running(500, 1000), std::nullopt, {true, 200, false}, losses),
+            "|" + RenderBar(0.5, 30) +
+                "| 500/1000 50%  loss=0.5123 ^-..__  accuracy=0.8100  1234 samples/s");
+  // One loss is no trend yet.
+  EXPECT_EQ(RenderProgress(Running(500, 1000), std::nullopt, {false, 80}, {0.5}),
+            "step 500/1000 (50.0%)  loss=0.5123  accuracy=0.8100  samples/s=1234");
+  // The trend is the last thing to go as the terminal narrows.
+  EXPECT_EQ(RenderProgress(Running(500, 1000), absl::Seconds(65), {true, 50, true}, losses),
+            "|" + RenderBar(0.5, 10) + "| 500/1000 50%  loss=0.5123  ETA 1m05s");
+  EXPECT_EQ(RenderProgress(Running(500, 1000), absl::Seconds(65), {true, 57, true}, losses),
+            "|" + RenderBar(0.5, 10) + "| 500/1000 50%  loss=0.5123 █▄▃▂▁▁  ETA 1m05s");
 }
 
 TEST(EtaEstimatorTest, RateSinceFirstObservationRestartsWhenStepsGoBack) {

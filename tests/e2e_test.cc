@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 
@@ -196,6 +197,18 @@ TEST(EndToEndTest, TrainsToSucceededAndServesMetricsAcrossARestart) {
   ASSERT_EQ(by_host.exit_code, 0) << by_host.err;
   EXPECT_THAT(by_host.out, HasSubstr("host-a"));
   EXPECT_THAT(by_host.out, HasSubstr("host-b"));
+  // The same series as a chart: one line per host, at the asked size, without colour (stdout
+  // is a pipe); a chart cannot be JSON.
+  CommandResult plot = cluster.Ctl(
+      {"metrics", id, "--plot", "--group-by", "host", "--width", "60", "--height", "15"});
+  ASSERT_EQ(plot.exit_code, 0) << plot.err;
+  EXPECT_EQ(std::count(plot.out.begin(), plot.out.end(), '\n'), 15) << plot.out;
+  EXPECT_THAT(plot.out, HasSubstr("* loss/host-a   o loss/host-b\n")) << plot.out;
+  EXPECT_THAT(plot.out, HasSubstr("+----")) << plot.out;
+  EXPECT_EQ(plot.out.find('\x1b'), std::string::npos) << plot.out;
+  CommandResult plot_json = cluster.Ctl({"metrics", id, "--plot", "-o", "json"});
+  EXPECT_EQ(plot_json.exit_code, 2);
+  EXPECT_THAT(plot_json.err, HasSubstr("--plot draws a chart for people"));
 
   // Restart the coordinator: what it acknowledged is still there, byte for byte.
   const CommandResult get_before = cluster.Ctl({"get", id, "-o", "json"});
