@@ -177,6 +177,9 @@ both_alive() { alive w-1 && alive w-2; }
 poll 60 "both workers registered and alive" both_alive
 
 # A 2-device job that fits on one worker; ~10 s per attempt here.
+# Long enough that attempt 1 is still running when the cut comes (the few substraxctl calls
+# before it take seconds; 10000 steps of this model once ended first), short enough that attempt
+# 2 ends well within OVERALL_S.
 cat >"$TMP/job.yaml" <<'EOF'
 apiVersion: substrax/v1
 kind: TrainJob
@@ -190,7 +193,7 @@ spec:
   optimizer: {type: adam, learning_rate: 0.01}
   mesh: {data_parallel_size: 2}
   batch: {global_batch_size: 64}
-  steps: 10000
+  steps: 60000
   report_every_steps: 10
   max_restarts: 2
 EOF
