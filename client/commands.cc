@@ -288,11 +288,13 @@ int CancelCommand(const CommandContext& ctx, const std::string& job_id,
 int LogsCommand(const CommandContext& ctx, const std::string& job_id, const LogsFlags& flags) {
   if (flags.process < -1) {
     return UsageError(ctx, absl::InvalidArgumentError(absl::StrCat(
-                               "--process: ", flags.process, " is not a process index (0, 1, ...)")));
+                               "--process: ", flags.process,
+                               " is not a process index (0, 1, ...)")));
   }
   if (flags.attempt < 0) {
     return UsageError(ctx, absl::InvalidArgumentError(absl::StrCat(
-                               "--attempt: ", flags.attempt, " is not an attempt (1 is the first)")));
+                               "--attempt: ", flags.attempt,
+                               " is not an attempt (1 is the first)")));
   }
   if (flags.tail < 0) {
     return UsageError(ctx, absl::InvalidArgumentError(

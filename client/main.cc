@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
               "[p<process> <host>]; -f follows it until the job ends");
   ctl::LogsFlags logs_flags;
   add_job(logs);
-  logs->add_option("--process", logs_flags.process, "Only process N (0 is the first); default: all");
+  logs->add_option("--process", logs_flags.process,
+                   "Only process N (0 is the first); default: all");
   logs->add_option("--attempt", logs_flags.attempt,
                    "Attempt N (1 is the first); default: the latest");
   logs->add_option("--tail", logs_flags.tail,

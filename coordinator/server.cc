@@ -420,7 +420,9 @@ struct CoordinatorServer::Impl {
                                                           : reader->seen();
           const int expected = process >= 0 ? 1 : processes;
           if (reader->complete() >= expected) return grpc::Status::OK;
-          if (give_up == absl::InfiniteFuture()) give_up = absl::Now() + impl_->options.log_follow_grace;
+          if (give_up == absl::InfiniteFuture()) {
+            give_up = absl::Now() + impl_->options.log_follow_grace;
+          }
           if (absl::Now() >= give_up) {
             for (const std::string& text :
                  reader->Incomplete(processes, impl_->options.log_follow_grace)) {

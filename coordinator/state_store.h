@@ -124,8 +124,8 @@ class StateStore {
   virtual absl::StatusOr<std::vector<LogExtent>> LogExtents(const std::string& job_id,
                                                             int attempt) = 0;
   // The stored chunks of one process's log that end after `from` or start at or after it (a
-  // chunk that starts before `from` and ends after it is included whole), by offset, until they hold at least
-  // `max_bytes` (the last one may pass it). Errors: as Load.
+  // chunk that starts before `from` and ends after it is included whole), by offset, until
+  // they hold at least `max_bytes` (the last one may pass it). Errors: as Load.
   virtual absl::StatusOr<std::vector<LogChunk>> ReadLogChunks(const std::string& job_id,
                                                               int attempt, int process_index,
                                                               int64_t from, int64_t max_bytes) = 0;
