@@ -333,6 +333,61 @@ int CancelCommand(const CommandContext& ctx, const std::string& job_id,
   });
 }
 
+int LogsCommand(const CommandContext& ctx, const std::string& job_id, const LogsFlags& flags) {
+  if (flags.process < -1) {
+    return UsageError(ctx, absl::InvalidArgumentError(absl::StrCat(
+                               "--process: ", flags.process,
+                               " is not a process index (0, 1, ...)")));
+  }
+  if (flags.attempt < 0) {
+    return UsageError(ctx, absl::InvalidArgumentError(absl::StrCat(
+                               "--attempt: ", flags.attempt,
+                               " is not an attempt (1 is the first)")));
+  }
+  if (flags.tail < 0) {
+    return UsageError(ctx, absl::InvalidArgumentError(
+                               absl::StrCat("--tail: ", flags.tail, " lines; give 1 or more")));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(ctx, ctx.coordinator);
+  if (!channel.ok()) return ReportCredentialError(ctx, channel.status());
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(*channel);
+  grpc::ClientContext context;
+  // A followed log lasts as long as its job; a one-off read gets the usual deadline.
+  if (!flags.follow) SetDeadline(&context, ctx.timeout);
+  v1::ReadLogsRequest request;
+  request.set_job_id(job_id);
+  request.set_attempt(flags.attempt);
+  if (flags.process >= 0) request.set_process_index(flags.process);
+  request.set_tail_lines(flags.tail);
+  request.set_follow(flags.follow);
+  std::unique_ptr<grpc::ClientReader<v1::ReadLogsResponse>> reader =
+      stub->ReadLogs(&context, request);
+  v1::ReadLogsResponse response;
+  while (reader->Read(&response)) {
+    for (const std::string& notice : response.notices()) {
+      *ctx.err << "substraxctl: " << notice << "\n";
+    }
+    for (const v1::LogLine& line : response.lines()) {
+      switch (ctx.format) {
+        case OutputFormat::kJson:
+          *ctx.out << ToJsonLine(line);
+          break;
+        case OutputFormat::kYaml:
+          *ctx.out << "---\n" << JsonToYaml(ToJsonLine(line));
+          break;
+        default:
+          *ctx.out << "[p" << line.process_index() << " " << line.host() << "] " << line.text()
+                   << "\n";
+      }
+    }
+    ctx.err->flush();
+    ctx.out->flush();
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return ReportRpcError(ctx, status, channel->get());
+  return kExitOk;
+}
+
 int DeleteCommand(const CommandContext& ctx, const std::string& job_id) {
   v1::DeleteJobRequest request;
   request.set_job_id(job_id);

@@ -2,7 +2,8 @@
 // data to `out` and messages to `err`, and returns the process exit code (client/args.h). main.cc
 // only parses the command line and calls these; tests drive them against a fake server.
 //
-// Every RPC carries a deadline (CommandContext::timeout) except the WatchJob stream.
+// Every RPC carries a deadline (CommandContext::timeout) except the WatchJob stream and a
+// followed ReadLogs stream.
 // Errors: each gRPC error is printed as "substraxctl: <CODE>: <message>"; an unreachable
 // coordinator adds which address was tried and how to fix it (exit 3).
 #ifndef SUBSTRAX_CLIENT_COMMANDS_H_
@@ -103,6 +104,19 @@ struct MetricsFlags {
 // the chart's minimum (client/plot.h), are usage errors.
 int MetricsCommand(const CommandContext& ctx, const std::string& job_id,
                    const MetricsFlags& flags);
+
+struct LogsFlags {
+  int process = -1;     // --process; -1: every process
+  int attempt = 0;      // --attempt; 0: the latest attempt
+  int tail = 0;         // --tail; 0: every line
+  bool follow = false;  // -f, --follow
+};
+// logs JOB: the output (stdout and stderr) of the attempt's processes, each line as
+// "[p<process> <host>] <text>" (table) or one object per line (json, yaml); notices (bytes
+// dropped by the coordinator's bound, a log left incomplete) go to stderr. With `follow`, new
+// lines as the workers ship them until the attempt has ended and its logs are complete (no
+// deadline, as watch). Malformed flags exit 2 before any RPC.
+int LogsCommand(const CommandContext& ctx, const std::string& job_id, const LogsFlags& flags);
 
 struct LocalFlags {
   std::string state_dir = kDefaultLocalStateDir;

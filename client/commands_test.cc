@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -151,6 +153,32 @@ class FakeJobService final : public v1::JobService::Service {
     }
     return grpc::Status::OK;
   }
+  // Two responses: a notice and a line of process 0, then a line of process 1; what it was
+  // asked is kept.
+  grpc::Status ReadLogs(grpc::ServerContext*, const v1::ReadLogsRequest* request,
+                        grpc::ServerWriter<v1::ReadLogsResponse>* writer) override {
+    last_logs_request = *request;
+    if (request->job_id() == "nope-1") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job nope-1");
+    }
+    v1::ReadLogsResponse first;
+    first.add_notices("process 0 (host host-a): [... 10 earlier bytes dropped ...]");
+    v1::LogLine* line = first.add_lines();
+    line->set_attempt(1);
+    line->set_host("host-a");
+    line->set_text("step 10/100 loss=0.5");
+    writer->Write(first);
+    v1::ReadLogsResponse second;
+    line = second.add_lines();
+    line->set_attempt(1);
+    line->set_process_index(1);
+    line->set_host("host-b");
+    line->set_text("ready");
+    writer->Write(second);
+    return grpc::Status::OK;
+  }
+  v1::ReadLogsRequest last_logs_request;
+
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
     auto send = [&](v1::Job job) {
@@ -399,6 +427,42 @@ TEST_F(CommandsTest, DeleteSaysWhatWasDeletedOrWhyNot) {
   EXPECT_EQ(DeleteCommand(ctx_, "demo-1"), kExitError);
   EXPECT_NE(err_.str().find("FAILED_PRECONDITION: job demo-1 is RUNNING"), std::string::npos)
       << err_.str();
+}
+
+TEST_F(CommandsTest, LogsPrefixEachLineWithItsProcessAndHost) {
+  LogsFlags flags;
+  flags.process = 0;
+  flags.tail = 3;
+  flags.follow = true;
+  EXPECT_EQ(LogsCommand(ctx_, "demo-1", flags), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "[p0 host-a] step 10/100 loss=0.5\n[p1 host-b] ready\n");
+  EXPECT_THAT(err_.str(), HasSubstr("[... 10 earlier bytes dropped ...]"));
+  EXPECT_TRUE(jobs_.last_logs_request.has_process_index());
+  EXPECT_EQ(jobs_.last_logs_request.process_index(), 0);
+  EXPECT_EQ(jobs_.last_logs_request.tail_lines(), 3);
+  EXPECT_TRUE(jobs_.last_logs_request.follow());
+}
+
+TEST_F(CommandsTest, LogsOfEveryProcessAsJsonLines) {
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(LogsCommand(ctx_, "demo-1", LogsFlags()), kExitOk) << err_.str();
+  EXPECT_FALSE(jobs_.last_logs_request.has_process_index());
+  const std::string out = out_.str();
+  ASSERT_EQ(std::count(out.begin(), out.end(), '\n'), 2) << out;
+  EXPECT_THAT(out, HasSubstr("\"text\":\"ready\""));
+  EXPECT_THAT(out, HasSubstr("\"process_index\":1"));
+}
+
+TEST_F(CommandsTest, LogsRefuseBadFlagsAndReportErrors) {
+  for (auto set : std::vector<std::function<void(LogsFlags&)>>{
+           [](LogsFlags& f) { f.process = -2; }, [](LogsFlags& f) { f.attempt = -1; },
+           [](LogsFlags& f) { f.tail = -5; }}) {
+    LogsFlags flags;
+    set(flags);
+    EXPECT_EQ(LogsCommand(ctx_, "demo-1", flags), kExitUsage);
+  }
+  EXPECT_EQ(LogsCommand(ctx_, "nope-1", LogsFlags()), kExitError);
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
 }
 
 TEST_F(CommandsTest, WatchPlainPrintsALinePerStepThenTheOutcome) {

@@ -123,6 +123,22 @@ int main(int argc, char** argv) {
   add_output(watch_cmd);
   watch_cmd->callback([&] { run = [&](auto& ctx) { return ctl::WatchCommand(ctx, job); }; });
 
+  CLI::App* logs = app.add_subcommand(
+      "logs", "Show the output (stdout and stderr) of a job's processes, each line prefixed by "
+              "[p<process> <host>]; -f follows it until the job ends");
+  ctl::LogsFlags logs_flags;
+  add_job(logs);
+  logs->add_option("--process", logs_flags.process,
+                   "Only process N (0 is the first); default: all");
+  logs->add_option("--attempt", logs_flags.attempt,
+                   "Attempt N (1 is the first); default: the latest");
+  logs->add_option("--tail", logs_flags.tail,
+                   "Only the last N lines of each process (then, with -f, every new line)");
+  logs->add_flag("-f,--follow", logs_flags.follow,
+                 "Keep printing new lines until the attempt has ended and its logs are complete");
+  add_output(logs);
+  logs->callback([&] { run = [&](auto& ctx) { return ctl::LogsCommand(ctx, job, logs_flags); }; });
+
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a pending or running job");
   std::string reason;
   add_job(cancel);

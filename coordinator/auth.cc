@@ -94,6 +94,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"substrax.v1.CoordinatorService/ReportSteps", kWorkers},
       {"substrax.v1.CoordinatorService/ReportAttemptStatus", kWorkers},
       {"substrax.v1.CoordinatorService/ReportCheckpoints", kWorkers},
+      {"substrax.v1.CoordinatorService/ShipLogs", kWorkers},
       // Rendezvous also needs the attempt's secret.
       {"substrax.v1.CoordinatorService/KeyValueSet", kWorkers},
       {"substrax.v1.CoordinatorService/KeyValueGet", kWorkers},
@@ -107,6 +108,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"substrax.v1.JobService/WatchJob", kReaders},
       {"substrax.v1.JobService/ListWorkers", kReaders},
       {"substrax.v1.JobService/GetMesh", kReaders},
+      {"substrax.v1.JobService/ReadLogs", kReaders},
       {"substrax.v1.MetricsService/QueryMetrics", kReaders},
   };
   return *rules;

@@ -80,6 +80,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -88,6 +89,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/log_lines.h"
 #include "coordinator/metrics_store.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
@@ -130,6 +132,10 @@ struct ClusterOptions {
   // job's report_every_steps). metrics_raw_steps 0: keep everything.
   int64_t metrics_raw_steps = 10000;
   int64_t metrics_history_every = 1000;
+  // Each process's log (ShipLogs) keeps at most this many of its newest bytes (the oldest
+  // chunks are deleted; readers are told how many bytes were dropped). At least
+  // limits::kMaxLogChunkBytes; 0: unbounded.
+  int64_t log_max_bytes_per_process = int64_t{8} << 20;
 };
 
 // An attempt the scheduler started, and how long its job waited for it while schedulable.
@@ -229,6 +235,23 @@ class Cluster {
   // outside the job's checkpoint directory), UNAVAILABLE.
   absl::Status ReportCheckpoints(const v1::ReportCheckpointsRequest& request,
                                  const std::string& reporter = "");
+  // Stores a piece of a process's log (ShipLogs; cluster_logs.cc): the bytes after those already
+  // stored, as one chunk that the writer commits with everything else (bounded per process by
+  // ClusterOptions::log_max_bytes_per_process). `request.worker_id` must be the worker that ran
+  // that process of the attempt; the attempt may have ended (logs arrive after their runner
+  // exits). Returns the offset expected next. Errors: INVALID_ARGUMENT (negative offset or
+  // process index, data over limits::kMaxLogChunkBytes, names too long), NOT_FOUND (unknown job;
+  // an attempt it never had, or one this coordinator no longer knows the processes of: one
+  // before the current attempt when the coordinator restarted since), PERMISSION_DENIED (the
+  // worker did not run that process), FAILED_PRECONDITION (a gap: "expected offset N"),
+  // UNAVAILABLE (the state store failed; the bytes stay queued, and a retry is acknowledged).
+  absl::StatusOr<int64_t> ShipLogs(const v1::ShipLogsRequest& request);
+
+  // A reader of the stored logs of (job, attempt) (log_lines.h): it reads the store, never the
+  // Cluster's state, so it needs no lock. `process_index` -1: every process.
+  std::unique_ptr<LogReader> ReadLogs(const std::string& job_id, int attempt, int process_index,
+                                      int tail_lines) const;
+
   // OK iff (job_id, attempt) is the job's current running attempt. Errors: NOT_FOUND (unknown
   // job), FAILED_PRECONDITION (the message says how the attempt or job stands).
   absl::Status CheckAttemptRunning(const std::string& job_id, int attempt) const;
@@ -329,7 +352,17 @@ class Cluster {
     std::pair<int, int64_t> pruned{0, 0};
     // Its place in the submission order (the key of pending_).
     int64_t order = 0;
+    // The worker of each process of the attempts started by this coordinator run (the newest
+    // kAttemptsRemembered), so that logs shipped after an attempt ended are still checked.
+    std::map<int, std::vector<std::string>> attempt_workers;
   };
+  static constexpr size_t kAttemptsRemembered = 16;
+  // Where each process's stored log ends, by (job, attempt, process).
+  struct LogEnd {
+    int64_t next = 0;
+    bool eof = false;
+  };
+  using LogKey = std::tuple<std::string, int, int>;
   // Attempts that ended inside a locked section, reported to the callback after unlocking.
   using EndedAttempts = std::vector<std::pair<std::string, int>>;
 
@@ -369,6 +402,13 @@ class Cluster {
   // Builds the process table of `mesh` (process p: the p-th distinct worker_id in row-major
   // device order) and marks its devices busy.
   void TakeDevicesLocked(JobEntry& entry, Mesh mesh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker that ran process `p` of the job's attempt, or NOT_FOUND.
+  absl::StatusOr<std::string> WorkerOfProcessLocked(const JobEntry& entry, int attempt,
+                                                    int p) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checks of ShipLogs that need the lock (job, attempt, worker of the process).
+  absl::Status CheckShipperLocked(const v1::ShipLogsRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Job.progress step, metrics and samples_per_second from the current attempt's points.
   void RefreshProgressLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job as it is now, ready to return.
@@ -458,6 +498,8 @@ class Cluster {
   // Not yet written to the state store.
   std::set<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dirty_workers_ ABSL_GUARDED_BY(mu_);
+  // The logs shipped to kept jobs, loaded from the store on a log's first chunk in this run.
+  std::map<LogKey, LogEnd> log_ends_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace substrax

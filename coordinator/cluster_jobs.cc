@@ -2,6 +2,7 @@
 // restart, cancellation), runner reports, and the client-facing queries.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -580,6 +581,11 @@ uint64_t Cluster::DeleteJobsLocked(const std::set<std::string>& job_ids) {
     dirty_jobs_.erase(id);
     metrics_.Forget(id);
     ticket = writer_->DeleteJob(id);
+    // The job's logs go with it (the writer deletes their chunks).
+    for (auto it = log_ends_.lower_bound({id, std::numeric_limits<int>::min(), 0});
+         it != log_ends_.end() && std::get<0>(it->first) == id;) {
+      it = log_ends_.erase(it);
+    }
   }
   // One pass over the order, however many go (expiry may delete thousands at start-up).
   job_order_.erase(std::remove_if(job_order_.begin(), job_order_.end(),

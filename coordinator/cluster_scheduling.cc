@@ -35,6 +35,12 @@ void Cluster::TakeDevicesLocked(JobEntry& entry, Mesh mesh) {
     entry.processes[it->second].device_ids.push_back(device.id);
     busy_devices_[device.id] = entry.job.id();
   }
+  std::vector<std::string>& workers = entry.attempt_workers[entry.job.attempt()];
+  workers.clear();
+  for (const Process& process : entry.processes) workers.push_back(process.worker_id);
+  while (entry.attempt_workers.size() > kAttemptsRemembered) {
+    entry.attempt_workers.erase(entry.attempt_workers.begin());
+  }
   entry.mesh = std::move(mesh);
 }
 

@@ -49,6 +49,11 @@ inline constexpr int kMaxTransitionsKept = 64;
 // Checkpoint records kept per job (ReportCheckpoints), and the text of a resume's skipped list.
 inline constexpr int kMaxCheckpointRecords = 1000;
 inline constexpr size_t kMaxSkippedBytes = 2048;
+// The bytes of one ShipLogs request (a daemon ships a log in pieces of at most this size).
+inline constexpr size_t kMaxLogChunkBytes = 64 * 1024;
+// How long a followed log waits, after its attempt ended, for the processes' last pieces (a
+// daemon that died never ships them).
+inline constexpr int kLogFollowGraceSeconds = 30;
 
 }  // namespace limits
 

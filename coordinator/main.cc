@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "coordinator/auth.h"
 #include "coordinator/cluster.h"
+#include "coordinator/limits.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/server.h"
 #include "coordinator/state_store.h"
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
   std::string finished_job_ttl = "168h";
   int64_t metrics_raw_steps = defaults.metrics_raw_steps;
   int64_t metrics_history_every = defaults.metrics_history_every;
+  int64_t log_max_bytes = defaults.log_max_bytes_per_process;
   app.add_option("--max-active-jobs", max_active_jobs,
                  "Pending and running jobs at most; a submit beyond gets RESOURCE_EXHAUSTED")
       ->capture_default_str()
@@ -124,6 +126,11 @@ int main(int argc, char** argv) {
                  "Before those, only steps that are multiples of N are kept")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--log-max-bytes-per-process", log_max_bytes,
+                 "Bytes of each job process's log kept (its newest; substraxctl logs); at least "
+                 "65536, 0: unbounded")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-rpc-threads", server_options.max_rpc_threads,
                  "Threads serving rpcs (each open stream holds one); calls beyond get "
                  "RESOURCE_EXHAUSTED")
@@ -169,6 +176,14 @@ int main(int argc, char** argv) {
   cluster_options.max_finished_jobs = max_finished_jobs;
   cluster_options.metrics_raw_steps = metrics_raw_steps;
   cluster_options.metrics_history_every = metrics_history_every;
+  if (log_max_bytes != 0 &&
+      log_max_bytes < static_cast<int64_t>(substrax::limits::kMaxLogChunkBytes)) {
+    std::cerr << "substrax-coordinator: --log-max-bytes-per-process: " << log_max_bytes
+              << " is below a shipped piece of a log (" << substrax::limits::kMaxLogChunkBytes
+              << " bytes); give at least that, or 0 for no bound\n";
+    return 2;
+  }
+  cluster_options.log_max_bytes_per_process = log_max_bytes;
   if (!absl::ParseDuration(finished_job_ttl, &cluster_options.finished_job_ttl) ||
       cluster_options.finished_job_ttl < absl::ZeroDuration()) {
     std::cerr << "substrax-coordinator: --finished-job-ttl: '" << finished_job_ttl

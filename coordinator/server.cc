@@ -1,6 +1,10 @@
 #include "coordinator/server.h"
 
 #include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -99,6 +103,23 @@ struct CoordinatorServer::Impl {
         caller.Describe(), " may not ", action, " job ", job_id, ", which ",
         job.owner().empty() ? std::string("nobody") : job.owner(),
         " submitted; a submitter may ", action, " only its own jobs (an admin any)"));
+  }
+
+  // Log streams wait for ShipLogs: log_version counts the pieces stored.
+  void NotifyLogs() {
+    absl::MutexLock lock(&log_mu);
+    ++log_version;
+  }
+  uint64_t LogVersion() {
+    absl::MutexLock lock(&log_mu);
+    return log_version;
+  }
+  void AwaitLogs(uint64_t seen, absl::Duration timeout) {
+    absl::MutexLock lock(&log_mu);
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mu) {
+      return log_version > seen;
+    };
+    log_mu.AwaitWithTimeout(absl::Condition(&changed), timeout);
   }
 
   class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
@@ -236,6 +257,20 @@ struct CoordinatorServer::Impl {
                                                [context] { return context->IsCancelled(); }));
     }
 
+    grpc::Status ShipLogs(grpc::ServerContext* context, const v1::ShipLogsRequest* request,
+                          v1::ShipLogsResponse* response) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.CoordinatorService/ShipLogs");
+      // The cluster checks that this worker ran the process.
+      if (absl::Status s = CheckWorker(*caller, request->worker_id()); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
+      absl::StatusOr<int64_t> next = impl_->cluster->ShipLogs(*request);
+      if (!next.ok()) return ToGrpcStatus(next.status());
+      response->set_next_offset(*next);
+      impl_->NotifyLogs();
+      return grpc::Status::OK;
+    }
+
    private:
     Impl* const impl_;
   };
@@ -323,6 +358,85 @@ struct CoordinatorServer::Impl {
       return ToGrpcStatus(absl::UnavailableError("the coordinator is shutting down"));
     }
 
+    grpc::Status ReadLogs(grpc::ServerContext* context, const v1::ReadLogsRequest* request,
+                          grpc::ServerWriter<v1::ReadLogsResponse>* writer) override {
+      SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/ReadLogs");
+      const int process = request->has_process_index() ? request->process_index() : -1;
+      if (request->attempt() < 0 || request->tail_lines() < 0 || process < -1) {
+        return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+            "attempt and tail_lines must be >= 0 and process_index >= -1, got ",
+            request->attempt(), ", ", request->tail_lines(), " and ", process)));
+      }
+      auto notice = [writer](const std::string& text) {
+        v1::ReadLogsResponse response;
+        response.add_notices(text);
+        return writer->Write(response);
+      };
+      absl::StatusOr<v1::Job> job = impl_->cluster->GetJob(request->job_id());
+      if (!job.ok()) return ToGrpcStatus(job.status());
+      int attempt = request->attempt();
+      if (attempt > job->attempt()) {
+        return ToGrpcStatus(absl::NotFoundError(
+            absl::StrCat("job ", job->id(), " has no attempt ", attempt, " (its latest is ",
+                         job->attempt(), ")")));
+      }
+      // The latest attempt of a job that has not started: none to read, or (following) the
+      // first one once it starts.
+      while (attempt == 0 && job->attempt() == 0) {
+        if (!request->follow() || IsTerminalJobState(job->state())) {
+          notice(absl::StrCat("job ", job->id(), " has not started an attempt: nothing logged"));
+          return grpc::Status::OK;
+        }
+        if (context->IsCancelled() || impl_->stopping->load()) return grpc::Status::CANCELLED;
+        const uint64_t seen = impl_->cluster->version();
+        job = impl_->cluster->GetJob(request->job_id());
+        if (!job.ok()) return ToGrpcStatus(job.status());
+        if (job->attempt() == 0) impl_->cluster->AwaitChange(seen, kStreamPoll);
+      }
+      if (attempt == 0) attempt = job->attempt();
+      std::unique_ptr<LogReader> reader =
+          impl_->cluster->ReadLogs(job->id(), attempt, process, request->tail_lines());
+      absl::Time give_up = absl::InfiniteFuture();
+      while (!context->IsCancelled() && !impl_->stopping->load()) {
+        const uint64_t seen = impl_->LogVersion();
+        std::vector<v1::ReadLogsResponse> responses;
+        absl::StatusOr<bool> more = reader->Read(&responses);
+        if (!more.ok()) return ToGrpcStatus(more.status());
+        for (const v1::ReadLogsResponse& response : responses) {
+          if (!writer->Write(response)) return grpc::Status::CANCELLED;
+        }
+        if (*more) continue;
+        if (!request->follow()) return grpc::Status::OK;
+        job = impl_->cluster->GetJob(request->job_id());
+        if (!job.ok()) return ToGrpcStatus(job.status());
+        const bool ended = IsTerminalJobState(job->state()) || job->attempt() > attempt ||
+                           job->state() == v1::JOB_STATE_PENDING;
+        if (ended) {
+          // The attempt's processes: the mesh's distinct workers while it is the job's last
+          // attempt; for an older one, the logs the store holds.
+          std::set<std::string> workers;
+          for (const v1::Device& d : job->mesh().devices()) workers.insert(d.worker_id());
+          const int processes = job->attempt() == attempt ? static_cast<int>(workers.size())
+                                                          : reader->seen();
+          const int expected = process >= 0 ? 1 : processes;
+          if (reader->complete() >= expected) return grpc::Status::OK;
+          if (give_up == absl::InfiniteFuture()) {
+            give_up = absl::Now() + impl_->options.log_follow_grace;
+          }
+          if (absl::Now() >= give_up) {
+            for (const std::string& text :
+                 reader->Incomplete(processes, impl_->options.log_follow_grace)) {
+              if (!notice(text)) return grpc::Status::CANCELLED;
+            }
+            return grpc::Status::OK;
+          }
+        }
+        impl_->AwaitLogs(seen, kStreamPoll);
+      }
+      if (context->IsCancelled()) return grpc::Status::CANCELLED;
+      return ToGrpcStatus(absl::UnavailableError("the coordinator is shutting down"));
+    }
+
     grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,
                              v1::ListWorkersResponse* response) override {
       SUBSTRAX_AUTHORIZE(caller, context, "substrax.v1.JobService/ListWorkers");
@@ -402,6 +516,8 @@ struct CoordinatorServer::Impl {
   Rendezvous* const rendezvous;
   Authenticator* const auth;
   std::atomic<bool>* const stopping;
+  absl::Mutex log_mu;
+  uint64_t log_version ABSL_GUARDED_BY(log_mu) = 0;
   CoordinatorServiceImpl coordinator_service{this};
   JobServiceImpl job_service{this};
   MetricsServiceImpl metrics_service{this};

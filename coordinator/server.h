@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "coordinator/auth.h"
 #include "coordinator/cluster.h"
+#include "coordinator/limits.h"
 #include "coordinator/rendezvous.h"
 #include "proto/health_server.h"
 #include "rpc/transport.h"
@@ -54,6 +55,9 @@ struct CoordinatorServerOptions {
   int max_receive_message_bytes = 4 * 1024 * 1024;
   // Memory gRPC may use for its buffers (requests, responses, streams in flight).
   size_t max_rpc_memory_bytes = size_t{1} << 30;
+  // A followed log (ReadLogs) waits this long after its attempt ended for every process's last
+  // piece; a daemon that died never ships it.
+  absl::Duration log_follow_grace = absl::Seconds(limits::kLogFollowGraceSeconds);
 };
 
 class CoordinatorServer {

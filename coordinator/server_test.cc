@@ -2,9 +2,15 @@
 // daemons and runners: the second tier of tests, between units on fakes and real processes.
 #include "coordinator/server.h"
 
+#include <algorithm>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "core/job_spec.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -45,6 +51,7 @@ class ServerTest : public ::testing::Test {
     // the rendezvous secret is checked whatever the transport.
     options.transport.insecure = true;
     options.rendezvous_key = "0123456789abcdef0123456789abcdef";
+    options.log_follow_grace = absl::Milliseconds(300);
     auto auth = Authenticator::Create(/*insecure=*/true, "");
     ASSERT_TRUE(auth.ok()) << auth.status();
     auth_ = *std::move(auth);
@@ -108,6 +115,80 @@ class ServerTest : public ::testing::Test {
     grpc::Status status = coordinator_->KeyValueGet(Context().get(), request, &response);
     *value = response.value();
     return status;
+  }
+
+  // Submits kJob on workers a and b; the job id, and the worker of each process.
+  std::string SubmitOnTwoWorkers(std::vector<std::string>* workers) {
+    Register("a", "inc-a");
+    Register("b", "inc-b");
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = *ParseJobSpecYaml(kJob);
+    v1::SubmitJobResponse submitted;
+    EXPECT_TRUE(jobs_->SubmitJob(Context().get(), submit, &submitted).ok());
+    for (const v1::Device& d : submitted.job().mesh().devices()) {
+      if (std::find(workers->begin(), workers->end(), d.worker_id()) == workers->end()) {
+        workers->push_back(d.worker_id());
+      }
+    }
+    return submitted.job().id();
+  }
+
+  grpc::Status Ship(const std::string& job_id, const std::vector<std::string>& workers, int p,
+                    int64_t offset, const std::string& data, bool eof) {
+    v1::ShipLogsRequest request;
+    request.set_job_id(job_id);
+    request.set_attempt(1);
+    request.set_worker_id(workers[p]);
+    request.set_host("host-" + workers[p]);
+    request.set_process_index(p);
+    request.set_offset(offset);
+    request.set_data(data);
+    request.set_eof(eof);
+    v1::ShipLogsResponse response;
+    return coordinator_->ShipLogs(Context().get(), request, &response);
+  }
+
+  // A ReadLogs stream on its own thread, collecting "p<process> <text>" and notices.
+  struct LogStream {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::ReadLogsResponse>> reader;
+    absl::Mutex mu;
+    std::vector<std::string> lines ABSL_GUARDED_BY(mu);
+    bool done ABSL_GUARDED_BY(mu) = false;
+    grpc::Status status;
+    std::thread thread;
+
+    std::vector<std::string> Lines() {
+      absl::MutexLock lock(&mu);
+      return lines;
+    }
+    bool AwaitDone(absl::Duration timeout) {
+      absl::MutexLock lock(&mu);
+      return mu.AwaitWithTimeout(absl::Condition(&done), timeout);
+    }
+  };
+  std::unique_ptr<LogStream> Follow(const std::string& job_id) {
+    auto stream = std::make_unique<LogStream>();
+    stream->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::ReadLogsRequest request;
+    request.set_job_id(job_id);
+    request.set_follow(true);
+    stream->reader = jobs_->ReadLogs(&stream->context, request);
+    stream->thread = std::thread([s = stream.get()] {
+      v1::ReadLogsResponse response;
+      while (s->reader->Read(&response)) {
+        absl::MutexLock lock(&s->mu);
+        for (const std::string& n : response.notices()) s->lines.push_back("notice: " + n);
+        for (const v1::LogLine& l : response.lines()) {
+          s->lines.push_back(absl::StrCat("p", l.process_index(), " ", l.text()));
+        }
+      }
+      grpc::Status status = s->reader->Finish();
+      absl::MutexLock lock(&s->mu);
+      s->status = status;
+      s->done = true;
+    });
+    return stream;
   }
 
   InMemoryStateStore state_;
@@ -303,6 +384,78 @@ TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
   *submit.mutable_spec() = good;
   v1::SubmitJobResponse response;
   EXPECT_TRUE(jobs_->SubmitJob(Context().get(), submit, &response).ok());
+}
+
+TEST_F(ServerTest, AFollowedLogGetsLinesAsShippedAndEndsWhenEveryLogIsComplete) {
+  std::vector<std::string> workers;
+  const std::string id = SubmitOnTwoWorkers(&workers);
+  ASSERT_EQ(workers.size(), 2u);
+  std::unique_ptr<LogStream> stream = Follow(id);
+  ASSERT_TRUE(Ship(id, workers, 0, 0, "one\ntw", false).ok());
+  // The line arrives while the job runs; the partial one waits for its newline.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (stream->Lines().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
+  }
+  EXPECT_EQ(stream->Lines(), std::vector<std::string>({"p0 one"}));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(Context().get(), cancel, &cancelled).ok());
+  ASSERT_TRUE(Ship(id, workers, 0, 6, "o\n", true).ok());
+  EXPECT_FALSE(stream->AwaitDone(absl::Milliseconds(100))) << "process 1's log has not ended";
+  ASSERT_TRUE(Ship(id, workers, 1, 0, "bye", true).ok());
+  ASSERT_TRUE(stream->AwaitDone(absl::Seconds(20)));
+  stream->thread.join();
+  EXPECT_TRUE(stream->status.ok()) << stream->status.error_message();
+  EXPECT_EQ(stream->Lines(), std::vector<std::string>({"p0 one", "p0 two", "p1 bye"}));
+}
+
+TEST_F(ServerTest, AFollowedLogWithoutItsEndStopsAfterTheGraceAndSaysSo) {
+  std::vector<std::string> workers;
+  const std::string id = SubmitOnTwoWorkers(&workers);
+  ASSERT_TRUE(Ship(id, workers, 0, 0, "one\n", true).ok());
+  std::unique_ptr<LogStream> stream = Follow(id);
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(Context().get(), cancel, &cancelled).ok());
+  // Process 1's daemon "died": it never ships. The stream ends after the grace (300 ms here).
+  ASSERT_TRUE(stream->AwaitDone(absl::Seconds(20)));
+  stream->thread.join();
+  EXPECT_TRUE(stream->status.ok()) << stream->status.error_message();
+  std::vector<std::string> lines = stream->Lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "p0 one");
+  EXPECT_THAT(lines[1], HasSubstr("process 1: the log may be incomplete"));
+}
+
+TEST_F(ServerTest, ReadLogsRefusesWhatDoesNotExistAndNegativeValues) {
+  std::vector<std::string> workers;
+  const std::string id = SubmitOnTwoWorkers(&workers);
+  auto status_of = [&](v1::ReadLogsRequest request) {
+    auto context = Context();
+    auto reader = jobs_->ReadLogs(context.get(), request);
+    v1::ReadLogsResponse response;
+    while (reader->Read(&response)) {
+    }
+    return reader->Finish().error_code();
+  };
+  v1::ReadLogsRequest unknown;
+  unknown.set_job_id("nope-1");
+  EXPECT_EQ(status_of(unknown), grpc::StatusCode::NOT_FOUND);
+  v1::ReadLogsRequest later;
+  later.set_job_id(id);
+  later.set_attempt(2);
+  EXPECT_EQ(status_of(later), grpc::StatusCode::NOT_FOUND);
+  v1::ReadLogsRequest negative;
+  negative.set_job_id(id);
+  negative.set_tail_lines(-1);
+  EXPECT_EQ(status_of(negative), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ReadLogsRequest process;
+  process.set_job_id(id);
+  process.set_process_index(-2);
+  EXPECT_EQ(status_of(process), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -51,6 +52,10 @@ void Upsert(std::vector<T>& items, const T& item, KeyFn key) {
   items.push_back(item);
 }
 
+bool SameLog(const LogChunk& a, const LogChunk& b) {
+  return a.job_id == b.job_id && a.attempt == b.attempt && a.process_index == b.process_index;
+}
+
 bool Pruned(const v1::StepReport& r, const StateBatch::Prune& p) {
   return r.job_id() == p.job_id && r.attempt() == p.attempt && r.step() < p.before_step &&
          (p.keep_every <= 1 || r.step() % p.keep_every != 0);
@@ -63,6 +68,25 @@ absl::Status InMemoryStateStore::Commit(const StateBatch& batch) {
   if (fail_commits_ > 0) {
     --fail_commits_;
     return absl::UnavailableError("state store (in memory): a failure the test asked for");
+  }
+  for (const LogChunk& chunk : batch.log_chunks) {
+    logs_.push_back(chunk);
+    if (chunk.max_bytes <= 0) continue;
+    // The newest chunks that fit in max_bytes stay (the newest always).
+    int64_t newer = 0;
+    std::vector<bool> keep(logs_.size(), true);
+    for (size_t i = logs_.size(); i-- > 0;) {
+      if (!SameLog(logs_[i], chunk)) continue;
+      newer += static_cast<int64_t>(logs_[i].data.size());
+      keep[i] = newer <= chunk.max_bytes || i + 1 == logs_.size();
+    }
+    size_t out = 0;
+    for (size_t i = 0; i < logs_.size(); ++i) {
+      if (!keep[i]) continue;
+      if (out != i) logs_[out] = std::move(logs_[i]);
+      ++out;
+    }
+    logs_.resize(out);
   }
   for (const v1::Worker& w : batch.workers) {
     Upsert(data_.workers, w, [](const v1::Worker& x) { return x.worker_id(); });
@@ -77,6 +101,9 @@ absl::Status InMemoryStateStore::Commit(const StateBatch& batch) {
     reports_.erase(std::remove_if(reports_.begin(), reports_.end(),
                                   [&](const v1::StepReport& r) { return r.job_id() == id; }),
                    reports_.end());
+    logs_.erase(std::remove_if(logs_.begin(), logs_.end(),
+                               [&](const LogChunk& c) { return c.job_id == id; }),
+                logs_.end());
   }
   reports_.insert(reports_.end(), batch.reports.begin(), batch.reports.end());
   for (const StateBatch::Prune& p : batch.prunes) {
@@ -134,12 +161,58 @@ absl::StatusOr<int64_t> InMemoryStateStore::CountReports() {
   return static_cast<int64_t>(reports_.size());
 }
 
+absl::StatusOr<std::vector<LogExtent>> InMemoryStateStore::LogExtents(const std::string& job_id,
+                                                                      int attempt) {
+  absl::MutexLock lock(&mu_);
+  std::map<int, LogExtent> extents;
+  for (const LogChunk& c : logs_) {
+    if (c.job_id != job_id || c.attempt != attempt) continue;
+    auto [it, first] = extents.try_emplace(c.process_index);
+    LogExtent& e = it->second;
+    const int64_t end = c.offset + static_cast<int64_t>(c.data.size());
+    if (first || c.offset < e.begin) e.begin = c.offset;
+    if (first || end >= e.end) {
+      e.end = end;
+      e.host = c.host;
+      e.eof = c.eof;
+    }
+    e.process_index = c.process_index;
+  }
+  std::vector<LogExtent> out;
+  for (auto& [p, e] : extents) out.push_back(std::move(e));
+  return out;
+}
+
+absl::StatusOr<std::vector<LogChunk>> InMemoryStateStore::ReadLogChunks(
+    const std::string& job_id, int attempt, int process_index, int64_t from, int64_t max_bytes) {
+  absl::MutexLock lock(&mu_);
+  std::vector<const LogChunk*> matching;
+  for (const LogChunk& c : logs_) {
+    if (c.job_id == job_id && c.attempt == attempt && c.process_index == process_index &&
+        (c.offset + static_cast<int64_t>(c.data.size()) > from || c.offset >= from)) {
+      matching.push_back(&c);
+    }
+  }
+  std::sort(matching.begin(), matching.end(),
+            [](const LogChunk* a, const LogChunk* b) { return a->offset < b->offset; });
+  std::vector<LogChunk> out;
+  int64_t bytes = 0;
+  for (const LogChunk* c : matching) {
+    if (bytes >= max_bytes) break;
+    out.push_back(*c);
+    bytes += static_cast<int64_t>(c->data.size());
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // SqliteStateStore
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 1: workers, jobs, step_reports. 2: log_chunks. A file of an older version gets the tables it
+// lacks (CREATE ... IF NOT EXISTS) and the new version number.
+constexpr int kSchemaVersion = 2;
 
 // The upserts keep the rowid of the first insert, so ORDER BY rowid is the order of first Put.
 constexpr char kSchema[] = R"sql(
@@ -153,6 +226,15 @@ CREATE TABLE IF NOT EXISTS step_reports (
   device_id INTEGER NOT NULL,
   proto BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS step_reports_by_job ON step_reports (job_id, attempt, step);
+CREATE TABLE IF NOT EXISTS log_chunks (
+  job_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  process_index INTEGER NOT NULL,
+  offset INTEGER NOT NULL,
+  host TEXT NOT NULL,
+  data BLOB NOT NULL,
+  eof INTEGER NOT NULL,
+  PRIMARY KEY (job_id, attempt, process_index, offset));
 )sql";
 
 constexpr char kPutWorker[] =
@@ -166,6 +248,27 @@ constexpr char kAppendReport[] =
     "VALUES (?1, ?2, ?3, ?4, ?5)";
 constexpr char kDeleteJob[] = "DELETE FROM jobs WHERE job_id = ?1";
 constexpr char kDeleteJobReports[] = "DELETE FROM step_reports WHERE job_id = ?1";
+constexpr char kDeleteJobLogs[] = "DELETE FROM log_chunks WHERE job_id = ?1";
+// A retried chunk at an offset already stored replaces it (the same bytes).
+constexpr char kAppendLog[] =
+    "INSERT OR REPLACE INTO log_chunks (job_id, attempt, process_index, offset, host, data, eof) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+// Deletes the oldest chunks of a process until the rest take at most ?4 bytes; the newest stays.
+constexpr char kBoundLog[] =
+    "DELETE FROM log_chunks WHERE rowid IN (SELECT rowid FROM (SELECT rowid, offset, "
+    "SUM(length(data)) OVER (ORDER BY offset DESC) AS newer, "
+    "MAX(offset) OVER () AS newest FROM log_chunks "
+    "WHERE job_id = ?1 AND attempt = ?2 AND process_index = ?3) "
+    "WHERE newer > ?4 AND offset < newest)";
+constexpr char kLogExtents[] =
+    "SELECT process_index, MIN(offset), MAX(offset + length(data)) FROM log_chunks "
+    "WHERE job_id = ?1 AND attempt = ?2 GROUP BY process_index ORDER BY process_index";
+constexpr char kLastLogChunk[] =
+    "SELECT host, eof FROM log_chunks WHERE job_id = ?1 AND attempt = ?2 AND process_index = ?3 "
+    "ORDER BY offset DESC LIMIT 1";
+constexpr char kReadLog[] =
+    "SELECT offset, host, data, eof FROM log_chunks WHERE job_id = ?1 AND attempt = ?2 AND "
+    "process_index = ?3 AND (offset + length(data) > ?4 OR offset >= ?4) ORDER BY offset";
 constexpr char kPrune[] =
     "DELETE FROM step_reports WHERE job_id = ?1 AND attempt = ?2 AND step < ?3 "
     "AND (?4 <= 1 OR step % ?4 != 0)";
@@ -339,7 +442,8 @@ absl::Status SqliteStateStore::Commit(const StateBatch& batch) {
 }
 
 absl::Status SqliteStateStore::CommitLocked(const StateBatch& batch) {
-  Statement put_worker, put_job, delete_job, delete_reports, append, prune;
+  Statement put_worker, put_job, delete_job, delete_reports, delete_logs, append, prune,
+      append_log, bound_log;
   int rc = SQLITE_OK;
   for (const v1::Worker& w : batch.workers) {
     if (put_worker.get() == nullptr) rc = put_worker.Prepare(db_, kPutWorker);
@@ -355,15 +459,45 @@ absl::Status SqliteStateStore::CommitLocked(const StateBatch& batch) {
     if (rc == SQLITE_OK) rc = StepToDone(put_job.get());
     if (rc != SQLITE_OK) return Error(db_, rc, absl::StrCat("writing job ", j.id()));
   }
+  for (const LogChunk& c : batch.log_chunks) {
+    if (append_log.get() == nullptr) {
+      rc = append_log.Prepare(db_, kAppendLog);
+      if (rc == SQLITE_OK) rc = bound_log.Prepare(db_, kBoundLog);
+    }
+    sqlite3_stmt* s = append_log.get();
+    if (rc == SQLITE_OK) rc = BindText(s, 1, c.job_id);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 2, c.attempt);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 3, c.process_index);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 4, c.offset);
+    if (rc == SQLITE_OK) rc = BindText(s, 5, c.host);
+    if (rc == SQLITE_OK) rc = BindBlob(s, 6, c.data);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 7, c.eof ? 1 : 0);
+    if (rc == SQLITE_OK) rc = StepToDone(s);
+    if (rc == SQLITE_OK && c.max_bytes > 0) {
+      sqlite3_stmt* b = bound_log.get();
+      rc = BindText(b, 1, c.job_id);
+      if (rc == SQLITE_OK) rc = sqlite3_bind_int(b, 2, c.attempt);
+      if (rc == SQLITE_OK) rc = sqlite3_bind_int(b, 3, c.process_index);
+      if (rc == SQLITE_OK) rc = sqlite3_bind_int64(b, 4, c.max_bytes);
+      if (rc == SQLITE_OK) rc = StepToDone(b);
+    }
+    if (rc != SQLITE_OK) {
+      return Error(db_, rc, absl::StrCat("appending the log of job ", c.job_id, " attempt ",
+                                         c.attempt, " process ", c.process_index));
+    }
+  }
   for (const std::string& id : batch.deleted_jobs) {
     if (delete_job.get() == nullptr) {
       rc = delete_job.Prepare(db_, kDeleteJob);
       if (rc == SQLITE_OK) rc = delete_reports.Prepare(db_, kDeleteJobReports);
+      if (rc == SQLITE_OK) rc = delete_logs.Prepare(db_, kDeleteJobLogs);
     }
     if (rc == SQLITE_OK) rc = BindText(delete_job.get(), 1, id);
     if (rc == SQLITE_OK) rc = StepToDone(delete_job.get());
     if (rc == SQLITE_OK) rc = BindText(delete_reports.get(), 1, id);
     if (rc == SQLITE_OK) rc = StepToDone(delete_reports.get());
+    if (rc == SQLITE_OK) rc = BindText(delete_logs.get(), 1, id);
+    if (rc == SQLITE_OK) rc = StepToDone(delete_logs.get());
     if (rc != SQLITE_OK) return Error(db_, rc, absl::StrCat("deleting job ", id));
   }
   for (const v1::StepReport& r : batch.reports) {
@@ -478,6 +612,79 @@ absl::StatusOr<int64_t> SqliteStateStore::CountReports() {
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
   if (rc != SQLITE_ROW) return Error(reader_, rc, "counting metric points");
   return sqlite3_column_int64(stmt.get(), 0);
+}
+
+absl::StatusOr<std::vector<LogExtent>> SqliteStateStore::LogExtents(const std::string& job_id,
+                                                                    int attempt) {
+  absl::MutexLock lock(&reader_mu_);
+  // One read transaction, so that the extents and the last chunks agree.
+  Statement begin, commit;
+  int rc = begin.Prepare(reader_, "BEGIN");
+  if (rc == SQLITE_OK) rc = StepToDone(begin.get());
+  Statement extents, last;
+  if (rc == SQLITE_OK) rc = extents.Prepare(reader_, kLogExtents);
+  if (rc == SQLITE_OK) rc = last.Prepare(reader_, kLastLogChunk);
+  if (rc == SQLITE_OK) rc = BindText(extents.get(), 1, job_id);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int(extents.get(), 2, attempt);
+  std::vector<LogExtent> out;
+  while (rc == SQLITE_OK && (rc = sqlite3_step(extents.get())) == SQLITE_ROW) {
+    LogExtent e;
+    e.process_index = sqlite3_column_int(extents.get(), 0);
+    e.begin = sqlite3_column_int64(extents.get(), 1);
+    e.end = sqlite3_column_int64(extents.get(), 2);
+    rc = BindText(last.get(), 1, job_id);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(last.get(), 2, attempt);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(last.get(), 3, e.process_index);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(last.get())) == SQLITE_ROW) {
+      const unsigned char* host = sqlite3_column_text(last.get(), 0);
+      e.host.assign(reinterpret_cast<const char*>(host),
+                    static_cast<size_t>(sqlite3_column_bytes(last.get(), 0)));
+      e.eof = sqlite3_column_int(last.get(), 1) != 0;
+      rc = SQLITE_OK;
+    }
+    sqlite3_reset(last.get());
+    out.push_back(std::move(e));
+  }
+  if (commit.Prepare(reader_, "COMMIT") == SQLITE_OK) StepToDone(commit.get());
+  if (rc != SQLITE_DONE) {
+    return Error(reader_, rc, absl::StrCat("reading the logs of job ", job_id));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<LogChunk>> SqliteStateStore::ReadLogChunks(
+    const std::string& job_id, int attempt, int process_index, int64_t from, int64_t max_bytes) {
+  absl::MutexLock lock(&reader_mu_);
+  Statement stmt;
+  int rc = stmt.Prepare(reader_, kReadLog);
+  sqlite3_stmt* s = stmt.get();
+  if (rc == SQLITE_OK) rc = BindText(s, 1, job_id);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 2, attempt);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int(s, 3, process_index);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 4, from);
+  std::vector<LogChunk> out;
+  int64_t bytes = 0;
+  while (rc == SQLITE_OK && bytes < max_bytes && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    LogChunk c;
+    c.job_id = job_id;
+    c.attempt = attempt;
+    c.process_index = process_index;
+    c.offset = sqlite3_column_int64(s, 0);
+    c.host.assign(reinterpret_cast<const char*>(sqlite3_column_text(s, 1)),
+                  static_cast<size_t>(sqlite3_column_bytes(s, 1)));
+    const void* data = sqlite3_column_blob(s, 2);  // NULL for an empty blob
+    const int size = sqlite3_column_bytes(s, 2);
+    if (size > 0) c.data.assign(static_cast<const char*>(data), static_cast<size_t>(size));
+    c.eof = sqlite3_column_int(s, 3) != 0;
+    bytes += static_cast<int64_t>(c.data.size());
+    out.push_back(std::move(c));
+    rc = SQLITE_OK;
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_OK) {
+    return Error(reader_, rc, absl::StrCat("reading the log of job ", job_id, " attempt ",
+                                           attempt, " process ", process_index));
+  }
+  return out;
 }
 
 }  // namespace substrax

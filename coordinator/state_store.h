@@ -26,6 +26,33 @@ struct sqlite3;
 
 namespace substrax {
 
+// A piece of one process's log (its stdout and stderr) as a worker shipped it: the bytes at
+// `offset` of the log of process `process_index` of (job_id, attempt).
+struct LogChunk {
+  std::string job_id;
+  int attempt = 0;
+  int process_index = 0;
+  int64_t offset = 0;
+  std::string host;
+  std::string data;
+  // The process has exited: `data` ends its log.
+  bool eof = false;
+  // Retention: once stored, the oldest chunks of this process are deleted until the rest take
+  // at most this many bytes (0: no bound). The newest chunk always stays.
+  int64_t max_bytes = 0;
+};
+
+// What is stored of one process's log.
+struct LogExtent {
+  int process_index = 0;
+  std::string host;
+  // The stored bytes are [begin, end): begin > 0 when the oldest were dropped (retention).
+  int64_t begin = 0;
+  int64_t end = 0;
+  // Its last chunk came with eof.
+  bool eof = false;
+};
+
 // What one commit writes, all or nothing.
 struct StateBatch {
   // Upserts by worker_id / job id: the whole record.
@@ -44,10 +71,13 @@ struct StateBatch {
     int64_t keep_every = 1;
   };
   std::vector<Prune> prunes;
+  // Log chunks appended (each then bounded by its max_bytes). Written before the deletions, so
+  // that a job deleted in the same batch takes them along.
+  std::vector<LogChunk> log_chunks;
 
   bool empty() const {
     return workers.empty() && jobs.empty() && deleted_jobs.empty() && reports.empty() &&
-           prunes.empty();
+           prunes.empty() && log_chunks.empty();
   }
 };
 
@@ -55,7 +85,8 @@ class StateStore {
  public:
   virtual ~StateStore() = default;
 
-  // Writes the batch in one transaction: upserts first, then deletions, reports and prunes. A
+  // Writes the batch in one transaction: upserts and log chunks first, then deletions (a job's
+  // log chunks go with it), reports and prunes. A
   // job keeps the position of its first upsert in Load's order. Errors: UNAVAILABLE (the write
   // failed, nothing of it is stored; the same batch may be committed again), DATA_LOSS.
   virtual absl::Status Commit(const StateBatch& batch) = 0;
@@ -88,6 +119,16 @@ class StateStore {
                                                                     int attempt, int steps) = 0;
   // How many metric points are stored (all jobs). Errors: as Load.
   virtual absl::StatusOr<int64_t> CountReports() = 0;
+
+  // What is stored of each process's log of (job, attempt), by process index. Errors: as Load.
+  virtual absl::StatusOr<std::vector<LogExtent>> LogExtents(const std::string& job_id,
+                                                            int attempt) = 0;
+  // The stored chunks of one process's log that end after `from` or start at or after it (a
+  // chunk that starts before `from` and ends after it is included whole), by offset, until
+  // they hold at least `max_bytes` (the last one may pass it). Errors: as Load.
+  virtual absl::StatusOr<std::vector<LogChunk>> ReadLogChunks(const std::string& job_id,
+                                                              int attempt, int process_index,
+                                                              int64_t from, int64_t max_bytes) = 0;
 };
 
 // Keeps everything in memory; for tests (a Cluster re-created on the same object sees what the
@@ -105,11 +146,18 @@ class InMemoryStateStore final : public StateStore {
   absl::StatusOr<std::vector<v1::StepReport>> LatestReports(const std::string& job_id,
                                                             int attempt, int steps) override;
   absl::StatusOr<int64_t> CountReports() override;
+  absl::StatusOr<std::vector<LogExtent>> LogExtents(const std::string& job_id,
+                                                    int attempt) override;
+  absl::StatusOr<std::vector<LogChunk>> ReadLogChunks(const std::string& job_id, int attempt,
+                                                      int process_index, int64_t from,
+                                                      int64_t max_bytes) override;
 
  private:
   absl::Mutex mu_;
   Snapshot data_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StepReport> reports_ ABSL_GUARDED_BY(mu_);
+  // In arrival order (offsets ascend per process).
+  std::vector<LogChunk> logs_ ABSL_GUARDED_BY(mu_);
   int fail_commits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -123,7 +171,8 @@ class InMemoryStateStore final : public StateStore {
 //
 // Layout: workers and jobs as serialized protos keyed by id (a job is rewritten whole on each
 // change); metric points as one row per StepReport (serialized, with job_id, attempt, step and
-// device_id as indexed columns for the queries and for retention).
+// device_id as indexed columns for the queries and for retention); log chunks as one row each,
+// keyed by (job_id, attempt, process_index, offset), the bytes as a BLOB.
 class SqliteStateStore final : public StateStore {
  public:
   // Opens <directory>/substrax.db, creating the directory and the database when missing.
@@ -140,6 +189,11 @@ class SqliteStateStore final : public StateStore {
   absl::StatusOr<std::vector<v1::StepReport>> LatestReports(const std::string& job_id,
                                                             int attempt, int steps) override;
   absl::StatusOr<int64_t> CountReports() override;
+  absl::StatusOr<std::vector<LogExtent>> LogExtents(const std::string& job_id,
+                                                    int attempt) override;
+  absl::StatusOr<std::vector<LogChunk>> ReadLogChunks(const std::string& job_id, int attempt,
+                                                      int process_index, int64_t from,
+                                                      int64_t max_bytes) override;
 
   const std::string& path() const { return path_; }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <sqlite3.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -153,6 +155,86 @@ TEST_P(StateStoreTest, PutLoadRoundTripWithUpserts) {
   ExpectFilled(*store);
 }
 
+LogChunk Chunk(const std::string& job, int process, int64_t offset, const std::string& data,
+               bool eof = false, int64_t max_bytes = 0) {
+  LogChunk c;
+  c.job_id = job;
+  c.attempt = 1;
+  c.process_index = process;
+  c.offset = offset;
+  c.host = process == 0 ? "host-a" : "host-b";
+  c.data = data;
+  c.eof = eof;
+  c.max_bytes = max_bytes;
+  return c;
+}
+
+std::string Joined(const std::vector<LogChunk>& chunks) {
+  std::string all;
+  for (const LogChunk& c : chunks) all += c.data;
+  return all;
+}
+
+TEST_P(StateStoreTest, LogChunksRoundTripByProcessAndOffset) {
+  auto store = Make();
+  StateBatch batch;
+  batch.log_chunks = {Chunk("demo-1", 1, 0, "b0\n"), Chunk("demo-1", 0, 0, "a0\n"),
+                      Chunk("demo-1", 0, 3, "a1\n"), Chunk("demo-1", 1, 3, "", /*eof=*/true)};
+  ASSERT_TRUE(store->Commit(batch).ok());
+  absl::StatusOr<std::vector<LogExtent>> extents = store->LogExtents("demo-1", 1);
+  ASSERT_TRUE(extents.ok()) << extents.status();
+  ASSERT_EQ(extents->size(), 2u);
+  EXPECT_EQ((*extents)[0].process_index, 0);
+  EXPECT_EQ((*extents)[0].host, "host-a");
+  EXPECT_EQ((*extents)[0].begin, 0);
+  EXPECT_EQ((*extents)[0].end, 6);
+  EXPECT_FALSE((*extents)[0].eof);
+  EXPECT_EQ((*extents)[1].end, 3);
+  EXPECT_TRUE((*extents)[1].eof);
+  EXPECT_EQ(Joined(*store->ReadLogChunks("demo-1", 1, 0, 0, 1 << 20)), "a0\na1\n");
+  // From inside a chunk: that chunk whole, and the rest.
+  EXPECT_EQ(Joined(*store->ReadLogChunks("demo-1", 1, 0, 4, 1 << 20)), "a1\n");
+  // The empty chunk that ends process 1's log is read from its offset.
+  absl::StatusOr<std::vector<LogChunk>> end = store->ReadLogChunks("demo-1", 1, 1, 3, 1 << 20);
+  ASSERT_TRUE(end.ok());
+  ASSERT_EQ(end->size(), 1u);
+  EXPECT_TRUE((*end)[0].eof);
+  // Pages: at least max_bytes, whole chunks.
+  EXPECT_EQ(store->ReadLogChunks("demo-1", 1, 0, 0, 1)->size(), 1u);
+  EXPECT_TRUE(store->LogExtents("demo-1", 2)->empty());
+}
+
+TEST_P(StateStoreTest, LogChunksBeyondTheBoundDropTheOldest) {
+  auto store = Make();
+  for (int i = 0; i < 10; ++i) {
+    StateBatch batch;
+    batch.log_chunks = {Chunk("demo-1", 0, i * 10, "012345678\n", false, /*max_bytes=*/35)};
+    ASSERT_TRUE(store->Commit(batch).ok());
+  }
+  absl::StatusOr<std::vector<LogExtent>> extents = store->LogExtents("demo-1", 1);
+  ASSERT_TRUE(extents.ok());
+  ASSERT_EQ(extents->size(), 1u);
+  // The newest chunks that fit in 35 bytes: 3 of 10; the 70 bytes before are dropped.
+  EXPECT_EQ((*extents)[0].begin, 70);
+  EXPECT_EQ((*extents)[0].end, 100);
+  EXPECT_EQ(Joined(*store->ReadLogChunks("demo-1", 1, 0, 0, 1 << 20)).size(), 30u);
+}
+
+TEST_P(StateStoreTest, LogChunksGoWithTheirJob) {
+  auto store = Make();
+  Fill(*store);
+  StateBatch batch;
+  batch.log_chunks = {Chunk("demo-1", 0, 0, "kept\n"), Chunk("demo-2", 0, 0, "gone\n")};
+  ASSERT_TRUE(store->Commit(batch).ok());
+  StateBatch gone;
+  gone.deleted_jobs = {"demo-2"};
+  // A chunk in the same batch as its job's deletion goes too (chunks are written first).
+  gone.log_chunks = {Chunk("demo-2", 0, 5, "late\n")};
+  ASSERT_TRUE(store->Commit(gone).ok());
+  EXPECT_TRUE(store->LogExtents("demo-2", 1)->empty());
+  EXPECT_EQ(Joined(*store->ReadLogChunks("demo-1", 1, 0, 0, 1 << 20)), "kept\n");
+}
+
 INSTANTIATE_TEST_SUITE_P(Implementations, StateStoreTest, ::testing::Values("memory", "sqlite"),
                          [](const auto& info) { return info.param; });
 
@@ -173,6 +255,28 @@ TEST(SqliteStateStoreTest, ReopenedFileHasEverything) {
   ASSERT_TRUE(reports.ok());
   ASSERT_EQ(reports->size(), 4u);
   EXPECT_EQ((*reports)[3].step(), 3);
+}
+
+TEST(SqliteStateStoreTest, AVersionOneFileGetsTheLogTable) {
+  const std::string dir = TempDir("migrate");
+  std::filesystem::create_directories(dir);
+  {
+    // What a coordinator of schema version 1 left: no log_chunks table.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/substrax.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, proto BLOB NOT NULL);"
+                           "PRAGMA user_version = 1;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  StateBatch batch;
+  batch.log_chunks = {Chunk("demo-1", 0, 0, "x\n")};
+  EXPECT_TRUE((*store)->Commit(batch).ok());
+  EXPECT_EQ((*store)->LogExtents("demo-1", 1)->size(), 1u);
 }
 
 TEST(SqliteStateStoreTest, UsesWalMode) {

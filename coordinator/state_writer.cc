@@ -38,6 +38,9 @@ uint64_t StateWriter::DeleteJob(const std::string& job_id) {
   reports_.erase(std::remove_if(reports_.begin(), reports_.end(),
                                 [&](const v1::StepReport& r) { return r.job_id() == job_id; }),
                  reports_.end());
+  logs_.erase(std::remove_if(logs_.begin(), logs_.end(),
+                             [&](const LogChunk& c) { return c.job_id == job_id; }),
+              logs_.end());
   deleted_jobs_.push_back(job_id);
   return next_ticket_++;
 }
@@ -50,6 +53,12 @@ uint64_t StateWriter::AppendReports(std::vector<v1::StepReport> reports) {
     reports_.insert(reports_.end(), std::make_move_iterator(reports.begin()),
                     std::make_move_iterator(reports.end()));
   }
+  return next_ticket_++;
+}
+
+uint64_t StateWriter::AppendLog(LogChunk chunk) {
+  absl::MutexLock lock(&mu_);
+  logs_.push_back(std::move(chunk));
   return next_ticket_++;
 }
 
@@ -114,6 +123,8 @@ void StateWriter::Run() {
     batch.deleted_jobs = std::move(deleted_jobs_);
     batch.reports = std::move(reports_);
     batch.prunes = std::move(prunes_);
+    batch.log_chunks = std::move(logs_);
+    logs_.clear();
     workers_.clear();
     jobs_.clear();
     deleted_jobs_.clear();
@@ -159,6 +170,13 @@ void StateWriter::Run() {
     reports_.insert(reports_.begin(), std::make_move_iterator(batch.reports.begin()),
                     std::make_move_iterator(batch.reports.end()));
     prunes_.insert(prunes_.begin(), batch.prunes.begin(), batch.prunes.end());
+    batch.log_chunks.erase(std::remove_if(batch.log_chunks.begin(), batch.log_chunks.end(),
+                                          [&deleted](const LogChunk& c) {
+                                            return deleted.count(c.job_id) > 0;
+                                          }),
+                           batch.log_chunks.end());
+    logs_.insert(logs_.begin(), std::make_move_iterator(batch.log_chunks.begin()),
+                 std::make_move_iterator(batch.log_chunks.end()));
     if (stopping_) return;  // the last try failed: the store is gone with the process
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff);
     backoff = std::min(2 * backoff, kMaxBackoff);

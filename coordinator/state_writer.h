@@ -13,8 +13,8 @@
 // is retried after a backoff (50 ms, doubling up to 5 s). Nothing is dropped.
 //
 // Memory: the queue holds what changed since the last commit; while the store keeps failing it
-// grows with the changes (jobs and workers are coalesced by id, so only metric points pile up;
-// the rpc layer bounds their rate per request).
+// grows with the changes (jobs and workers are coalesced by id, so only metric points and log
+// chunks pile up; the rpc layer bounds their size per request).
 //
 // Thread-safe.
 #ifndef SUBSTRAX_COORDINATOR_STATE_WRITER_H_
@@ -50,6 +50,9 @@ class StateWriter {
   uint64_t DeleteJob(const std::string& job_id);
   uint64_t AppendReports(std::vector<v1::StepReport> reports);
   uint64_t Prune(StateBatch::Prune prune);
+  // Log chunks ride in the same group commits as everything else: no commit (and no fsync) of
+  // their own, so shipping logs adds bytes to commits but never a wait to other rpcs.
+  uint64_t AppendLog(LogChunk chunk);
 
   // The ticket of the last change enqueued (0: none yet).
   uint64_t last_ticket() const;
@@ -81,6 +84,7 @@ class StateWriter {
   std::vector<std::string> deleted_jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StepReport> reports_ ABSL_GUARDED_BY(mu_);
   std::vector<StateBatch::Prune> prunes_ ABSL_GUARDED_BY(mu_);
+  std::vector<LogChunk> logs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   // Every ticket <= committed_ is on disk. The last failed commit covered tickets up to
   // failed_through_ and failed with failure_.

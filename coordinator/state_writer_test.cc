@@ -50,6 +50,14 @@ class GatedStore final : public StateStore {
     return inner_.LatestReports(id, attempt, steps);
   }
   absl::StatusOr<int64_t> CountReports() override { return inner_.CountReports(); }
+  absl::StatusOr<std::vector<LogExtent>> LogExtents(const std::string& id, int attempt) override {
+    return inner_.LogExtents(id, attempt);
+  }
+  absl::StatusOr<std::vector<LogChunk>> ReadLogChunks(const std::string& id, int attempt,
+                                                      int process, int64_t from,
+                                                      int64_t max_bytes) override {
+    return inner_.ReadLogChunks(id, attempt, process, from, max_bytes);
+  }
 
   void Open() {
     absl::MutexLock lock(&mu_);
@@ -104,6 +112,35 @@ TEST(StateWriterTest, GroupCommitCoalescesJobsAndKeepsReportOrder) {
   ASSERT_EQ(batches[1].reports.size(), 2u);
   EXPECT_EQ(batches[1].reports[0].step(), 10);
   EXPECT_EQ(batches[1].reports[1].step(), 20);
+}
+
+LogChunk Piece(const std::string& job, int64_t offset, const std::string& data) {
+  LogChunk c;
+  c.job_id = job;
+  c.attempt = 1;
+  c.offset = offset;
+  c.data = data;
+  return c;
+}
+
+TEST(StateWriterTest, LogChunksRideInTheSameGroupCommitAndGoWithTheirJob) {
+  GatedStore store;
+  StateWriter writer(&store);
+  writer.PutJob(Job("first-1", v1::JOB_STATE_PENDING));
+  store.AwaitEntered();
+  writer.AppendLog(Piece("a-1", 0, "one\n"));
+  writer.PutJob(Job("a-1", v1::JOB_STATE_RUNNING));
+  writer.AppendLog(Piece("a-1", 4, "two\n"));
+  writer.AppendLog(Piece("gone-2", 0, "x\n"));
+  const uint64_t last = writer.DeleteJob("gone-2");  // its queued chunk is not written
+  store.Open();
+  ASSERT_TRUE(writer.Wait(last).ok());
+  const std::vector<StateBatch> batches = store.batches();
+  ASSERT_EQ(batches.size(), 2u) << "logs add no commit of their own";
+  ASSERT_EQ(batches[1].log_chunks.size(), 2u);
+  EXPECT_EQ(batches[1].log_chunks[0].data, "one\n");
+  EXPECT_EQ(batches[1].log_chunks[1].data, "two\n");
+  EXPECT_EQ(batches[1].jobs.size(), 1u);
 }
 
 TEST(StateWriterTest, AFailedCommitAnswersItsWaitersAndIsRetried) {

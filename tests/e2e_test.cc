@@ -1,5 +1,6 @@
 // End to end with the real binaries: a coordinator, two worker daemons with two CPU devices
 // each, and substraxctl. A data-parallel job trains to SUCCEEDED and its metrics can be queried;
+// a job's logs are followed while it runs and read again after its runners exited;
 // a worker killed with SIGKILL mid-job fails the job with a message naming it within 15 s; a
 // coordinator restarted after a job finished still answers get and metrics with the same data.
 #include <arpa/inet.h>
@@ -11,10 +12,14 @@
 #include <algorithm>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -27,6 +32,7 @@ namespace substrax::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kJob[] = R"(apiVersion: substrax/v1
 kind: TrainJob
@@ -99,11 +105,21 @@ class LocalCluster {
     workers_[w] = std::make_unique<Process>(argv, absl::StrCat(dir_, "/worker-", w + 1, ".log"));
   }
 
-  CommandResult Ctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60)) {
+  // substraxctl with `args`, as the admin (or as `as`).
+  std::vector<std::string> CtlArgv(std::vector<std::string> args,
+                                   const std::optional<TransportOptions>& as = std::nullopt) {
     args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", address_});
-    const std::vector<std::string> credentials = TestPki::Flags(admin_);
+    const std::vector<std::string> credentials = TestPki::Flags(as.value_or(admin_));
     args.insert(args.begin() + 3, credentials.begin(), credentials.end());
-    return Run(args, timeout);
+    return args;
+  }
+  CommandResult Ctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60),
+                    const std::optional<TransportOptions>& as = std::nullopt) {
+    return Run(CtlArgv(std::move(args), as), timeout);
+  }
+  // Credentials of another caller.
+  TransportOptions Issue(const std::string& name, const std::string& role) {
+    return pki_.Issue(name, role);
   }
 
   std::string WriteJob(const std::string& name, int steps) {
@@ -225,6 +241,99 @@ TEST(EndToEndTest, TrainsToSucceededAndServesMetricsAcrossARestart) {
             job->progress().final_metrics().at("test_accuracy"));
   const CommandResult metrics_after = cluster.Ctl({"metrics", id, "--name", "loss", "-o", "json"});
   EXPECT_EQ(metrics_after.out, metrics.out);
+}
+
+// The lines of `output` that start with `prefix` ("[p0 " for process 0's).
+std::vector<std::string> LinesOf(const std::string& output, const std::string& prefix) {
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (absl::StartsWith(line, prefix)) lines.emplace_back(line);
+  }
+  return lines;
+}
+
+// Process 0's progress lines ("[p0 host-b] step 20/100000000").
+std::vector<std::string> StepLines(const std::string& output) {
+  std::vector<std::string> steps;
+  for (const std::string& line : LinesOf(output, "[p0 host-")) {
+    if (line.find("] step ") != std::string::npos) steps.push_back(line);
+  }
+  return steps;
+}
+
+// `substraxctl logs`: followed while the job runs (lines arrive before it ends), read again
+// once its runners have exited (every line still there, from the coordinator alone), filtered
+// by process and tail, and refused to a caller without a reader's role.
+TEST(EndToEndTest, LogsFollowARunningJobAndOutliveItsRunners) {
+  LocalCluster cluster("e2e_logs");
+  ASSERT_TRUE(PollUntil([&] { return cluster.WorkersAlive(2); }, absl::Seconds(30)))
+      << cluster.Logs();
+  // Far more steps than the test waits for: it is cancelled once its lines were seen.
+  CommandResult submit = cluster.Ctl({"submit", cluster.WriteJob("chatty", 100000000)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err << cluster.Logs();
+  const std::string id = SubmittedId(submit);
+  Process follow(cluster.CtlArgv({"logs", id, "-f"}), cluster.dir() + "/follow.log");
+  // Process 0 prints "step N/T" every report_every_steps (10) steps on stderr; every process
+  // prints its collectives at start. Which worker (host) runs which process is the scheduler's
+  // choice.
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const std::string out = follow.Log();
+        return StepLines(out).size() >= 3 && !LinesOf(out, "[p1 host-").empty();
+      },
+      absl::Seconds(120)))
+      << follow.Log() << cluster.Logs();
+  // The lines came while the job runs, and the stream is still open.
+  std::optional<v1::Job> during = cluster.Get(id);
+  ASSERT_TRUE(during.has_value());
+  EXPECT_EQ(during->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(follow.Running());
+
+  ASSERT_EQ(cluster.Ctl({"cancel", id}).exit_code, 0);
+  // The follow ends by itself once both runners have exited and their logs reached their end.
+  std::optional<int> followed = follow.Wait(absl::Seconds(60));
+  ASSERT_TRUE(followed.has_value()) << follow.Log() << cluster.Logs();
+  EXPECT_EQ(*followed, 0) << follow.Log();
+  const std::string streamed = follow.Log();
+  EXPECT_THAT(streamed, Not(HasSubstr("incomplete"))) << streamed;
+  std::optional<v1::Job> after = cluster.Get(id);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->state(), v1::JOB_STATE_CANCELLED);
+
+  // The finished attempt's logs, read after its runners exited: every line that was followed.
+  CommandResult all = cluster.Ctl({"logs", id});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const std::vector<std::string> p0 = LinesOf(all.out, "[p0 host-");
+  const std::vector<std::string> p1 = LinesOf(all.out, "[p1 host-");
+  ASSERT_GE(p0.size(), 3u) << all.out;
+  ASSERT_FALSE(p1.empty()) << all.out;
+  EXPECT_EQ(p0, LinesOf(streamed, "[p0 host-"));
+  EXPECT_EQ(p1, LinesOf(streamed, "[p1 host-"));
+  // The two processes ran on the two hosts.
+  EXPECT_NE(p0[0].substr(4, 7), p1[0].substr(4, 7));
+  EXPECT_EQ(p0.size() + p1.size(), LinesOf(all.out, "[p").size());
+
+  CommandResult tail = cluster.Ctl({"logs", id, "--process", "0", "--tail", "3"});
+  ASSERT_EQ(tail.exit_code, 0) << tail.err;
+  EXPECT_EQ(LinesOf(tail.out, "[p"), std::vector<std::string>(p0.end() - 3, p0.end()));
+  CommandResult one = cluster.Ctl({"logs", id, "--process", "1", "--attempt", "1"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(LinesOf(one.out, "[p"), p1);
+  CommandResult json = cluster.Ctl({"logs", id, "--tail", "1", "-o", "json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(LinesOf(json.out, "{").size(), 2u) << json.out;  // one object per line
+  EXPECT_THAT(json.out, HasSubstr("\"host\":\"host-"));
+  EXPECT_THAT(json.out, HasSubstr("\"process_index\":1"));
+
+  CommandResult missing = cluster.Ctl({"logs", id, "--attempt", "2"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.err, HasSubstr("NOT_FOUND"));
+  // A worker's certificate is no reader's: refused (tests/security covers the unauthenticated).
+  CommandResult as_worker =
+      cluster.Ctl({"logs", id}, absl::Seconds(30), cluster.Issue("w-9", "worker"));
+  EXPECT_NE(as_worker.exit_code, 0);
+  EXPECT_THAT(as_worker.err, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_THAT(as_worker.out, Not(HasSubstr("[p0")));
 }
 
 TEST(EndToEndTest, KilledWorkerFailsTheJobNamingIt) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -138,6 +139,31 @@ struct Client {
       }
     }
     return std::nullopt;
+  }
+  grpc::Status ShipLogs(const std::string& as_worker, const std::string& job_id,
+                        const std::string& data) {
+    v1::ShipLogsRequest request;
+    request.set_worker_id(as_worker);
+    request.set_job_id(job_id);
+    request.set_attempt(1);
+    request.set_process_index(0);
+    request.set_host("host-" + as_worker);
+    request.set_data(data);
+    request.set_eof(true);
+    v1::ShipLogsResponse response;
+    return coordinator->ShipLogs(Context().get(), request, &response);
+  }
+  // ReadLogs of the job's latest attempt; the texts of the lines in *texts.
+  grpc::Status ReadLogs(const std::string& job_id, std::vector<std::string>* texts) {
+    v1::ReadLogsRequest request;
+    request.set_job_id(job_id);
+    auto context = Context();
+    auto reader = jobs->ReadLogs(context.get(), request);
+    v1::ReadLogsResponse response;
+    while (reader->Read(&response)) {
+      for (const v1::LogLine& line : response.lines()) texts->push_back(line.text());
+    }
+    return reader->Finish();
   }
   grpc::Status KeySet(const v1::Assignment& scope_of, const std::string& secret,
                       const std::string& key, const std::string& value) {
@@ -272,6 +298,36 @@ class SecurityTest : public ::testing::Test {
   TransportOptions admin_transport_;
   Client admin_;
 };
+
+// Logs: only the worker that ran a process ships its log; only readers read it.
+TEST_F(SecurityTest, LogsComeFromTheirWorkerAndGoToReadersOnly) {
+  Client w1 = For(pki_->Issue("w-1", "worker"));
+  Client w2 = For(pki_->Issue("w-2", "worker"));
+  ASSERT_TRUE(w1.Register("w-1").ok());
+  std::string id;
+  ASSERT_TRUE(admin_.Submit("logged", &id).ok());
+  ASSERT_TRUE(w1.NextAssignment("w-1").has_value());  // process 0 of attempt 1 runs on w-1
+
+  EXPECT_TRUE(w1.ShipLogs("w-1", id, "from w-1\n").ok());
+  grpc::Status other = w2.ShipLogs("w-2", id, "forged\n");
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED) << other.error_message();
+  EXPECT_EQ(w2.ShipLogs("w-1", id, "forged\n").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(admin_.ShipLogs("w-1", id, "forged\n").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  std::vector<std::string> texts;
+  ASSERT_TRUE(For(pki_->Issue("vera", "viewer")).ReadLogs(id, &texts).ok());
+  EXPECT_EQ(texts, std::vector<std::string>({"from w-1"}));
+  TransportOptions anonymous;
+  anonymous.ca_file = pki_->ca_file();
+  std::vector<std::string> none;
+  grpc::Status nobody = For(anonymous).ReadLogs(id, &none);
+  EXPECT_EQ(nobody.error_code(), grpc::StatusCode::UNAUTHENTICATED) << nobody.error_message();
+  grpc::Status worker = w1.ReadLogs(id, &none);
+  EXPECT_EQ(worker.error_code(), grpc::StatusCode::PERMISSION_DENIED) << worker.error_message();
+  EXPECT_TRUE(none.empty());
+}
 
 // Each way in without valid credentials is shut, and leaves nothing behind.
 TEST_F(SecurityTest, NoValidCredentialsNoEntry) {

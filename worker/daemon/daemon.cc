@@ -180,6 +180,12 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> 
   // Validated by Create.
   stub_ = v1::CoordinatorService::NewStub(
       *MakeChannel(options_.coordinator, options_.transport, KeepaliveChannelArguments()));
+  log_sink_ = std::make_unique<GrpcLogSink>(stub_);
+  LogShipperOptions shipper;
+  shipper.worker_id = options_.worker_id;
+  shipper.host = options_.host;
+  shipper.log = [](const std::string& line) { Log(line); };
+  log_shipper_ = std::make_unique<LogShipper>(std::move(shipper), log_sink_.get());
 }
 
 WorkerDaemon::~WorkerDaemon() {
@@ -488,6 +494,7 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   if (program) runner.init_deadline = absl::Now() + options_.program_init_timeout;
   Log(absl::StrCat("started ", program ? absl::StrCat("program ", runner.program) : "runner", " ",
                    runner.pid, " for job ", key, " process ", runner.process_index));
+  log_shipper_->Add(runner.job_id, runner.attempt, runner.process_index, files.log);
   absl::MutexLock lock(&mu_);
   runners_[key] = runner;
   const int64_t id = next_reaper_++;
@@ -619,6 +626,10 @@ void WorkerDaemon::CleanWorkDirNow() {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, r] : runners_) running.insert(AttemptFilePrefix(r.job_id, r.attempt));
   }
+  // A log still being shipped stays too.
+  for (const auto& [job_id, attempt] : log_shipper_->Pending()) {
+    running.insert(AttemptFilePrefix(job_id, attempt));
+  }
   absl::StatusOr<CleanupResult> cleaned =
       CleanWorkDir(options_.work_dir, options_.log_retention, running, absl::Now());
   if (!cleaned.ok()) {
@@ -667,6 +678,15 @@ void WorkerDaemon::Reap(int64_t reaper, std::string key, pid_t pid) {
     absl::MutexLock lock(&mu_);
     runners_[key].ended = true;
     runner = runners_[key];
+  }
+  // The rest of its output reaches the coordinator before its outcome, so that the logs of an
+  // ended job are complete (bounded: an unreachable coordinator gets the rest later).
+  log_shipper_->Ended(runner.job_id, runner.attempt, runner.process_index);
+  if (!log_shipper_->AwaitShipped(runner.job_id, runner.attempt, runner.process_index,
+                                  options_.log_flush_timeout)) {
+    Log(absl::StrCat("job ", key, ": the end of the runner's log is not shipped yet after ",
+                     absl::FormatDuration(options_.log_flush_timeout),
+                     "; it follows in the background"));
   }
   RunnerExit exit;
   exit.wait_status = status;

@@ -18,6 +18,10 @@
 // A daemon told its lease is gone waits for its runners to exit before it registers again, so
 // that its devices are never offered while an old runner still uses them.
 //
+// Logs: every runner's stdout and stderr go to its log file in the work dir, and a LogShipper
+// sends them to the coordinator as they grow; the files of an attempt whose log is not shipped to
+// its end are not cleaned up.
+//
 // Thread-safe: Stop() may be called from any thread (a signal handler thread).
 #ifndef SUBSTRAX_WORKER_DAEMON_DAEMON_H_
 #define SUBSTRAX_WORKER_DAEMON_DAEMON_H_
@@ -42,6 +46,7 @@
 #include "rpc/transport.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "worker/daemon/launch.h"
+#include "worker/daemon/log_shipper.h"
 #include "worker/daemon/work_files.h"
 
 namespace substrax {
@@ -96,6 +101,9 @@ struct WorkerDaemonOptions {
   // at start, every cleanup_interval and after each runner ends (work_files.h).
   LogRetention log_retention;
   absl::Duration cleanup_interval = absl::Minutes(1);
+  // How long a runner's outcome waits, after it exited, for the rest of its log to reach the
+  // coordinator (log_shipper.h), so that a job's logs are complete when it ends.
+  absl::Duration log_flush_timeout = absl::Seconds(3);
 };
 
 // The health service name that says a worker daemon is registered (readiness).
@@ -181,6 +189,9 @@ class WorkerDaemon {
   // What Register offers, discovered once by Create.
   const std::vector<v1::Device> devices_;
   std::shared_ptr<v1::CoordinatorService::Stub> stub_;
+  // Declared before the reapers: destroyed after they are joined (a reaper waits for its log).
+  std::unique_ptr<GrpcLogSink> log_sink_;
+  std::unique_ptr<LogShipper> log_shipper_;
   std::unique_ptr<HealthServer> health_;
   absl::Notification stopped_;
 

@@ -14,25 +14,15 @@ namespace substrax {
 absl::Status GrpcStepSender::Send(const v1::ReportStepsRequest& request, absl::Time deadline) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
-  {
-    absl::MutexLock lock(&mu_);
-    if (cancelled_) return absl::CancelledError("the step reporter is stopping");
-    active_ = &context;
-  }
   v1::ReportStepsResponse response;
-  grpc::Status status = stub_->ReportSteps(&context, request, &response);
-  {
-    absl::MutexLock lock(&mu_);
-    active_ = nullptr;
+  grpc::Status status;
+  if (!call_.Run(&context, [&] { status = stub_->ReportSteps(&context, request, &response); })) {
+    return absl::CancelledError("the step reporter is stopping");
   }
   return FromGrpcStatus(status, "ReportSteps");
 }
 
-void GrpcStepSender::Cancel() {
-  absl::MutexLock lock(&mu_);
-  cancelled_ = true;
-  if (active_ != nullptr) active_->TryCancel();
-}
+void GrpcStepSender::Cancel() { call_.Cancel(); }
 
 StepReporter::StepReporter(StepReporterOptions options, StepSender* sender,
                            EndedFn on_attempt_ended)

@@ -47,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "worker/daemon/cancellable_call.h"
 
 namespace substrax {
 
@@ -89,9 +90,7 @@ class GrpcStepSender : public StepSender {
 
  private:
   const std::shared_ptr<v1::CoordinatorService::StubInterface> stub_;
-  absl::Mutex mu_;
-  grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  CancellableCall call_;
 };
 
 class StepReporter {
