@@ -1445,8 +1445,10 @@ TEST_F(ClusterTest, ARestartedCoordinatorContinuesALogWhereTheStoreEndsIt) {
   cluster_ = MakeCluster(state_);
   // The daemon, unsure what arrived, ships from 0 again: nothing is stored twice.
   EXPECT_EQ(*cluster_->ShipLogs(Piece(job, "w-1", 0, 0, "one\ntwo\n")), 8);
+  absl::StatusOr<std::vector<LogChunk>> chunks = state_.ReadLogChunks(job, 1, 0, 0, 1 << 20);
+  ASSERT_TRUE(chunks.ok()) << chunks.status();
   std::string stored;
-  for (const LogChunk& c : *state_.ReadLogChunks(job, 1, 0, 0, 1 << 20)) stored += c.data;
+  for (const LogChunk& c : *chunks) stored += c.data;
   EXPECT_EQ(stored, "one\ntwo\n");
 }
 
