@@ -24,6 +24,9 @@ import time
 import unittest
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import outlived  # noqa: E402  (tests/outlived.py)
+
 ARGS = None
 DEADLINE_S = 60
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -171,6 +174,7 @@ class LiveDashboardTest(unittest.TestCase):
                 process.kill()
                 process.wait(timeout=30)
             log.close()
+        outlived.assert_none_outlived(cls.tmp)
 
     @classmethod
     def Start(cls, argv, log_path):

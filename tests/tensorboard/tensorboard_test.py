@@ -19,6 +19,9 @@ import unittest
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import outlived  # noqa: E402  (tests/outlived.py)
+
 ARGS = None
 
 JOB = """apiVersion: substrax/v1
@@ -88,6 +91,7 @@ class TensorBoardTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         run(ARGS.ctl, "local", "down", "--state-dir", cls.state, check=False, timeout=60)
+        outlived.assert_none_outlived(cls.tmp)
 
     @classmethod
     def ctl(cls, *argv, check=True, timeout=60):
