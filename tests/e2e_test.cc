@@ -25,6 +25,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "substrax/v1/job.pb.h"
+#include "tests/chaos/harness.h"
 #include "tests/credentials.h"
 #include "tests/process.h"
 
@@ -70,6 +71,22 @@ class LocalCluster {
       : dir_(TempDir(name)), pki_(dir_ + "/tls"), admin_(pki_.Issue("admin", "admin")) {
     StartCoordinator();
     for (int w = 0; w < 2; ++w) StartWorker(w);
+  }
+  // The daemons stop their runners on SIGTERM; then nothing may be left that names the
+  // cluster's directory (a runner outliving a killed daemon would).
+  ~LocalCluster() {
+    for (auto& worker : workers_) {
+      if (worker && worker->Running()) {
+        worker->Signal(SIGTERM);
+        worker->Wait(absl::Seconds(30));
+      }
+    }
+    if (coordinator_ && coordinator_->Running()) {
+      coordinator_->Signal(SIGTERM);
+      coordinator_->Wait(absl::Seconds(30));
+    }
+    EXPECT_TRUE(PollUntil([&] { return ProcessesMentioning(dir_).empty(); }, absl::Seconds(10)))
+        << "processes outlived the test under " << dir_;
   }
 
   void StartCoordinator() {
