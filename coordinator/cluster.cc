@@ -5,6 +5,8 @@
 #include "coordinator/cluster.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -35,6 +37,15 @@ std::string StateName(v1::JobState state) {
 
 std::string Count(size_t n, absl::string_view noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+std::vector<std::string> ProcessWorkers(const Mesh& mesh) {
+  std::vector<std::string> workers;
+  std::set<std::string> seen;
+  for (const Device& device : mesh.devices()) {
+    if (seen.insert(device.worker_id).second) workers.push_back(device.worker_id);
+  }
+  return workers;
 }
 
 absl::StatusOr<google::protobuf::Map<std::string, v1::ShardLayout>> LayoutsFor(
@@ -170,7 +181,15 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
       const std::string& reason = job.transitions(job.transitions_size() - 1).reason();
       entry.pending_reason = reason.substr(0, reason.rfind(kWaitingSeparator));
     }
-    if (job.state() != v1::JOB_STATE_RUNNING) continue;
+    if (job.state() != v1::JOB_STATE_RUNNING) {
+      // Who ran the stored attempt's processes, for its logs that arrive after a restart.
+      if (job.attempt() > 0 && job.mesh().devices_size() > 0) {
+        if (absl::StatusOr<Mesh> mesh = Mesh::FromProto(job.mesh()); mesh.ok()) {
+          RememberAttemptWorkersLocked(entry, cluster_internal::ProcessWorkers(*mesh));
+        }
+      }
+      continue;
+    }
 
     // A running attempt keeps its devices while all of its workers keep their leases.
     absl::StatusOr<Mesh> mesh = Mesh::FromProto(job.mesh());

@@ -402,6 +402,10 @@ class Cluster {
   // Builds the process table of `mesh` (process p: the p-th distinct worker_id in row-major
   // device order) and marks its devices busy.
   void TakeDevicesLocked(JobEntry& entry, Mesh mesh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records `workers` (process p's worker at p) as the workers of the entry's current attempt,
+  // keeping the last kAttemptsRemembered attempts.
+  void RememberAttemptWorkersLocked(JobEntry& entry, std::vector<std::string> workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker that ran process `p` of the job's attempt, or NOT_FOUND.
   absl::StatusOr<std::string> WorkerOfProcessLocked(const JobEntry& entry, int attempt,
                                                     int p) const

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -30,6 +31,10 @@ std::string Count(size_t n, absl::string_view noun);
 // data axis).
 absl::StatusOr<google::protobuf::Map<std::string, v1::ShardLayout>> LayoutsFor(
     const v1::JobSpec& spec, const Mesh& mesh);
+
+// The workers of an attempt's processes: process p is the p-th distinct worker_id in row-major
+// device order (the runtime's rule).
+std::vector<std::string> ProcessWorkers(const Mesh& mesh);
 
 }  // namespace substrax::cluster_internal
 

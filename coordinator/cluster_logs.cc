@@ -3,7 +3,6 @@
 // ends, so that a retried piece is acknowledged without being stored twice and a gap is refused
 // with the offset to resume from. The bytes themselves go to the state store through the writer,
 // in its group commits.
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,23 +17,14 @@ namespace substrax {
 absl::StatusOr<std::string> Cluster::WorkerOfProcessLocked(const JobEntry& entry, int attempt,
                                                            int p) const {
   const v1::Job& job = entry.job;
-  std::vector<std::string> workers;
-  if (auto it = entry.attempt_workers.find(attempt); it != entry.attempt_workers.end()) {
-    workers = it->second;
-  } else if (attempt == job.attempt()) {
-    // Loaded by a restarted coordinator: the stored mesh is the current (or last) attempt's, and
-    // process p is its p-th distinct worker in device order.
-    for (const v1::Device& device : job.mesh().devices()) {
-      if (std::find(workers.begin(), workers.end(), device.worker_id()) == workers.end()) {
-        workers.push_back(device.worker_id());
-      }
-    }
-  } else {
+  auto it = entry.attempt_workers.find(attempt);
+  if (it == entry.attempt_workers.end()) {
     return absl::NotFoundError(absl::StrCat(
         "job ", job.id(), " attempt ", attempt,
         ": this coordinator does not know which workers ran it (it restarted since, or the "
         "attempt is older than the last ", kAttemptsRemembered, "); its log is not kept"));
   }
+  const std::vector<std::string>& workers = it->second;
   if (p >= static_cast<int>(workers.size())) {
     return absl::NotFoundError(absl::StrCat("job ", job.id(), " attempt ", attempt, " has ",
                                             workers.size(), " processes, not process ", p));

@@ -21,27 +21,27 @@ using cluster_internal::kWaitingSeparator;
 using cluster_internal::LayoutsFor;
 
 void Cluster::TakeDevicesLocked(JobEntry& entry, Mesh mesh) {
-  // Process p is the p-th distinct worker in row-major device order (the runtime's rule).
-  entry.processes.clear();
+  std::vector<std::string> workers = cluster_internal::ProcessWorkers(mesh);
   std::map<std::string, size_t> index;
+  entry.processes.assign(workers.size(), Process());
+  for (size_t p = 0; p < workers.size(); ++p) {
+    index[workers[p]] = p;
+    entry.processes[p].worker_id = workers[p];
+    entry.processes[p].last_progress = lease_clock_();
+  }
   for (const Device& device : mesh.devices()) {
-    auto [it, inserted] = index.emplace(device.worker_id, entry.processes.size());
-    if (inserted) {
-      Process process;
-      process.worker_id = device.worker_id;
-      process.last_progress = lease_clock_();
-      entry.processes.push_back(std::move(process));
-    }
-    entry.processes[it->second].device_ids.push_back(device.id);
+    entry.processes[index[device.worker_id]].device_ids.push_back(device.id);
     busy_devices_[device.id] = entry.job.id();
   }
-  std::vector<std::string>& workers = entry.attempt_workers[entry.job.attempt()];
-  workers.clear();
-  for (const Process& process : entry.processes) workers.push_back(process.worker_id);
+  RememberAttemptWorkersLocked(entry, std::move(workers));
+  entry.mesh = std::move(mesh);
+}
+
+void Cluster::RememberAttemptWorkersLocked(JobEntry& entry, std::vector<std::string> workers) {
+  entry.attempt_workers[entry.job.attempt()] = std::move(workers);
   while (entry.attempt_workers.size() > kAttemptsRemembered) {
     entry.attempt_workers.erase(entry.attempt_workers.begin());
   }
-  entry.mesh = std::move(mesh);
 }
 
 void Cluster::SetWaitingLocked(JobEntry& entry, const std::string& why) {
