@@ -7,12 +7,15 @@
 // Forks two worker processes that rendezvous through a FileStore in a fresh temporary
 // directory; each connects a GlooCommunicator (through a PrefixStore, with a PeerMonitor, as the
 // runtime does) and a raw Gloo context (gloo::rendezvous::FileStore, its own TCP device on
-// 127.0.0.1) and a ShmCommunicator (cross-process: one shared-memory segment), and for each size
-// runs the three taking turns iteration by iteration (allreduce_common.h says how a size is timed
-// and why). The workers leave their per-iteration times in the store; this process summarises
-// them. Then it runs //bench:allreduce_mpi under mpirun with the same plan, once over TCP
-// (btl self,tcp) and once over shared memory (btl self,vader), and reads its summary lines. See
-// README.md for how to read the table.
+// 127.0.0.1), and for each size runs the two taking turns iteration by iteration
+// (allreduce_common.h says how a size is timed and why). The workers leave their per-iteration
+// times in the store; this process summarises them. Then it runs //bench:allreduce_mpi under
+// mpirun with the same plan, once over TCP (btl self,tcp) and once over shared memory (btl
+// self,vader), and reads its summary lines. In the shared-memory run the MPI processes also
+// connect our ShmCommunicator (cross-process: one shared-memory segment) and take turns with
+// MPI_Allreduce: the two shared-memory all-reduces are compared in the same processes, under
+// the same load. Without mpirun, the ShmCommunicator takes turns with the other two in the
+// forked workers instead. See README.md for how to read the table.
 //
 // Exit status: 0 when every peer ran and every result was exact; 1 when a peer failed or a
 // result was wrong; non-zero from CLI11 for a bad command line. A missing mpirun or MPI binary
@@ -128,8 +131,10 @@ absl::Status GlooCall(const char* what, Fn&& fn) {
   }
 }
 
-// One worker process: both peers, every size, samples into the store.
-absl::Status RunWorker(int rank, const std::string& dir, const PlanOptions& options) {
+// One worker process: ours and raw Gloo (and shm when `with_shm`), every size, samples into the
+// store.
+absl::Status RunWorker(int rank, const std::string& dir, const PlanOptions& options,
+                       bool with_shm) {
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::Create(dir));
   PeerMonitor::Options monitor_options;
   monitor_options.process_index = rank;
@@ -152,9 +157,12 @@ absl::Status RunWorker(int rank, const std::string& dir, const PlanOptions& opti
   SUBSTRAX_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> context,
                             ConnectRawGloo(rank, dir + "/gloo", timeout));
   PrefixStore shm_store(store.get(), "shm");
-  SUBSTRAX_ASSIGN_OR_RETURN(
-      std::unique_ptr<ShmCommunicator> shm_comm,
-      ShmCommunicator::Create(ShmCommunicatorOptions(), &shm_store, rank, ranks, monitor.get()));
+  std::unique_ptr<ShmCommunicator> shm_comm;
+  if (with_shm) {
+    SUBSTRAX_ASSIGN_OR_RETURN(shm_comm, ShmCommunicator::Create(ShmCommunicatorOptions(),
+                                                                &shm_store, rank, ranks,
+                                                                monitor.get()));
+  }
 
   const AllReducePeer ours{
       kPeerNames[0],
@@ -188,33 +196,35 @@ absl::Status RunWorker(int rank, const std::string& dir, const PlanOptions& opti
       [&] { return shm_comm->Barrier(); },
   };
 
+  std::vector<const AllReducePeer*> peers = {&ours, &raw_gloo};
+  if (with_shm) peers.push_back(&shm);
   const std::vector<SizePlan> plan = MakePlan(options);
   std::vector<float> buffer(plan.empty() ? 0 : plan.back().elements());
   int iteration = 0;
   std::vector<Samples> samples;
   for (const SizePlan& size : plan) {
-    SUBSTRAX_RETURN_IF_ERROR(RunSize({&ours, &raw_gloo, &shm}, options, size, rank, kRanks, &iteration,
+    SUBSTRAX_RETURN_IF_ERROR(RunSize(peers, options, size, rank, kRanks, &iteration,
                                      absl::MakeSpan(buffer).subspan(0, size.elements()), &samples));
-    for (int p = 0; p < 3; ++p) {
+    for (size_t p = 0; p < peers.size(); ++p) {
       SUBSTRAX_RETURN_IF_ERROR(
           store->Set(SamplesKey(kPeerNames[p], size.bytes, rank), Serialize(samples[p])));
     }
   }
   // Neither rank tears its connections down while the other still runs its last call.
   SUBSTRAX_RETURN_IF_ERROR(ours.barrier());
-  SUBSTRAX_RETURN_IF_ERROR(shm.barrier());
+  if (with_shm) SUBSTRAX_RETURN_IF_ERROR(shm.barrier());
   return raw_gloo.barrier();
 }
 
 // Forks the two workers and waits for them. Errors: INTERNAL naming the worker that failed (its
 // own message is on stderr).
-absl::Status RunWorkers(const std::string& dir, const PlanOptions& options) {
+absl::Status RunWorkers(const std::string& dir, const PlanOptions& options, bool with_shm) {
   std::vector<pid_t> pids;
   for (int rank = 0; rank < kRanks; ++rank) {
     const pid_t pid = fork();
     if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
     if (pid == 0) {
-      const absl::Status status = RunWorker(rank, dir, options);
+      const absl::Status status = RunWorker(rank, dir, options, with_shm);
       if (!status.ok()) {
         std::fprintf(stderr, "allreduce worker rank %d (pid %d): %s\n", rank, getpid(),
                      status.ToString().c_str());
@@ -239,9 +249,11 @@ absl::Status RunWorkers(const std::string& dir, const PlanOptions& options) {
 
 // results[peer][bytes] from what the workers left in the store.
 absl::Status CollectWorkerResults(const std::string& dir, const std::vector<SizePlan>& plan,
+                                  bool with_shm,
                                   std::map<std::string, std::map<int64_t, Result>>* results) {
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<FileStore> store, FileStore::Create(dir));
   for (const char* peer : kPeerNames) {
+    if (!with_shm && peer == kPeerNames[2]) continue;
     for (const SizePlan& size : plan) {
       std::vector<std::vector<double>> per_rank;
       Result& result = (*results)[peer][size.bytes];
@@ -288,40 +300,58 @@ std::optional<std::string> FindMpiBinary(const std::string& flag) {
   return std::nullopt;
 }
 
-// One way of running the MPI peer: its column and Open MPI's byte transfer layers.
+// One way of running the MPI peer: its column, Open MPI's byte transfer layers, and whether our
+// ShmCommunicator takes turns with it in the same processes (column "shm").
 struct MpiTransport {
   const char* column;
   const char* btl;
+  bool with_shm;
 };
 // TCP over loopback only, like Gloo's transport; shared memory (vader), like ShmCommunicator.
-constexpr MpiTransport kMpiTcp = {"mpi", "self,tcp"};
-constexpr MpiTransport kMpiShm = {"mpi_shm", "self,vader"};
+constexpr MpiTransport kMpiTcp = {"mpi", "self,tcp", false};
+constexpr MpiTransport kMpiShm = {"mpi_shm", "self,vader", true};
 
-// Runs the MPI peer over `transport` and reads its "result" lines into
-// results[transport.column]. Returns a reason when the column is skipped (no mpirun, no binary),
-// or an error when MPI ran and failed.
-absl::StatusOr<std::string> RunMpi(const Options& options, const MpiTransport& transport,
-                                   std::map<std::string, std::map<int64_t, Result>>* results) {
+// The mpirun and allreduce_mpi to run the MPI peer with, or why it cannot run.
+struct MpiCommand {
+  std::string mpirun;
+  std::string binary;
+  std::string missing;  // non-empty: the MPI columns are skipped, and why
+};
+
+MpiCommand FindMpi(const Options& options) {
+  MpiCommand command;
   const std::optional<std::string> mpirun = FindExecutable(options.mpirun);
-  if (!mpirun) {
-    return absl::StrCat("'", options.mpirun,
-                        "' is not installed or not in PATH (Debian package openmpi-bin)");
-  }
   const std::optional<std::string> binary = FindMpiBinary(options.mpi_binary);
-  if (!binary) {
-    return std::string(
-        "allreduce_mpi not found (not in runfiles, not beside this binary; pass --mpi_binary)");
+  if (!mpirun) {
+    command.missing = absl::StrCat("'", options.mpirun,
+                                   "' is not installed or not in PATH (Debian package openmpi-bin)");
+  } else if (!binary) {
+    command.missing =
+        "allreduce_mpi not found (not in runfiles, not beside this binary; pass --mpi_binary)";
+  } else {
+    command.mpirun = *mpirun;
+    command.binary = *binary;
   }
+  return command;
+}
+
+// Runs the MPI peer over `transport` and reads its "result" lines into results[transport.column]
+// (and results["shm"] when transport.with_shm; its processes meet in `shm_store`, a directory).
+// Errors: MPI ran and failed, or printed what this cannot read.
+absl::Status RunMpi(const Options& options, const MpiCommand& command,
+                    const MpiTransport& transport, const std::string& shm_store,
+                    std::map<std::string, std::map<int64_t, Result>>* results) {
   std::vector<std::string> args = {
-      *mpirun, "--allow-run-as-root", "--oversubscribe", "-np", absl::StrCat(kRanks),
+      command.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", absl::StrCat(kRanks),
       // Unbound, like the forked workers of the other two columns.
       "--bind-to", "none",
       // Only the transport asked for (no other fabrics); TCP on loopback only.
       "--mca", "btl", transport.btl, "--mca", "btl_tcp_if_include", "lo", "--mca",
       "oob_tcp_if_include", "lo",
       // mpirun ends the job if it runs longer than this (seconds).
-      "--timeout", "900", *binary};
+      "--timeout", "900", command.binary};
   for (std::string& arg : ToArgs(options.plan)) args.push_back(std::move(arg));
+  if (transport.with_shm) args.push_back(absl::StrCat("--shm_store=", shm_store));
 
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
@@ -357,16 +387,18 @@ absl::StatusOr<std::string> RunMpi(const Options& options, const MpiTransport& t
   }
   for (absl::string_view line : absl::StrSplit(output, '\n', absl::SkipEmpty())) {
     if (!absl::ConsumePrefix(&line, "result ")) continue;
+    // result <peer> <bytes> <iterations> <seconds> <wrong>
     const std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
     int64_t bytes = 0, count = 0;
     Result result;
-    if (f.size() != 4 || !absl::SimpleAtoi(f[0], &bytes) || !absl::SimpleAtoi(f[1], &count) ||
-        !absl::SimpleAtod(f[2], &result.seconds) || !absl::SimpleAtoi(f[3], &result.wrong)) {
+    if (f.size() != 5 || (f[0] != "mpi" && f[0] != "shm") || !absl::SimpleAtoi(f[1], &bytes) ||
+        !absl::SimpleAtoi(f[2], &count) || !absl::SimpleAtod(f[3], &result.seconds) ||
+        !absl::SimpleAtoi(f[4], &result.wrong)) {
       return absl::InternalError(absl::StrCat("bad line from allreduce_mpi: '", line, "'"));
     }
-    (*results)[transport.column][bytes] = result;
+    (*results)[f[0] == "shm" ? "shm" : transport.column][bytes] = result;
   }
-  return std::string();
+  return absl::OkStatus();
 }
 
 std::string CpuModel() {
@@ -412,37 +444,50 @@ int Main(const Options& options) {
     return 1;
   }
   const std::string dir = dir_template;
+  const MpiCommand mpi = FindMpi(options);
+  // shm takes turns with MPI's shared-memory transport when MPI runs, else with ours and Gloo.
+  const bool shm_in_workers = !mpi.missing.empty();
 
   std::printf(
       "host: %ld CPUs (%s), load average %s at start; %d processes over 127.0.0.1 "
       "TCP and shared memory; sizes %s..%s doubling; timed iterations per size and peer %d..%d "
-      "after %d warm-up, ours, raw Gloo and shm taking turns; time = median over iterations of "
-      "the slowest rank\n",
+      "after %d warm-up; taking turns: %s; time = median over iterations of the slowest rank\n",
       sysconf(_SC_NPROCESSORS_ONLN), CpuModel().c_str(), LoadAverage().c_str(), kRanks,
       FormatBytes(plan.front().bytes).c_str(), FormatBytes(plan.back().bytes).c_str(),
-      plan.back().iterations, plan.front().iterations, options.plan.warmup);
+      plan.back().iterations, plan.front().iterations, options.plan.warmup,
+      shm_in_workers ? "ours, gloo and shm" : "ours and gloo; then mpi alone; then shm and mpishm");
+  // Where the VM's two vCPUs sit now moves the shared-memory columns (see host.h).
+  std::vector<std::string> round_trips = {
+      absl::StrFormat("%.0f ns at start", CrossCpuRoundTripNs())};
   std::fflush(stdout);
 
   std::map<std::string, std::map<int64_t, Result>> results;
-  absl::Status status = RunWorkers(dir, options.plan);
-  if (status.ok()) status = CollectWorkerResults(dir, plan, &results);
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
+  absl::Status status = RunWorkers(dir, options.plan, shm_in_workers);
+  if (status.ok()) status = CollectWorkerResults(dir, plan, shm_in_workers, &results);
   if (!status.ok()) {
     std::fprintf(stderr, "ours/raw Gloo: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  for (const MpiTransport& transport : {kMpiTcp, kMpiShm}) {
-    const absl::StatusOr<std::string> skipped = RunMpi(options, transport, &results);
-    if (!skipped.ok()) {
-      std::fprintf(stderr, "MPI peer (btl %s): %s\n", transport.btl,
-                   skipped.status().ToString().c_str());
-      return 1;
+  } else if (!mpi.missing.empty()) {
+    std::printf("MPI columns skipped: %s\n", mpi.missing.c_str());
+  } else {
+    for (const MpiTransport& transport : {kMpiTcp, kMpiShm}) {
+      if (transport.with_shm) {
+        round_trips.push_back(
+            absl::StrFormat("%.0f ns before shm and mpishm", CrossCpuRoundTripNs()));
+      }
+      status = RunMpi(options, mpi, transport, dir + "/shm", &results);
+      if (!status.ok()) {
+        std::fprintf(stderr, "MPI peer (btl %s): %s\n", transport.btl,
+                     status.ToString().c_str());
+        break;
+      }
     }
-    if (!skipped->empty()) {
-      std::printf("MPI column %s skipped: %s\n", transport.column, skipped->c_str());
-    }
   }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  if (!status.ok()) return 1;
+  round_trips.push_back(absl::StrFormat("%.0f ns at the end", CrossCpuRoundTripNs()));
+  std::printf("cache line CPU 0 -> CPU 1 -> CPU 0 (median; 0: not measured): %s\n",
+              absl::StrJoin(round_trips, ", ").c_str());
   // shm against MPI's shared-memory transport when it ran, else against MPI over TCP.
   const char* shm_rival = results["mpi_shm"].empty() ? "mpi" : "mpi_shm";
 
@@ -486,9 +531,13 @@ int Main(const Options& options) {
     std::printf("ratio_vs_gloo_min_1MiB=%.3f\n", min_ratio_1mib);
   }
   // Last: shm's bus bandwidth over MPI's at 1 MiB, and which MPI transport it was.
-  std::printf("shm compared with MPI over %s\n",
-              results["mpi_shm"].empty() ? "TCP (btl self,tcp; vader did not run)"
-                                         : "shared memory (btl self,vader)");
+  if (results["mpi"].empty() && results["mpi_shm"].empty()) {
+    std::printf("shm not compared with MPI: MPI did not run\n");
+  } else {
+    std::printf("shm compared with MPI over %s\n",
+                results["mpi_shm"].empty() ? "TCP (btl self,tcp; vader did not run)"
+                                           : "shared memory (btl self,vader)");
+  }
   if (shm_ratio_1mib > 0) {
     std::printf("ratio_shm_vs_mpi_1MiB=%.3f\n", shm_ratio_1mib);
   } else {

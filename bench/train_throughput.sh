@@ -34,8 +34,9 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null || ! dpkg -s libopenblas0-pt
   SUDO=(); [ "$(id -u)" -eq 0 ] || SUDO=(sudo)
   "${SUDO[@]}" apt-get install -y -qq --no-install-recommends python3-torch libopenblas0-pthread >/dev/null
 fi
-bazel build -c opt --noshow_progress //worker:substrax-worker >&2
+bazel build -c opt --noshow_progress //worker:substrax-worker //bench:cross_cpu >&2
 WORKER="$(bazel info -c opt bazel-bin 2>/dev/null)/worker/substrax-worker"
+CROSS_CPU="$(bazel info -c opt bazel-bin 2>/dev/null)/bench/cross_cpu"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/train-throughput.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
@@ -91,9 +92,11 @@ torch_ddp() {  # processes -> samples/s
 
 declare -A OURS GLOO TORCH
 PAIR=""
+ROUND_TRIPS=""  # the cache-line round trip between CPU 0 and 1 before each round's 2 devices
 for round in $(seq "$ROUNDS"); do
   echo "train_throughput: round $round of $ROUNDS..." >&2
   for n in 1 2 4; do
+    [ "$n" -ne 2 ] || ROUND_TRIPS+="$("$CROSS_CPU") "
     OURS[$n]+="$(ours "$n" auto) "
     [ "$n" -eq 1 ] || GLOO[$n]+="$(ours "$n" gloo) "
     TORCH[$n]+="$(torch_ddp "$n") "
@@ -101,6 +104,8 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 PAIR=$(tr ' ' '\n' <<<"$PAIR" | grep . | median || true)
+PER_ROUND_1DEV="${OURS[1]}"
+PER_ROUND_2DEV="${OURS[2]}"
 for n in 1 2 4; do
   OURS[$n]=$(tr ' ' '\n' <<<"${OURS[$n]}" | grep . | median)
   TORCH[$n]=$(tr ' ' '\n' <<<"${TORCH[$n]}" | grep . | median)
@@ -115,6 +120,11 @@ for n in 1 2 4; do
     "$(awk -v a="${OURS[$n]}" -v b="${TORCH[$n]}" 'BEGIN {print a / b}')"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+# Each round's 1- and 2-device figures beside where the VM's two vCPUs sat just before: two
+# devices meet at every step, so a farther pair (a longer round trip) slows them.
+paste -d' ' <(tr ' ' '\n' <<<"$PER_ROUND_1DEV" | grep .) <(tr ' ' '\n' <<<"$PER_ROUND_2DEV" | grep .) \
+  <(tr ' ' '\n' <<<"$ROUND_TRIPS" | grep .) |
+  awk '{printf "round %d: 1 device %.0f, 2 devices %.0f samples/s (scaling %.2f); cache line CPU 0 -> 1 -> 0 before it: %s ns\n", NR, $1, $2, $2 / $1, $3}'
 if [ -n "$PAIR" ]; then
   printf 'two 1-device runs at once, pinned to CPU 0 and 1: %.0f samples/s together\n' "$PAIR"
 fi
