@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,7 +79,7 @@ absl::Status Run(const PlanOptions& options, const std::string& shm_store, int r
   // mpirun ends the job when a rank dies.
   std::unique_ptr<FileStore> store;
   std::unique_ptr<ShmCommunicator> shm_comm;
-  std::unique_ptr<AllReducePeer> shm;
+  std::optional<AllReducePeer> shm;
   if (!shm_store.empty()) {
     SUBSTRAX_ASSIGN_OR_RETURN(store, FileStore::Create(shm_store));
     std::vector<RankInfo> ranks(num_ranks);
@@ -89,12 +90,12 @@ absl::Status Run(const PlanOptions& options, const std::string& shm_store, int r
     SUBSTRAX_ASSIGN_OR_RETURN(shm_comm, ShmCommunicator::Create(ShmCommunicatorOptions(),
                                                                 store.get(), rank, ranks,
                                                                 /*monitor=*/nullptr));
-    shm = std::make_unique<AllReducePeer>(AllReducePeer{
+    shm = AllReducePeer{
         "shm",
         [&](absl::Span<float> data) { return shm_comm->AllReduce(data, ReduceOp::kSum); },
         [&] { return shm_comm->Barrier(); },
-    });
-    peers.push_back(shm.get());
+    };
+    peers.push_back(&*shm);
   }
 
   std::vector<float> buffer(plan.back().elements());
@@ -108,7 +109,7 @@ absl::Status Run(const PlanOptions& options, const std::string& shm_store, int r
     }
   }
   // Neither rank unmaps the segment while the other still runs its last call.
-  if (shm != nullptr) SUBSTRAX_RETURN_IF_ERROR(shm->barrier());
+  if (shm.has_value()) SUBSTRAX_RETURN_IF_ERROR(shm->barrier());
   return absl::OkStatus();
 }
 
