@@ -10,6 +10,8 @@
 #    set in this environment for old OpenBLAS builds and would pin Debian's to a slow kernel).
 #  - substrax again with --cpu-collectives=gloo (every device through Gloo over TCP, as before
 #    the shared-memory collectives): what those are worth, in the same run.
+#  - substrax again with spec.gradients.shard_update (the optimizer update sharded between the
+#    devices of the process): sharded_vs_unsharded_2dev= says what it is worth at 2 devices.
 #  - two 1-device substrax runs at once, pinned to CPU 0 and CPU 1 (taskset): what two cores give
 #    when nothing is shared between them, in the same minutes. On a VM whose neighbours slow one
 #    vCPU at times, a 1-device run moves to the faster vCPU while 2 devices wait for the slower
@@ -17,7 +19,7 @@
 # Each run must have trained (final loss < 1.0, from about 2.3) or the script fails.
 # ROUNDS rounds (default 1), each running every configuration once, in turn; every figure is the
 # median over the rounds. Prints a table, then the ratios last: scaling_2dev= (ours at 2 devices /
-# ours at 1), scaling_2dev_vs_pair=, ratio_vs_torch_1dev=, ratio_vs_torch_2dev=,
+# ours at 1), sharded_vs_unsharded_2dev=, scaling_2dev_vs_pair=, ratio_vs_torch_1dev=, ratio_vs_torch_2dev=,
 # ratio_vs_torch_4dev=. Measures; asserts nothing.
 #
 #   bench/train_throughput.sh            # ROUNDS=3 STEPS=600 bench/train_throughput.sh
@@ -64,10 +66,11 @@ check_trained() {  # what loss
     { echo "train_throughput: $1 did not train (final loss '$2')" >&2; exit 1; }
 }
 median() { sort -n | awk '{v[NR]=$1} END {if (NR == 0) exit 1; print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-ours() {  # devices collectives [log name] -> samples/s
-  local log="$WORK/${3:-ours-$1-$2}.log"
-  sed "s/data_parallel_size: 1/data_parallel_size: $1/" "$WORK/job.yaml" >"$WORK/job-$1.yaml"
-  "$WORKER" train --job "$WORK/job-$1.yaml" --local-devices "$1" --cpu-collectives "$2" \
+ours() {  # devices collectives [log name] [a line for the job's spec] -> samples/s
+  local log="$WORK/${3:-ours-$1-$2}.log" job="$WORK/job-${3:-ours-$1-$2}.yaml"
+  sed "s/data_parallel_size: 1/data_parallel_size: $1/" "$WORK/job.yaml" >"$job"
+  [ -z "${4:-}" ] || echo "  $4" >>"$job"
+  "$WORKER" train --job "$job" --local-devices "$1" --cpu-collectives "$2" \
     >"$log" 2>&1
   check_trained "substrax on $1 device(s) ($2)" "$(sed -n 's/^train_loss=//p' "$log")"
   sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' "$log" | tail -n +2 | median
@@ -90,7 +93,7 @@ torch_ddp() {  # processes -> samples/s
   sed -n 's/^samples_per_second=//p' "$WORK/torch-$1.log"
 }
 
-declare -A OURS GLOO TORCH
+declare -A OURS GLOO TORCH SHARDED
 PAIR=""
 ROUND_TRIPS=""  # the cache-line round trip between CPU 0 and 1 before each round's 2 devices
 for round in $(seq "$ROUNDS"); do
@@ -99,6 +102,7 @@ for round in $(seq "$ROUNDS"); do
     [ "$n" -ne 2 ] || ROUND_TRIPS+="$("$CROSS_CPU") "
     OURS[$n]+="$(ours "$n" auto) "
     [ "$n" -eq 1 ] || GLOO[$n]+="$(ours "$n" gloo) "
+    [ "$n" -eq 1 ] || SHARDED[$n]+="$(ours "$n" auto "sharded-$n" "gradients: {shard_update: true}") "
     TORCH[$n]+="$(torch_ddp "$n") "
     [ "$n" -ne 2 ] || [ "$CPUS" -lt 2 ] || PAIR+="$(pair) "
   done
@@ -106,29 +110,39 @@ done
 PAIR=$(tr ' ' '\n' <<<"$PAIR" | grep . | median || true)
 PER_ROUND_1DEV="${OURS[1]}"
 PER_ROUND_2DEV="${OURS[2]}"
+PER_ROUND_2DEV_SHARDED="${SHARDED[2]}"
 for n in 1 2 4; do
   OURS[$n]=$(tr ' ' '\n' <<<"${OURS[$n]}" | grep . | median)
   TORCH[$n]=$(tr ' ' '\n' <<<"${TORCH[$n]}" | grep . | median)
-  [ "$n" -eq 1 ] && GLOO[$n]=${OURS[$n]} || GLOO[$n]=$(tr ' ' '\n' <<<"${GLOO[$n]}" | grep . | median)
+  if [ "$n" -eq 1 ]; then
+    GLOO[$n]=${OURS[$n]}
+    SHARDED[$n]=${OURS[$n]}
+  else
+    GLOO[$n]=$(tr ' ' '\n' <<<"${GLOO[$n]}" | grep . | median)
+    SHARDED[$n]=$(tr ' ' '\n' <<<"${SHARDED[$n]}" | grep . | median)
+  fi
 done
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "job: MLP 784-512-256-10, adam 1e-3, global batch 128, $STEPS steps; medians of $ROUNDS round(s)"
-printf '%-8s %18s %18s %18s %10s\n' devices substrax_samples/s substrax_gloo torch_samples/s ratio
+printf '%-8s %18s %18s %18s %18s %10s\n' devices substrax_samples/s substrax_gloo substrax_sharded \
+  torch_samples/s ratio
 for n in 1 2 4; do
-  printf '%-8s %18.0f %18.0f %18.0f %10.2f\n' "$n" "${OURS[$n]}" "${GLOO[$n]}" "${TORCH[$n]}" \
+  printf '%-8s %18.0f %18.0f %18.0f %18.0f %10.2f\n' "$n" "${OURS[$n]}" "${GLOO[$n]}" \
+    "${SHARDED[$n]}" "${TORCH[$n]}" \
     "$(awk -v a="${OURS[$n]}" -v b="${TORCH[$n]}" 'BEGIN {print a / b}')"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 # Each round's 1- and 2-device figures beside where the VM's two vCPUs sat just before: two
 # devices meet at every step, so a farther pair (a longer round trip) slows them.
 paste -d' ' <(tr ' ' '\n' <<<"$PER_ROUND_1DEV" | grep .) <(tr ' ' '\n' <<<"$PER_ROUND_2DEV" | grep .) \
-  <(tr ' ' '\n' <<<"$ROUND_TRIPS" | grep .) |
-  awk '{printf "round %d: 1 device %.0f, 2 devices %.0f samples/s (scaling %.2f); cache line CPU 0 -> 1 -> 0 before it: %s ns\n", NR, $1, $2, $2 / $1, $3}'
+  <(tr ' ' '\n' <<<"$PER_ROUND_2DEV_SHARDED" | grep .) <(tr ' ' '\n' <<<"$ROUND_TRIPS" | grep .) |
+  awk '{printf "round %d: 1 device %.0f, 2 devices %.0f samples/s (scaling %.2f), sharded update %.0f; cache line CPU 0 -> 1 -> 0 before it: %s ns\n", NR, $1, $2, $2 / $1, $3, $4}'
 if [ -n "$PAIR" ]; then
   printf 'two 1-device runs at once, pinned to CPU 0 and 1: %.0f samples/s together\n' "$PAIR"
 fi
 echo "scaling_2dev=$(ratio "${OURS[2]}" "${OURS[1]}")"
+echo "sharded_vs_unsharded_2dev=$(ratio "${SHARDED[2]}" "${OURS[2]}")"
 [ -z "$PAIR" ] || echo "scaling_2dev_vs_pair=$(ratio "${OURS[2]}" "$PAIR")"
 echo "ratio_vs_torch_1dev=$(ratio "${OURS[1]}" "${TORCH[1]}")"
 echo "ratio_vs_torch_2dev=$(ratio "${OURS[2]}" "${TORCH[2]}")"

@@ -550,15 +550,33 @@ void ValidateGradients(const v1::JobSpec& spec, Validator& v) {
   if (g.bucket_bytes() != 0 || v.Written("spec.gradients.bucket_bytes")) {
     v.Range("spec.gradients.bucket_bytes", g.bucket_bytes(), 4, kMaxBucketBytes);
   }
+  const v1::MeshSpec& mesh = spec.mesh();
+  const bool model_axis =
+      mesh.model_parallel_size() > 1 ||
+      (mesh.type() == v1::MESH_TYPE_MODEL_PARALLEL && mesh.num_devices() > 1);
+  if (g.has_shard_update() && g.shard_update()) {
+    if (g.has_overlap() && g.overlap()) {
+      v.Add("spec.gradients.shard_update",
+            "the sharded update reduce-scatters the whole gradient after the backward pass, "
+            "which overlap cannot do; choose one of shard_update and overlap");
+    }
+    if (spec.backend() == v1::BACKEND_CUDA) {
+      v.Add("spec.gradients.shard_update",
+            "the update is sharded between CPU devices only; remove it or use backend cpu");
+    }
+    if (model_axis) {
+      v.Add("spec.gradients.shard_update",
+            "the update is sharded only on a mesh with a data axis alone (along a model axis "
+            "each device holds other blocks already); remove it");
+    }
+  }
   if (!g.has_overlap() || !g.overlap()) return;
   if (spec.backend() == v1::BACKEND_CUDA) {
     v.Add("spec.gradients.overlap",
           "CUDA devices queue the gradient reduction on the device after the backward pass; "
           "overlap runs on CPU devices: remove it or use backend cpu");
   }
-  const v1::MeshSpec& mesh = spec.mesh();
-  if (mesh.model_parallel_size() > 1 ||
-      (mesh.type() == v1::MESH_TYPE_MODEL_PARALLEL && mesh.num_devices() > 1)) {
+  if (model_axis) {
     v.Add("spec.gradients.overlap",
           "a mesh with a model axis reduces gradients after the backward pass (the pass itself "
           "all-reduces over the model axis); remove overlap");

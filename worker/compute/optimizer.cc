@@ -74,6 +74,46 @@ class ElementwiseOptimizer final : public Optimizer {
     return absl::OkStatus();
   }
 
+  absl::Status PrepareRanges(const TensorTree& params) {
+    const size_t num_slots = config_.info->slots.size();
+    for (const auto& [name, p] : params) {
+      std::vector<Tensor>& slots = state_[name];
+      if (slots.size() != num_slots) slots.assign(num_slots, Tensor(p.shape()));
+      if (num_slots > 0 && slots.front().shape() != p.shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", name, "' has shape ", p.ShapeString(),
+            ", but its optimizer state was made for ", slots.front().ShapeString()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads state_ without changing its structure: safe on several threads at once.
+  absl::Status UpdateRanges(absl::Span<const ParamRange> ranges, int64_t step,
+                            TensorTree* params) {
+    const size_t num_slots = config_.info->slots.size();
+    std::vector<float*> slot_data(num_slots);
+    for (const ParamRange& r : ranges) {
+      auto p = params->find(r.name);
+      if (p == params->end()) {
+        return absl::InvalidArgumentError(absl::StrCat("'", r.name, "' is not a parameter"));
+      }
+      if (r.begin < 0 || r.count < 0 || r.begin + r.count > p->second.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("values [", r.begin, ", ", r.begin + r.count, ") are outside parameter '",
+                         r.name, "' of ", p->second.size()));
+      }
+      auto state = state_.find(r.name);
+      if (state == state_.end() || state->second.size() != num_slots) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "parameter '", r.name, "' has no optimizer state: call PrepareRangeUpdates first"));
+      }
+      for (size_t s = 0; s < num_slots; ++s) slot_data[s] = state->second[s].data() + r.begin;
+      kernel_(config_, step, p->second.data() + r.begin, r.grads, slot_data.data(), r.count);
+    }
+    return absl::OkStatus();
+  }
+
   int64_t steps() const override { return steps_; }
 
   TensorTree ExportState(const TensorTree& params) const override {
@@ -223,6 +263,30 @@ absl::Status UpdateFromViews(Optimizer& optimizer, const GradientViews& grads,
     std::copy_n(grads.at(name), g.size(), g.data());
   }
   return optimizer.Update(copies, params);
+}
+
+namespace {
+
+absl::StatusOr<ElementwiseOptimizer*> RangeUpdater(Optimizer& optimizer) {
+  auto* elementwise = dynamic_cast<ElementwiseOptimizer*>(&optimizer);
+  if (elementwise == nullptr) {
+    return absl::UnimplementedError(
+        "updates of parameter ranges need an optimizer made by Optimizer::Create");
+  }
+  return elementwise;
+}
+
+}  // namespace
+
+absl::Status PrepareRangeUpdates(Optimizer& optimizer, const TensorTree& params) {
+  SUBSTRAX_ASSIGN_OR_RETURN(ElementwiseOptimizer * elementwise, RangeUpdater(optimizer));
+  return elementwise->PrepareRanges(params);
+}
+
+absl::Status UpdateRanges(Optimizer& optimizer, absl::Span<const ParamRange> ranges,
+                          int64_t step, TensorTree* params) {
+  SUBSTRAX_ASSIGN_OR_RETURN(ElementwiseOptimizer * elementwise, RangeUpdater(optimizer));
+  return elementwise->UpdateRanges(ranges, step, params);
 }
 
 CpuOptimizerKernel FindCpuOptimizerKernel(absl::string_view name) {

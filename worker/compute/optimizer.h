@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "core/optimizers.h"
 #include "substrax/v1/job.pb.h"
 #include "substrax/optimizer.h"
@@ -34,6 +35,31 @@ using GradientViews = std::map<std::string, const float*>;
 // Optimizer::Create reads them in place; any other gets them copied). Errors: as Update, naming
 // a parameter without a gradient.
 absl::Status UpdateFromViews(Optimizer& optimizer, const GradientViews& grads, TensorTree* params);
+
+// Devices that keep one copy of the parameters between them (worker/runtime's shared
+// parameters) update it in disjoint pieces, each from its own thread, at the same time.
+//
+// One piece: values [begin, begin + count) of parameter `name` (in its row-major order), and
+// their gradients.
+struct ParamRange {
+  std::string name;
+  int64_t begin = 0;
+  int64_t count = 0;
+  const float* grads = nullptr;
+};
+// Creates the optimizer's (zero) state of every parameter of `params` that has none yet, so that
+// UpdateRanges never creates any. Call it before the threads start. Errors: UNIMPLEMENTED for
+// an optimizer not made by Optimizer::Create; INVALID_ARGUMENT as Update for a state of another
+// shape.
+absl::Status PrepareRangeUpdates(Optimizer& optimizer, const TensorTree& params);
+// The update of step `step` (1 for the first) of the values in `ranges`, from their gradients:
+// each value changes as Update would change it at that step (the update is elementwise). The
+// optimizer's step count is not advanced (RestoreState and ImportState set it). Calls on
+// disjoint ranges may run at the same time. Errors: FAILED_PRECONDITION for a parameter whose
+// state PrepareRangeUpdates did not create; INVALID_ARGUMENT for an unknown parameter or a range
+// outside it; UNIMPLEMENTED as PrepareRangeUpdates.
+absl::Status UpdateRanges(Optimizer& optimizer, absl::Span<const ParamRange> ranges,
+                          int64_t step, TensorTree* params);
 
 
 }  // namespace substrax

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/optimizers.h"
@@ -156,6 +157,54 @@ TEST(OptimizerTest, StateOfAnotherShapeIsRejected) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("'w'"));
   EXPECT_EQ(opt->steps(), 1);
+}
+
+// Two threads updating disjoint ranges of the same parameters, step by step, end exactly where
+// Update over whole tensors ends (the update is elementwise), and the state they leave is the
+// same.
+TEST(OptimizerTest, RangeUpdatesOnTwoThreadsEqualWholeUpdates) {
+  const TensorTree start = {{"b", Tensor({3}, {0.5f, -1.0f, 2.0f})},
+                            {"w", Tensor({2, 3}, {1.0f, -2.0f, 0.25f, 3.0f, -0.5f, 1.5f})}};
+  const TensorTree grads = {{"b", Tensor({3}, {-1.0f, 0.3f, 0.7f})},
+                            {"w", Tensor({2, 3}, {0.5f, 0.25f, -0.125f, 2.0f, -1.0f, 0.1f})}};
+  auto whole = Make(Spec("adam", 0.01));
+  auto ranged = Make(Spec("adam", 0.01));
+  TensorTree expected = start, params = start;
+  ASSERT_TRUE(PrepareRangeUpdates(*ranged, params).ok());
+  // Thread 0: all of b and the first value of w; thread 1: the rest of w.
+  const std::vector<ParamRange> first = {{"b", 0, 3, grads.at("b").data()},
+                                         {"w", 0, 1, grads.at("w").data()}};
+  const std::vector<ParamRange> second = {{"w", 1, 5, grads.at("w").data() + 1}};
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(whole->Update(grads, &expected).ok());
+    absl::Status a, b;
+    std::thread t([&] { a = UpdateRanges(*ranged, first, step, &params); });
+    b = UpdateRanges(*ranged, second, step, &params);
+    t.join();
+    ASSERT_TRUE(a.ok()) << a;
+    ASSERT_TRUE(b.ok()) << b;
+  }
+  EXPECT_EQ(params, expected);
+  EXPECT_EQ(ranged->ExportState(params), whole->ExportState(expected));
+}
+
+TEST(OptimizerTest, RangeUpdatesRejectUnknownRangesAndMissingState) {
+  auto opt = Make(Spec("adam", 0.01));
+  TensorTree params = {{"w", Tensor({2}, {1.0f, 2.0f})}};
+  const float g[2] = {0.5f, 0.5f};
+  const std::vector<ParamRange> ok = {{"w", 0, 2, g}};
+  absl::Status s = UpdateRanges(*opt, ok, 1, &params);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("PrepareRangeUpdates"));
+  ASSERT_TRUE(PrepareRangeUpdates(*opt, params).ok());
+  const std::vector<ParamRange> outside = {{"w", 1, 2, g}};
+  s = UpdateRanges(*opt, outside, 1, &params);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("outside parameter 'w'"));
+  const std::vector<ParamRange> unknown = {{"v", 0, 1, g}};
+  s = UpdateRanges(*opt, unknown, 1, &params);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(params["w"].span(), ElementsAre(1.0f, 2.0f));  // nothing changed
 }
 
 TEST(OptimizerTest, CreateRejectsBadSpecs) {

@@ -14,6 +14,16 @@
 
 namespace substrax {
 
+// The sharded update (DeviceBackend::shards_update) of the CPU devices along the data axis of
+// one process: made once by the trainer for `size` devices and handed to each of those devices'
+// BackendSetup with its rank on the axis. Every device builds the same model with the same spec
+// and seed (a mesh with a data axis alone), keeps its own copy of the parameters, updates its
+// block of them (with its optimizer state, kept up to date in that block only) and copies the
+// others' blocks from them. The group keeps every device's state alive while any device may
+// still read it.
+class ShardedUpdateGroup;
+std::shared_ptr<ShardedUpdateGroup> MakeShardedUpdateGroup(int size);
+
 // What either backend is built from.
 struct BackendSetup {
   // A defaulted, validated spec: model, optimizer, seed, data.prefetch_size.
@@ -27,6 +37,10 @@ struct BackendSetup {
   int64_t model_index = 0;
   // This device's training batches, in order.
   Producer<Batch> batches;
+  // The CPU backend: the sharded update's group and this device's rank in it (null: the device
+  // updates all of its parameters itself). Refused with a model axis.
+  std::shared_ptr<ShardedUpdateGroup> sharded_update;
+  int sharded_update_rank = 0;
 };
 
 // Errors: those of Model::Create and Optimizer::Create (INVALID_ARGUMENT naming the field;

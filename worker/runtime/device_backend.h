@@ -78,6 +78,33 @@ class DeviceBackend {
   virtual absl::Status ComputeGradients() = 0;
   // One optimizer update of the parameters from the gradient buffer.
   virtual absl::Status ApplyGradients() = 0;
+
+  // The sharded update (ZeRO stage 1 inside a process): the devices along the data axis of a
+  // process each update one block of the parameters and hand it to the others (the CPU backend
+  // given a ShardedUpdateGroup). The loop then reduce-scatters the gradient buffer over the data
+  // axis (each device holds the mean of its block), calls ApplyGradientBlock for that block
+  // instead of ApplyGradients, waits at a barrier of the axis, and calls FetchPeerBlocks.
+  virtual bool shards_update() const { return false; }
+  // The update of step `step` (1 for the first) of the values at [begin, end) of the gradient
+  // layout, from the buffer's values there. The devices of the group call it at once for their
+  // disjoint blocks.
+  virtual absl::Status ApplyGradientBlock(int64_t begin, int64_t end, int64_t step) {
+    (void)begin;
+    (void)end;
+    (void)step;
+    return absl::UnimplementedError(kNoShardedUpdate);
+  }
+  // After every device of the group has updated its block: copies the other blocks (block q is
+  // values [q * block, (q + 1) * block) of the layout, updated by the device of rank q of the
+  // data axis; this device is `rank` of `size`) from their devices into this device's
+  // parameters.
+  virtual absl::Status FetchPeerBlocks(int64_t block, int rank, int size) {
+    (void)block;
+    (void)rank;
+    (void)size;
+    return absl::UnimplementedError(kNoShardedUpdate);
+  }
+
   // The metric sums since the last call (waiting for the device), then zero.
   virtual absl::StatusOr<EvalResult> TakeMetrics() = 0;
 
@@ -109,6 +136,8 @@ class DeviceBackend {
   }
 
  private:
+  static constexpr const char* kNoShardedUpdate =
+      "this backend does not shard the update between devices";
   static constexpr const char* kNoCheckpoints =
       "spec.checkpoint: this backend cannot save or restore its state yet (checkpoints run on "
       "CPU devices); remove the checkpoint section or run the job on CPU workers";

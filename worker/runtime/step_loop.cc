@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -88,6 +89,36 @@ Metrics LocalMetrics(const std::map<std::string, ReduceOp>& reductions, const Ev
   return local;
 }
 
+// The sharded update's plan: the data axis's communicator and the elements of each device's
+// block of the gradient buffer.
+struct ShardedUpdate {
+  Communicator* comm = nullptr;
+  int64_t block = 0;
+};
+
+// Whole 64-byte lines of float32: neighbouring blocks share no cache line.
+constexpr int64_t kShardedBlockGranule = 16;
+
+absl::StatusOr<std::optional<ShardedUpdate>> PlanShardedUpdate(const StepLoopOptions& options,
+                                                             const DeviceContext& ctx,
+                                                             const DeviceBackend& backend,
+                                                             const FlatLayout& layout) {
+  if (!backend.shards_update()) return std::optional<ShardedUpdate>();
+  const Mesh& mesh = *ctx.mesh;
+  if (options.explicit_collectives || !mesh.HasAxis(kDataAxis) ||
+      mesh.axis_names().size() != 1 || backend.max_steps_in_flight() > 0) {
+    return absl::InvalidArgumentError(
+        "the update is sharded only on a mesh with a data axis alone, on the sharding path "
+        "(not explicit collectives), with a backend that runs on the calling thread");
+  }
+  ShardedUpdate plan;
+  SUBSTRAX_ASSIGN_OR_RETURN(plan.comm, ctx.comms->Axis(kDataAxis));
+  const int64_t n = plan.comm->size();
+  const int64_t per_device = (layout.total + n - 1) / n;
+  plan.block = (per_device + kShardedBlockGranule - 1) / kShardedBlockGranule * kShardedBlockGranule;
+  return std::optional<ShardedUpdate>(plan);
+}
+
 }  // namespace
 
 ProgressReport MakeProgressReport(int64_t total_steps, int64_t steps_per_epoch,
@@ -128,7 +159,13 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
   }
 
   const FlatLayout layout = GradientLayout(backend);
-  SUBSTRAX_ASSIGN_OR_RETURN(float* grads, backend.BindGradients(layout));
+  // The sharded update (DeviceBackend::shards_update): the buffer is padded to equal blocks of
+  // whole cache lines, one per device of the data axis, for the reduce-scatter.
+  SUBSTRAX_ASSIGN_OR_RETURN(std::optional<ShardedUpdate> sharded,
+                            PlanShardedUpdate(options, ctx, backend, layout));
+  FlatLayout bound = layout;
+  if (sharded.has_value()) bound.total = sharded->block * sharded->comm->size();
+  SUBSTRAX_ASSIGN_OR_RETURN(float* grads, backend.BindGradients(bound));
   const GradientPlan sharding_plan = PlanBySharding(mesh.axis_names(), layout, Specs(backend));
   const std::vector<std::pair<std::string, GradientPlan>> explicit_plans =
       ExplicitPlans(mesh, layout, backend);
@@ -165,7 +202,7 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
   absl::StatusOr<Communicator*> model_axis = ctx.comms->Axis(kModelAxis);
   const bool tensor_parallel = model_axis.ok() && (*model_axis)->size() > 1;
   if (options.overlap_gradients && !options.explicit_collectives && max_in_flight == 0 &&
-      !tensor_parallel) {
+      !tensor_parallel && !sharded.has_value()) {
     SUBSTRAX_ASSIGN_OR_RETURN(
         overlapped, OverlappedReduction::Create(*ctx.comms, sharding_plan, grads, ReduceOp::kMean,
                                                 options.gradients.bucket_bytes, reduce_fn));
@@ -182,6 +219,13 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
   } unbind{backend, overlapped != nullptr};
   auto reduce_gradients = [&]() -> absl::Status {
     if (overlapped != nullptr) return overlapped->Finish();
+    if (sharded.has_value()) {
+      ++buckets.collectives;
+      Communicator& comm = *sharded->comm;
+      return Annotate(comm.ReduceScatter(grads, grads + sharded->block * comm.rank(),
+                                         DataType::kFloat32, sharded->block, ReduceOp::kMean),
+                      reduce_fn);
+    }
     std::vector<CollectiveEvent>* events = max_in_flight > 0 ? &step_events : nullptr;
     if (!options.explicit_collectives) {
       return ReduceFlat(*ctx.comms, sharding_plan, grads, ReduceOp::kMean,
@@ -230,7 +274,27 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
     backend.MarkPhase(Phase::kCollective);
     if (absl::Status s = reduce_gradients(); !s.ok()) return step_error(s);
     backend.MarkPhase(Phase::kCompute);
-    if (absl::Status s = backend.ApplyGradients(); !s.ok()) return step_error(s);
+    if (sharded.has_value()) {
+      // This device's block of the parameters; then, once every device has updated its block,
+      // the others' blocks from them.
+      // (Past the layout's end, in its padding, a block is empty.)
+      const int64_t begin = std::min(layout.total, sharded->block * sharded->comm->rank());
+      const int64_t end = std::min(layout.total, sharded->block * (sharded->comm->rank() + 1));
+      if (absl::Status s = backend.ApplyGradientBlock(begin, end, step + 1); !s.ok()) {
+        return step_error(s);
+      }
+      backend.MarkPhase(Phase::kCollective);
+      if (absl::Status s = Annotate(sharded->comm->Barrier(), "sharded update"); !s.ok()) {
+        return step_error(s);
+      }
+      if (absl::Status s = backend.FetchPeerBlocks(sharded->block, sharded->comm->rank(),
+                                                   sharded->comm->size());
+          !s.ok()) {
+        return step_error(s);
+      }
+    } else if (absl::Status s = backend.ApplyGradients(); !s.ok()) {
+      return step_error(s);
+    }
     ++interval_steps;
     if (max_in_flight > 0) {
       in_flight.push_back({step + 1, reduce_fn, std::move(step_events)});
@@ -307,6 +371,7 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
     stats->gradient_collectives =
         overlapped != nullptr ? overlapped->collectives() : buckets.collectives;
     stats->overlapped = overlapped != nullptr;
+    stats->sharded_update = sharded.has_value();
   }
   if (options.eval != nullptr) {
     SUBSTRAX_ASSIGN_OR_RETURN(result.evaluation,

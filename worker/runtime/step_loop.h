@@ -118,6 +118,9 @@ struct StepLoopStats {
   int64_t gradient_collectives = 0;
   // Whether the buckets were reduced during the backward pass (overlap taken).
   bool overlapped = false;
+  // Whether the update was sharded between the devices (DeviceBackend::shards_update): one
+  // reduce-scatter per step, counted in gradient_collectives.
+  bool sharded_update = false;
 };
 
 // Runs the job on one device. Every device of the mesh runs it with the same options but its

@@ -7,9 +7,11 @@
 #include "worker/runtime/step_loop.h"
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -125,6 +127,21 @@ class FakeBackend final : public DeviceBackend {
     ++step_;
     return absl::OkStatus();
   }
+  int id() const { return id_; }
+  bool shards_update() const override { return shard; }
+  absl::Status ApplyGradientBlock(int64_t begin, int64_t end, int64_t step) override {
+    if (step == fail_block_at_step) return absl::InternalError("injected update failure");
+    std::vector<float> host(layout_.total);
+    memory_.from_buffer(host.data(), flat_, layout_.total);
+    blocks.push_back({begin, end});
+    block_values.emplace_back(host.begin() + begin, host.begin() + end);
+    ++step_;
+    return absl::OkStatus();
+  }
+  absl::Status FetchPeerBlocks(int64_t block, int rank, int size) override {
+    fetches.push_back({block, rank, size});
+    return absl::OkStatus();
+  }
   absl::StatusOr<EvalResult> TakeMetrics() override { return std::exchange(sums_, EvalResult()); }
   void MarkPhase(Phase phase) override { clock_.Mark(phase); }
   absl::StatusOr<PhaseSeconds> TakePhaseSeconds() override { return clock_.Take(); }
@@ -157,6 +174,13 @@ class FakeBackend final : public DeviceBackend {
   // each ApplyGradients.
   int in_flight = 0;
   std::vector<int64_t> awaits_at_apply;
+  // The sharded update: whether the fake shards, the step (1-based) whose ApplyGradientBlock
+  // fails, and what ApplyGradientBlock and FetchPeerBlocks were given, per step.
+  bool shard = false;
+  int64_t fail_block_at_step = -1;
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  std::vector<std::vector<float>> block_values;
+  std::vector<std::tuple<int64_t, int, int>> fetches;
 
  private:
   const int id_;
@@ -417,38 +441,55 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.in_flight > 0 ? "InFlight" : "");
     });
 
-// Overlap: on a data-parallel mesh each bucket is reduced as soon as the pass announces it. The
-// fake waits inside its pass for the first announced slot to be averaged (it fails after 30 s
-// otherwise), and the results equal the reduction after the pass.
-TEST(StepLoopOverlapTest, BucketsAreReducedWhileTheBackwardPassRuns) {
-  const Mesh mesh = *DeviceMeshManager::CreateDataParallelMesh(MakeUniformCluster(1, 2));
-  const v1::JobSpec spec = Spec();
-  constexpr int64_t kSteps = 3;
-  Dataset eval;
-  absl::Mutex mu;
+// What the loops of a data-parallel mesh of fakes left: each device's backend, result and stats.
+struct DataParallelRun {
   std::map<int, std::unique_ptr<FakeBackend>> backends;
   std::map<int, absl::StatusOr<TrainResult>> results;
   std::map<int, StepLoopStats> stats;
+};
+
+// Runs `steps` steps on each of `devices` fakes of a data-parallel mesh, each backend and its
+// options set up by `setup` first.
+DataParallelRun RunDataParallel(
+    int devices, int64_t steps,
+    const std::function<void(FakeBackend&, StepLoopOptions&)>& setup) {
+  const Mesh mesh = *DeviceMeshManager::CreateDataParallelMesh(MakeUniformCluster(1, devices));
+  const v1::JobSpec spec = Spec();
+  Dataset eval;
+  absl::Mutex mu;
+  DataParallelRun run;
   RunOnDevices(mesh, [&](DeviceContext& ctx) {
     const int id = ctx.device.id;
     auto backend = std::make_unique<FakeBackend>(id, 1, 0, HostMemory());
-    backend->overlap_peers = {0, 1};
     StepLoopOptions options;
     options.spec = &spec;
     options.mesh = &mesh;
     options.device_id = id;
     options.comms = ctx.comms;
-    options.total_steps = kSteps;
+    options.total_steps = steps;
     options.eval = &eval;
-    options.gradients.bucket_bytes = 8;
-    options.overlap_gradients = true;
+    setup(*backend, options);
     StepLoopStats s;
     absl::StatusOr<TrainResult> r = RunStepLoop(options, *backend, &s);
     absl::MutexLock lock(&mu);
-    results.emplace(id, std::move(r));
-    stats[id] = s;
-    backends[id] = std::move(backend);
+    run.results.emplace(id, std::move(r));
+    run.stats[id] = s;
+    run.backends[id] = std::move(backend);
   });
+  return run;
+}
+
+// Overlap: on a data-parallel mesh each bucket is reduced as soon as the pass announces it. The
+// fake waits inside its pass for the first announced slot to be averaged (it fails after 30 s
+// otherwise), and the results equal the reduction after the pass.
+TEST(StepLoopOverlapTest, BucketsAreReducedWhileTheBackwardPassRuns) {
+  constexpr int64_t kSteps = 3;
+  DataParallelRun run = RunDataParallel(2, kSteps, [](FakeBackend& b, StepLoopOptions& o) {
+    b.overlap_peers = {0, 1};
+    o.gradients.bucket_bytes = 8;
+    o.overlap_gradients = true;
+  });
+  auto& [backends, results, stats] = run;
   ASSERT_EQ(results.size(), 2u);
   for (const auto& [id, r] : results) ASSERT_TRUE(r.ok()) << "device " << id << ": " << r.status();
   for (const auto& [id, backend] : backends) {
@@ -468,6 +509,62 @@ TEST(StepLoopOverlapTest, BucketsAreReducedWhileTheBackwardPassRuns) {
       }
     }
   }
+}
+
+// The sharded update on a data-parallel mesh of 3 devices: one reduce-scatter per step, each
+// device updates its block of the padded layout (blocks of whole cache lines: the 9 values all
+// fall in block 0 of 16, blocks 1 and 2 are empty) with the mean over the devices, then fetches
+// the others'.
+TEST(StepLoopShardedTest, EachDeviceUpdatesItsBlockWithTheMean) {
+  constexpr int64_t kSteps = 3;
+  DataParallelRun run = RunDataParallel(3, kSteps, [](FakeBackend& b, StepLoopOptions& o) {
+    b.shard = true;
+    o.overlap_gradients = true;  // not taken with the sharded update
+  });
+  auto& [backends, results, stats] = run;
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& [id, r] : results) ASSERT_TRUE(r.ok()) << "device " << id << ": " << r.status();
+  for (const auto& [id, backend] : backends) {
+    SCOPED_TRACE(absl::StrCat("device ", id));
+    EXPECT_TRUE(stats[id].sharded_update);
+    EXPECT_FALSE(stats[id].overlapped);
+    EXPECT_EQ(stats[id].gradient_collectives, kSteps);
+    ASSERT_EQ(backend->blocks.size(), static_cast<size_t>(kSteps));
+    EXPECT_TRUE(backend->applied.empty());  // never ApplyGradients
+    for (int64_t step = 0; step < kSteps; ++step) {
+      EXPECT_EQ(backend->fetches[step], std::make_tuple(int64_t{16}, id, 3));
+      if (id > 0) {
+        EXPECT_EQ(backend->blocks[step], std::make_pair(int64_t{9}, int64_t{9}));
+        continue;
+      }
+      EXPECT_EQ(backend->blocks[step], std::make_pair(int64_t{0}, int64_t{9}));
+      // Without a model axis every parameter is replicated: the layout is a[3] b[4] c[2].
+      std::vector<float> want;
+      for (const std::string name : {"a", "b", "c"}) {
+        const int64_t n = name == "a" ? 3 : name == "b" ? 4 : 2;
+        for (int64_t i = 0; i < n; ++i) {
+          want.push_back((GradValue(0, step, name, i) + GradValue(1, step, name, i) +
+                          GradValue(2, step, name, i)) /
+                         3);
+        }
+      }
+      EXPECT_THAT(backend->block_values[step], ElementsAreArray(want)) << "step " << step;
+    }
+  }
+}
+
+// A device whose update fails stops its loop; the others do not wait for it forever: their
+// barrier or next collective fails, and every loop returns.
+TEST(StepLoopShardedTest, AFailedBlockUpdateStopsEveryDevice) {
+  DataParallelRun run = RunDataParallel(2, 4, [](FakeBackend& b, StepLoopOptions&) {
+    b.shard = true;
+    if (b.id() == 1) b.fail_block_at_step = 2;
+  });
+  const auto& results = run.results;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results.at(1).status().code(), absl::StatusCode::kInternal) << results.at(1).status();
+  EXPECT_THAT(results.at(1).status().message(), HasSubstr("step 2"));
+  EXPECT_FALSE(results.at(0).ok());
 }
 
 // Checkpoints: every device saves at the same steps, after that step's update: every N steps and

@@ -69,10 +69,6 @@ ConnectionOptions ConnectionsOf(const TrainerOptions& options) {
   return connections;
 }
 
-// Whether this process may run a reduction thread beside its device threads without taking a
-// core from them: overlap's default. On a host whose cores all compute (2 devices on 2 cores)
-// the thread competes with the backward pass, and the step got about 10% slower
-// (docs/performance.md).
 // The CPUs this process may run on, in order.
 std::vector<int> AllowedCpus() {
   cpu_set_t set;
@@ -101,13 +97,53 @@ void PinCallingThread(int cpu) {
   (void)pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
 }
 
+// Whether this process may run a reduction thread beside its device threads without taking a
+// core from them: overlap's default. On a host whose cores all compute (2 devices on 2 cores)
+// the thread competes with the backward pass, and the step got about 10% slower
+// (docs/performance.md).
 bool HasCoresToSpare(size_t device_threads) {
   return AllowedCpus().size() > device_threads;
 }
 
+// Whether the step loops reduce each bucket during the backward pass (spec.gradients.overlap).
+bool OverlapGradients(const TrainerOptions& options) {
+  const v1::GradientsSpec& g = options.spec.gradients();
+  if (g.has_overlap()) return g.overlap();
+  // Left out: off under a sharded update, which reduces after the pass.
+  return !g.shard_update() && HasCoresToSpare(LocalDeviceIds(options).size());
+}
+
+// The sharded update's group of this process's devices (spec.gradients.shard_update: true), or
+// null where each device updates all of its parameters. Errors: FAILED_PRECONDITION where the
+// update cannot be sharded, saying why.
+absl::StatusOr<std::shared_ptr<ShardedUpdateGroup>> ShardUpdate(const TrainerOptions& options,
+                                                               size_t local_devices) {
+  if (!options.spec.gradients().shard_update()) return nullptr;
+  const Mesh& mesh = options.mesh;
+  std::string why_not;
+  if (mesh.devices().front().kind != DeviceKind::kCpu) {
+    why_not = "the job's devices are not CPU devices";
+  } else if (mesh.axis_names() != std::vector<std::string>{std::string(kDataAxis)}) {
+    why_not = absl::StrCat("the mesh ", mesh.ShapeString(), " has axes besides '", kDataAxis, "'");
+  } else if (static_cast<int64_t>(local_devices) != mesh.size()) {
+    why_not = absl::StrCat("this process drives ", local_devices, " of the mesh's ", mesh.size(),
+                           " devices, and the update is sharded within one process");
+  } else if (options.explicit_collectives) {
+    why_not = "the job reduces gradients with explicit collectives";
+  } else if (OverlapGradients(options)) {
+    why_not = "gradients.overlap is on";
+  }
+  if (!why_not.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "spec.gradients.shard_update is true, but ", why_not, "; remove shard_update"));
+  }
+  return MakeShardedUpdateGroup(static_cast<int>(mesh.size()));
+}
+
 absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const TrainingData& data,
                                       const PeerMonitor* monitor, int device_id,
-                                      ProcessCheckpoints& checkpoints) {
+                                      ProcessCheckpoints& checkpoints,
+                                      std::shared_ptr<ShardedUpdateGroup> sharded_update) {
   const v1::JobSpec& spec = options.spec;
   const Mesh& mesh = options.mesh;
   SUBSTRAX_ASSIGN_OR_RETURN(std::vector<int64_t> coords, mesh.CoordinatesOf(device_id));
@@ -124,6 +160,11 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   if (absl::StatusOr<int> axis = mesh.AxisIndex(kModelAxis); axis.ok()) {
     SUBSTRAX_ASSIGN_OR_RETURN(setup.model_axis, comms->Axis(kModelAxis));
     setup.model_index = coords[*axis];
+  }
+  if (sharded_update != nullptr) {
+    // A mesh with a data axis alone: the device's coordinate is its rank on that axis.
+    setup.sharded_update = std::move(sharded_update);
+    setup.sharded_update_rank = static_cast<int>(coords[0]);
   }
   SUBSTRAX_ASSIGN_OR_RETURN(IndexRange rows,
                             BatchRows(mesh, device_id, spec.batch().global_batch_size()));
@@ -171,9 +212,7 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   loop.gradients.bucket_bytes = spec.gradients().bucket_bytes() > 0
                                     ? spec.gradients().bucket_bytes()
                                     : kDefaultBucketBytes;
-  loop.overlap_gradients = spec.gradients().has_overlap()
-                               ? spec.gradients().overlap()
-                               : HasCoresToSpare(LocalDeviceIds(options).size());
+  loop.overlap_gradients = OverlapGradients(options);
   loop.on_progress = options.on_progress;
   if (options.on_device_report) {
     loop.on_device_report = [&options, features = data.num_features](DeviceReport report) {
@@ -315,6 +354,8 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
                                                    mesh.ShapeString()));
   }
 
+  SUBSTRAX_ASSIGN_OR_RETURN(std::shared_ptr<ShardedUpdateGroup> sharded_update,
+                            ShardUpdate(options, local_devices.size()));
   SUBSTRAX_ASSIGN_OR_RETURN(const TrainingData data, LoadTrainingData(spec, options.data_access));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor,
                             StartPeerMonitor(ConnectionsOf(options)));
@@ -331,12 +372,18 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   if (!cpus.empty()) {
     std::cerr << "device threads pinned to CPUs " << absl::StrJoin(cpus, ", ") << "\n";
   }
+  if (sharded_update != nullptr) {
+    std::cerr << "optimizer update sharded between the " << local_devices.size()
+              << " devices (spec.gradients.shard_update)\n";
+  }
   for (size_t i = 0; i < local_devices.size(); ++i) {
     threads.emplace_back([&, i] {
       // Before anything else, so that the threads the device starts (its input pipeline) share
       // its CPU and leave the other devices' alone.
       if (!cpus.empty()) PinCallingThread(cpus[i]);
-      results[i] = RunDevice(options, data, monitor.get(), local_devices[i], checkpoints);
+      results[i] =
+          RunDevice(options, data, monitor.get(), local_devices[i], checkpoints,
+                    sharded_update);
     });
   }
   for (auto& t : threads) t.join();

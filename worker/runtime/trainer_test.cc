@@ -218,6 +218,55 @@ TEST(TrainerTest, ExplicitCollectivePathEqualsSpmdPath) {
   EXPECT_EQ(diff->max_relative, 0) << diff->where;
 }
 
+// The sharded update (spec.gradients.shard_update) computes every value as the unsharded one
+// does: the same parameters and evaluation, bit for bit, for 2 devices and for 3 (whose blocks
+// split parameters unevenly and end in padding), with Adam and with momentum.
+TEST(TrainerTest, ShardedUpdateEqualsTheUnshardedOneBitForBit) {
+  for (const char* optimizer :
+       {"{type: adam, learning_rate: 0.003}", "{type: momentum, learning_rate: 0.05}"}) {
+    for (int devices : {2, 3}) {
+      SCOPED_TRACE(absl::StrCat(optimizer, ", ", devices, " devices"));
+      // A batch of 96 divides over 2 and 3 devices.
+      absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(
+          absl::StrReplaceAll(kSpec, {{"OPTIMIZER", optimizer},
+                                      {"MESH", absl::StrCat("{data_parallel_size: ", devices, "}")},
+                                      {"global_batch_size: 64", "global_batch_size: 96"}}),
+          "sharded.yaml");
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      const v1::JobSpec plain = *parsed;
+      v1::JobSpec sharded = plain;
+      sharded.mutable_gradients()->set_shard_update(true);
+      auto a = TrainInProcess(plain, devices);
+      auto b = TrainInProcess(sharded, devices);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ(a->params, b->params);
+      EXPECT_EQ(a->evaluation, b->evaluation);
+      EXPECT_EQ(a->final_metrics, b->final_metrics);
+    }
+  }
+}
+
+// Where the update cannot be sharded, shard_update: true is refused at start, saying why.
+TEST(TrainerTest, ShardedUpdateIsRefusedWhereItCannotBeTaken) {
+  v1::JobSpec spec = Spec("{type: adam, learning_rate: 0.003}", 2);
+  spec.mutable_gradients()->set_shard_update(true);
+  auto pmap = TrainInProcess(spec, 2, /*explicit_collectives=*/true);
+  EXPECT_EQ(pmap.status().code(), absl::StatusCode::kFailedPrecondition) << pmap.status();
+  EXPECT_THAT(pmap.status().message(), HasSubstr("explicit collectives"));
+  // The devices of two processes.
+  auto mesh = CreateMeshForJob(spec.mesh(), MakeUniformCluster(1, 2));
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  InMemoryStore store;
+  TrainerOptions options(*mesh);
+  options.spec = spec;
+  options.process_of_position = {0, 1};
+  options.store = &store;
+  auto split = Train(options);
+  EXPECT_EQ(split.status().code(), absl::StatusCode::kFailedPrecondition) << split.status();
+  EXPECT_THAT(split.status().message(), HasSubstr("1 of the mesh's 2 devices"));
+}
+
 TEST(TrainerTest, ReportsProgressAndEvaluates) {
   v1::JobSpec spec = Spec("{type: adam, learning_rate: 0.01}", 2);
   spec.set_steps(25);
