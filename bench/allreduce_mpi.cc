@@ -60,8 +60,8 @@ absl::Status Report(const char* peer, const SizePlan& size, const Samples& sampl
   return absl::OkStatus();
 }
 
-absl::Status Run(const PlanOptions& options, const std::string& shm_store, int rank,
-                 int num_ranks) {
+absl::Status Run(const PlanOptions& options, const std::string& shm_store, ShmWrites writes,
+                 int rank, int num_ranks) {
   const std::vector<SizePlan> plan = MakePlan(options);
   if (plan.empty()) return absl::OkStatus();
   const AllReducePeer mpi{
@@ -75,8 +75,8 @@ absl::Status Run(const PlanOptions& options, const std::string& shm_store, int r
   };
   std::vector<const AllReducePeer*> peers = {&mpi};
 
-  // Our ShmCommunicator, as //bench:allreduce connects it (default options); no PeerMonitor:
-  // mpirun ends the job when a rank dies.
+  // Our ShmCommunicator, as //bench:allreduce connects it (default options but `writes`); no
+  // PeerMonitor: mpirun ends the job when a rank dies.
   std::unique_ptr<FileStore> store;
   std::unique_ptr<ShmCommunicator> shm_comm;
   std::optional<AllReducePeer> shm;
@@ -87,9 +87,10 @@ absl::Status Run(const PlanOptions& options, const std::string& shm_store, int r
       ranks[r].process_index = r;
       ranks[r].description = absl::StrCat("MPI rank ", r);
     }
-    SUBSTRAX_ASSIGN_OR_RETURN(shm_comm, ShmCommunicator::Create(ShmCommunicatorOptions(),
-                                                                store.get(), rank, ranks,
-                                                                /*monitor=*/nullptr));
+    ShmCommunicatorOptions shm_options;
+    shm_options.writes = writes;
+    SUBSTRAX_ASSIGN_OR_RETURN(shm_comm, ShmCommunicator::Create(shm_options, store.get(), rank,
+                                                                ranks, /*monitor=*/nullptr));
     shm = AllReducePeer{
         "shm",
         [&](absl::Span<float> data) { return shm_comm->AllReduce(data, ReduceOp::kSum); },
@@ -123,7 +124,15 @@ int main(int argc, char** argv) {
   std::string shm_store;
   app.add_option("--shm_store", shm_store,
                  "directory of a FileStore: also run our ShmCommunicator, taking turns with MPI");
+  std::string writes = "auto";
+  app.add_option("--shm_writes", writes,
+                 "the ShmCommunicator's stores into its segment: auto (measured), cached or "
+                 "streaming")
+      ->check(CLI::IsMember({"auto", "cached", "streaming"}));
   CLI11_PARSE(app, argc, argv);
+  const substrax::ShmWrites shm_writes = writes == "cached"      ? substrax::ShmWrites::kCached
+                                         : writes == "streaming" ? substrax::ShmWrites::kStreaming
+                                                                 : substrax::ShmWrites::kAuto;
 
   MPI_Init(&argc, &argv);
   // Errors come back as codes, so that a failure is reported with what was running.
@@ -131,7 +140,7 @@ int main(int argc, char** argv) {
   int rank = 0, num_ranks = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &num_ranks);
-  const absl::Status status = substrax::bench::Run(options, shm_store, rank, num_ranks);
+  const absl::Status status = substrax::bench::Run(options, shm_store, shm_writes, rank, num_ranks);
   if (!status.ok()) {
     std::fprintf(stderr, "allreduce_mpi rank %d of %d: %s\n", rank, num_ranks,
                  status.ToString().c_str());

@@ -38,6 +38,14 @@
 
 namespace substrax {
 
+// Cross-process mode: which stores a rank's copies into the segment use, where its peers read
+// them (shm_write_tuner.h says why both exist).
+enum class ShmWrites {
+  kAuto,       // the faster of the two, measured as the ranks run (rank 0 decides for all)
+  kCached,     // ordinary stores: the peers read the lines from this core's caches
+  kStreaming,  // non-temporal stores: the lines go to memory, where the peers read them
+};
+
 struct ShmCommunicatorOptions {
   // Name used in messages ("world", "axis 'data' group 0").
   std::string name = "world";
@@ -50,6 +58,8 @@ struct ShmCommunicatorOptions {
   // 16 chunks of it are used at once (a ring that stays in cache), so larger slots cost memory,
   // not speed; a smaller slot forces smaller chunks (the tests use 4096 to exercise wrapping).
   size_t slot_bytes = size_t{4} << 20;
+  // Cross-process mode: see ShmWrites. Every rank must be given the same.
+  ShmWrites writes = ShmWrites::kAuto;
 };
 
 class ShmCommunicator final : public Communicator {

@@ -20,6 +20,10 @@
 // rank runs whichever stage can go on (reduce first: peers wait on it, then copy, then gather),
 // so that copying in the next chunks overlaps the peers' reductions: no barrier per chunk.
 //
+// The copies the peers read (the copy stage's regions, an all-reduce's reduced parts) are written
+// with ordinary or streaming stores (ShmWrites; shm_write_tuner.h): streaming stores are weakly
+// ordered, so a stage that used them fences before publishing its counter.
+//
 // Failures: a rank that gives up (timeout, a peer that left or died) writes the abort word; the
 // others see it in their next slow check and fail too. The segment stays mapped until each
 // rank's communicator is destroyed, so a peer still reading a failed rank's slot reads valid
@@ -28,6 +32,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <emmintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -42,6 +48,7 @@
 #include "core/status.h"
 #include "worker/collectives/shm_communicator_internal.h"
 #include "worker/collectives/shm_reduce.h"
+#include "worker/collectives/shm_write_tuner.h"
 
 namespace substrax::shm {
 namespace {
@@ -70,6 +77,8 @@ struct SegmentHeader {
   uint64_t slot_bytes = 0;
   uint64_t total_bytes = 0;
   alignas(64) std::atomic<uint64_t> abort{0};
+  // ShmWrites::kAuto: whether the ranks stream, as rank 0's tuner decided.
+  alignas(64) std::atomic<uint32_t> streaming{0};
 };
 
 struct alignas(64) SegmentRank {
@@ -81,6 +90,29 @@ struct alignas(64) SegmentRank {
 };
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// std::memcpy, but with non-temporal stores for the whole 16-byte units of `dst` (SSE2: every
+// x86-64 CPU has it).
+void StreamingCopy(char* dst, const char* src, size_t bytes) {
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  size_t at = head;
+  for (; at + 64 <= bytes; at += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at + 48), d);
+  }
+  for (; at + 16 <= bytes; at += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at)));
+  }
+  std::memcpy(dst + at, src + at, bytes - at);
+}
 
 size_t RanksOffset() { return RoundUp(sizeof(SegmentHeader), 64); }
 size_t SlotsOffset(int size) { return RoundUp(RanksOffset() + size * sizeof(SegmentRank), kPage); }
@@ -154,7 +186,17 @@ class CrossProcessImpl final : public ShmCommunicator::Impl {
     return true;
   }
   void Publish(Counter counter, uint64_t value) {
+    // The stage's streaming stores are visible before the counter that says they are done.
+    if (streaming_) _mm_sfence();
     (segment_->rank(group_.rank).*counter).store(value, std::memory_order_release);
+  }
+  // A copy the peers read, with the call's kind of stores.
+  void CopyForPeers(char* dst, const char* src, size_t bytes) const {
+    if (streaming_) {
+      StreamingCopy(dst, src, bytes);
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
   }
 
   void CopyIn(const Collective& c, uint64_t chunk, const Chunk& part);
@@ -170,6 +212,11 @@ class CrossProcessImpl final : public ShmCommunicator::Impl {
   uint64_t chunks_ = 0;
   size_t per_chunk_ = 0;
   std::vector<const void*> srcs_;
+  // Whether the current call streams, and (kAuto) the schedule of trials.
+  bool streaming_ = false;
+  WriteTuner tuner_;
+  // A reduced tile, before it is copied out (streaming: the staging region is not read back).
+  std::vector<double> tile_ = std::vector<double>(kReduceTileBytes / sizeof(double));
 };
 
 absl::Status CrossProcessImpl::Run(const Collective& c) {
@@ -188,10 +235,28 @@ absl::Status CrossProcessImpl::Run(const Collective& c) {
   const uint64_t base = chunks_;
   chunks_ += chunks;
   const absl::Time deadline = absl::Now() + group_.options.timeout;
+  // For the tuner: from when every rank has copied in its first chunk (all have arrived), so
+  // that a peer's late arrival does not count as the call's cost.
+  absl::Time all_arrived = absl::InfiniteFuture();
+  const size_t bytes = c.count * es;
+  std::atomic<uint32_t>& in_force = segment_->header().streaming;
+  const bool streaming = in_force.load(std::memory_order_relaxed) != 0;
+  switch (group_.options.writes) {
+    case ShmWrites::kCached:
+      streaming_ = false;
+      break;
+    case ShmWrites::kStreaming:
+      streaming_ = true;
+      break;
+    case ShmWrites::kAuto:
+      streaming_ = tuner_.Streams(bytes, streaming);
+      break;
+  }
   uint64_t copied = 0, reduced = 0, gathered = 0;  // chunks of this call past each stage
   Backoff backoff;
   while (gathered < chunks) {
     if (reduced < copied && AllAtLeast(&SegmentRank::copied, base + reduced + 1)) {
+      if (reduced == 0) all_arrived = absl::Now();
       Reduce(c, base + reduced, ChunkOf(c, reduced));
       Publish(&SegmentRank::reduced, base + ++reduced);
     } else if (copied < chunks &&
@@ -216,6 +281,10 @@ absl::Status CrossProcessImpl::Run(const Collective& c) {
     }
     backoff.Reset();
   }
+  if (group_.options.writes == ShmWrites::kAuto && all_arrived != absl::InfiniteFuture()) {
+    const bool next = tuner_.Record(bytes, streaming_, streaming, absl::Now() - all_arrived);
+    if (group_.rank == 0 && next != streaming) in_force.store(next, std::memory_order_relaxed);
+  }
   return absl::OkStatus();
 }
 
@@ -228,21 +297,21 @@ void CrossProcessImpl::CopyIn(const Collective& c, uint64_t chunk, const Chunk& 
       for (int r = 0; r < group_.size(); ++r) {
         if (r == group_.rank) continue;
         const Range theirs = BlockOf(part.len, group_.size(), r, kGranule);
-        std::memcpy(region + theirs.begin * es, input + (part.begin + theirs.begin) * es,
-                    theirs.size() * es);
+        CopyForPeers(region + theirs.begin * es, input + (part.begin + theirs.begin) * es,
+                     theirs.size() * es);
       }
       break;
     case Kind::kAllGather:
-      std::memcpy(region, input + part.begin * es, part.len * es);
+      CopyForPeers(region, input + part.begin * es, part.len * es);
       break;
     case Kind::kBroadcast:
-      if (group_.rank == c.root) std::memcpy(region, input + part.begin * es, part.len * es);
+      if (group_.rank == c.root) CopyForPeers(region, input + part.begin * es, part.len * es);
       break;
     case Kind::kReduceScatter:
       for (int r = 0; r < group_.size(); ++r) {
         if (r == group_.rank) continue;
-        std::memcpy(region + r * part.len * es, input + (r * c.count + part.begin) * es,
-                    part.len * es);
+        CopyForPeers(region + r * part.len * es, input + (r * c.count + part.begin) * es,
+                     part.len * es);
       }
       break;
     case Kind::kBarrier:
@@ -276,6 +345,14 @@ void CrossProcessImpl::Reduce(const Collective& c, uint64_t chunk, const Chunk& 
     const size_t n_at = std::min(tile, len - at);
     for (int r = 0; r < n; ++r) {
       srcs_[r] = r == me ? input + in_input + at * es : Region(r, chunk) + in_region + at * es;
+    }
+    if (streaming_) {
+      // Reduced into a private tile; only an all-reduce's peers read the staging region.
+      ReduceInOrder(c.type, c.op, srcs_.data(), n, tile_.data(), n_at);
+      const char* tile = reinterpret_cast<const char*>(tile_.data());
+      if (c.kind == Kind::kAllReduce) StreamingCopy(staging + at * es, tile, n_at * es);
+      std::memcpy(output + in_output + at * es, tile, n_at * es);
+      continue;
     }
     ReduceInOrder(c.type, c.op, srcs_.data(), n, staging + at * es, n_at);
     std::memcpy(output + in_output + at * es, staging + at * es, n_at * es);
