@@ -346,16 +346,13 @@ void CrossProcessImpl::Reduce(const Collective& c, uint64_t chunk, const Chunk& 
     for (int r = 0; r < n; ++r) {
       srcs_[r] = r == me ? input + in_input + at * es : Region(r, chunk) + in_region + at * es;
     }
-    if (streaming_) {
-      // Reduced into a private tile; only an all-reduce's peers read the staging region.
-      ReduceInOrder(c.type, c.op, srcs_.data(), n, tile_.data(), n_at);
-      const char* tile = reinterpret_cast<const char*>(tile_.data());
-      if (c.kind == Kind::kAllReduce) StreamingCopy(staging + at * es, tile, n_at * es);
-      std::memcpy(output + in_output + at * es, tile, n_at * es);
-      continue;
-    }
-    ReduceInOrder(c.type, c.op, srcs_.data(), n, staging + at * es, n_at);
-    std::memcpy(output + in_output + at * es, staging + at * es, n_at * es);
+    // Streaming, the sum goes to a private tile first (streamed, the staging region is not read
+    // back from cache), and from there into the staging region only where peers read it (an
+    // all-reduce's).
+    char* sum = streaming_ ? reinterpret_cast<char*>(tile_.data()) : staging + at * es;
+    ReduceInOrder(c.type, c.op, srcs_.data(), n, sum, n_at);
+    if (streaming_ && c.kind == Kind::kAllReduce) StreamingCopy(staging + at * es, sum, n_at * es);
+    std::memcpy(output + in_output + at * es, sum, n_at * es);
   }
 }
 

@@ -53,7 +53,20 @@ class ElementwiseOptimizer final : public Optimizer {
 
   // The update once the gradients are known to match (one view per parameter, of its size).
   absl::Status UpdateFrom(const GradientViews& grads, TensorTree* params) {
-    for (const auto& [name, p] : *params) {
+    SUBSTRAX_RETURN_IF_ERROR(EnsureState(*params));
+    const int64_t step = steps_ + 1;
+    std::vector<float*> slot_data;
+    for (auto& [name, p] : *params) {
+      RunKernel(step, p, state_.at(name), 0, p.size(), grads.at(name), slot_data);
+    }
+    steps_ = step;
+    return absl::OkStatus();
+  }
+
+  // Every parameter's state: checked against its shape first (nothing changes when one differs),
+  // then zeros of its shape where there is none.
+  absl::Status EnsureState(const TensorTree& params) {
+    for (const auto& [name, p] : params) {
       auto it = state_.find(name);
       if (it != state_.end() && !it->second.empty() && it->second.front().shape() != p.shape()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -61,29 +74,10 @@ class ElementwiseOptimizer final : public Optimizer {
             ", but its optimizer state was made for ", it->second.front().ShapeString()));
       }
     }
-    const int64_t step = steps_ + 1;
-    const size_t num_slots = config_.info->slots.size();
-    std::vector<float*> slot_data(num_slots);
-    for (auto& [name, p] : *params) {
-      std::vector<Tensor>& slots = state_[name];
-      if (slots.size() != num_slots) slots.assign(num_slots, Tensor(p.shape()));
-      for (size_t s = 0; s < num_slots; ++s) slot_data[s] = slots[s].data();
-      kernel_(config_, step, p.data(), grads.at(name), slot_data.data(), p.size());
-    }
-    steps_ = step;
-    return absl::OkStatus();
-  }
-
-  absl::Status PrepareRanges(const TensorTree& params) {
     const size_t num_slots = config_.info->slots.size();
     for (const auto& [name, p] : params) {
       std::vector<Tensor>& slots = state_[name];
       if (slots.size() != num_slots) slots.assign(num_slots, Tensor(p.shape()));
-      if (num_slots > 0 && slots.front().shape() != p.shape()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parameter '", name, "' has shape ", p.ShapeString(),
-            ", but its optimizer state was made for ", slots.front().ShapeString()));
-      }
     }
     return absl::OkStatus();
   }
@@ -91,8 +85,7 @@ class ElementwiseOptimizer final : public Optimizer {
   // Reads state_ without changing its structure: safe on several threads at once.
   absl::Status UpdateRanges(absl::Span<const ParamRange> ranges, int64_t step,
                             TensorTree* params) {
-    const size_t num_slots = config_.info->slots.size();
-    std::vector<float*> slot_data(num_slots);
+    std::vector<float*> slot_data;
     for (const ParamRange& r : ranges) {
       auto p = params->find(r.name);
       if (p == params->end()) {
@@ -104,12 +97,11 @@ class ElementwiseOptimizer final : public Optimizer {
                          r.name, "' of ", p->second.size()));
       }
       auto state = state_.find(r.name);
-      if (state == state_.end() || state->second.size() != num_slots) {
+      if (state == state_.end() || state->second.size() != config_.info->slots.size()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "parameter '", r.name, "' has no optimizer state: call PrepareRangeUpdates first"));
       }
-      for (size_t s = 0; s < num_slots; ++s) slot_data[s] = state->second[s].data() + r.begin;
-      kernel_(config_, step, p->second.data() + r.begin, r.grads, slot_data.data(), r.count);
+      RunKernel(step, p->second, state->second, r.begin, r.count, r.grads, slot_data);
     }
     return absl::OkStatus();
   }
@@ -166,6 +158,15 @@ class ElementwiseOptimizer final : public Optimizer {
   }
 
  private:
+  // The kernel at `step` on values [begin, begin + count) of `p`, whose state is `slots`.
+  // `slot_data` is the caller's scratch for the slots' pointers.
+  void RunKernel(int64_t step, Tensor& p, std::vector<Tensor>& slots, int64_t begin,
+                 int64_t count, const float* g, std::vector<float*>& slot_data) const {
+    slot_data.resize(slots.size());
+    for (size_t s = 0; s < slots.size(); ++s) slot_data[s] = slots[s].data() + begin;
+    kernel_(config_, step, p.data() + begin, g, slot_data.data(), count);
+  }
+
   static std::string SlotKey(const std::string& param, const std::string& slot) {
     return absl::StrCat(param, "/", slot);
   }
@@ -280,7 +281,7 @@ absl::StatusOr<ElementwiseOptimizer*> RangeUpdater(Optimizer& optimizer) {
 
 absl::Status PrepareRangeUpdates(Optimizer& optimizer, const TensorTree& params) {
   SUBSTRAX_ASSIGN_OR_RETURN(ElementwiseOptimizer * elementwise, RangeUpdater(optimizer));
-  return elementwise->PrepareRanges(params);
+  return elementwise->EnsureState(params);
 }
 
 absl::Status UpdateRanges(Optimizer& optimizer, absl::Span<const ParamRange> ranges,

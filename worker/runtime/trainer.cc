@@ -130,9 +130,8 @@ absl::StatusOr<std::shared_ptr<ShardedUpdateGroup>> ShardUpdate(const TrainerOpt
                            " devices, and the update is sharded within one process");
   } else if (options.explicit_collectives) {
     why_not = "the job reduces gradients with explicit collectives";
-  } else if (OverlapGradients(options)) {
-    why_not = "gradients.overlap is on";
   }
+  // (overlap: true with it is refused by validation; left out, overlap is off with it.)
   if (!why_not.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "spec.gradients.shard_update is true, but ", why_not, "; remove shard_update"));
