@@ -1,0 +1,219 @@
+// Tests of Cluster: the submit policy: refused specs, data paths under a worker's data root,
+// program jobs.
+#include "coordinator/cluster.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "coordinator/cluster_test_util.h"
+#include "coordinator/state_store.h"
+#include "core/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace substrax {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
+  options_.refuse_jobs_that_cannot_fit = true;
+  cluster_ = MakeCluster(state_);
+  auto nobody = cluster_->SubmitJob(Spec("early", 2));
+  EXPECT_EQ(nobody.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(nobody.status().message(), HasSubstr("the cluster has 0 alive workers"));
+  RegisterTwoWorkers();
+  auto huge = cluster_->SubmitJob(Spec("huge", 8));
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(huge.status().message(),
+              HasSubstr("spec.mesh: data-parallel mesh of 8 devices, but only 4 are available"));
+  EXPECT_THAT(huge.status().message(), HasSubstr("the cluster has 2 alive workers"));
+  v1::JobSpec checkpointed = Spec("checkpointed", 2);
+  checkpointed.mutable_checkpoint()->set_directory("/tmp/ckpt");
+  checkpointed.mutable_checkpoint()->set_every_steps(5);
+  // No worker offers a checkpoint root.
+  EXPECT_EQ(cluster_->SubmitJob(checkpointed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cluster_->SubmitJob(checkpointed).status().message(),
+              HasSubstr("spec.checkpoint.directory: '/tmp/ckpt' is not under a checkpoint root: "
+                        "no worker has reported any checkpoint root"));
+  EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
+  // Fits, though busy: admitted, and waits.
+  EXPECT_EQ(Get(Submit(Spec("first", 4))).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(Submit(Spec("second", 4))).state(), v1::JOB_STATE_PENDING);
+}
+
+TEST_F(ClusterTest, BadSpecIsRejectedWithTheFieldAndTheClusterStillWorks) {
+  Register("w-1", "a", 2);
+  v1::JobSpec bad = Spec("bad", 2);
+  bad.mutable_mesh()->set_data_parallel_size(0);
+  bad.mutable_optimizer()->set_learning_rate(-1);
+  auto rejected = cluster_->SubmitJob(bad);
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rejected.status().message(), HasSubstr("spec.optimizer.learning_rate"));
+  EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
+  const std::string good = Submit(Spec("good", 2));
+  EXPECT_EQ(good, "good-1");
+  EXPECT_EQ(Get(good).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(ClusterTest, DataPathsMustLieUnderAKnownWorkersDataRoot) {
+  v1::JobSpec spec = Spec("files", 2);
+  spec.mutable_data()->clear_synthetic();
+  spec.mutable_data()->set_format(v1::DATA_FORMAT_CSV);
+  spec.mutable_data()->mutable_csv()->set_label_column("y");
+  spec.mutable_data()->mutable_train()->set_path("/proc/self/environ");
+  spec.set_epochs(1);
+  Register("w-1", "a", 2);
+  absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.data.train.path: '/proc/self/environ' is not under a data root: no "
+                        "worker has reported any data root"));
+
+  Register("w-2", "b", 2, "inc-1", {"/data/sets", "/srv"});
+  refused = cluster_->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("'/proc/self/environ' is not under a data root of any worker (/data/sets, "
+                        "/srv)"));
+  for (const char* bad : {"/data/sets/../../etc/passwd", "/data/setsx/a.csv", "sets/a.csv",
+                          "/data/sets//a.csv"}) {
+    spec.mutable_data()->mutable_train()->set_path(bad);
+    refused = cluster_->SubmitJob(spec);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("spec.data.train.path")) << bad;
+  }
+  spec.mutable_data()->mutable_train()->set_path("/data/sets/iris.csv");
+  EXPECT_TRUE(cluster_->SubmitJob(spec).ok());
+
+  // The roots are kept with the worker: after a coordinator restart, and while it is dead (a
+  // job then waits for workers instead of being refused for its mesh).
+  cluster_.reset();
+  options_.refuse_jobs_that_cannot_fit = false;
+  cluster_ = MakeCluster(state_);
+  const std::vector<v1::Worker> workers = cluster_->ListWorkers();
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers[1].data_roots_size(), 2);
+  EXPECT_EQ(workers[1].data_roots(0), "/data/sets");
+  now_ += absl::Minutes(1);
+  cluster_->Tick();
+  ASSERT_EQ(cluster_->ListWorkers()[1].state(), v1::WORKER_STATE_DEAD);
+  EXPECT_TRUE(cluster_->SubmitJob(spec).ok());
+}
+
+// A program job (spec.program) of `dp` data-parallel devices; `batch` 0: none.
+v1::JobSpec ProgramSpec(const std::string& name, int dp, const std::string& path,
+                        int batch = 0) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(
+      "apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: ", name, "}\nspec:\n",
+      "  program: {path: ", path, ", args: [--fast]}\n  mesh: {data_parallel_size: ", dp, "}\n",
+      batch > 0 ? absl::StrCat("  batch: {global_batch_size: ", batch, "}\n") : ""));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+// Registers a worker of `num_devices` devices of `kind` with `programs_dirs`.
+absl::StatusOr<v1::RegisterWorkerResponse> RegisterWithPrograms(
+    Cluster& cluster, const std::string& worker_id, const std::string& host, int num_devices,
+    v1::DeviceKind kind, const std::vector<std::string>& programs_dirs) {
+  v1::RegisterWorkerRequest request;
+  request.set_worker_id(worker_id);
+  request.set_host(host);
+  request.set_incarnation("inc-1");
+  request.set_address(host + ":7000");
+  for (const std::string& dir : programs_dirs) request.add_programs_dirs(dir);
+  for (int i = 0; i < num_devices; ++i) {
+    v1::Device* d = request.add_devices();
+    d->set_local_index(i);
+    d->set_kind(kind);
+    d->set_name(kind == v1::DEVICE_KIND_CUDA ? "NVIDIA H200" : "cpu");
+  }
+  return cluster.RegisterWorker(request);
+}
+
+TEST_F(ClusterTest, ProgramPathsMustLieUnderAKnownWorkersProgramsDir) {
+  const v1::JobSpec spec = ProgramSpec("prog", 2, "/opt/p/train");
+  // Like data and checkpoint roots: with no worker reporting one, every program is refused.
+  absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.program.path: '/opt/p/train' is not under a programs dir: no "
+                        "worker has reported any programs dir (start the worker daemons with "
+                        "--programs-dir DIR)"));
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CPU,
+                                   {"/opt/p", "/srv/bin"})
+                  .ok());
+  Register("w-2", "b", 2);
+  refused = cluster_->SubmitJob(ProgramSpec("prog", 2, "/opt/px/train"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.program.path: '/opt/px/train' is not under a programs dir of any "
+                        "worker (/opt/p, /srv/bin); use a directory there or start a worker "
+                        "with --programs-dir"));
+  const std::string id = Submit(spec);
+  ASSERT_FALSE(id.empty());
+  // Scheduled without a model: the assignment carries the program and no layout (no batch).
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-1");
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(events[0].has_start());
+  EXPECT_EQ(events[0].start().spec().program().path(), "/opt/p/train");
+  EXPECT_TRUE(events[0].start().layouts().empty());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).progress().total_steps(), 0);  // the runners say it
+  absl::StatusOr<v1::GetMeshResponse> mesh = cluster_->GetMesh(id);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_TRUE(mesh->layouts().empty());
+
+  // Kept with the worker, reported by ListWorkers, and across a coordinator restart.
+  cluster_.reset();
+  cluster_ = MakeCluster(state_);
+  const std::vector<v1::Worker> workers = cluster_->ListWorkers();
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_THAT(workers[0].programs_dirs(), ::testing::ElementsAre("/opt/p", "/srv/bin"));
+  EXPECT_TRUE(workers[1].programs_dirs().empty());
+}
+
+TEST_F(ClusterTest, ProgramJobsRunOnCpuDevicesOnlyWithTheirBatchLayout) {
+  ASSERT_TRUE(
+      RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CUDA, {"/opt/p"}).ok());
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-2", "b", 2, v1::DEVICE_KIND_CPU, {"/opt/p"}).ok());
+  // backend auto: a built-in job would take the GPUs; a program job takes the CPU devices.
+  const std::string id = Submit(ProgramSpec("prog", 2, "/opt/p/train", /*batch=*/8));
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(Poll("w-1").empty());
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-2");
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(events[0].has_start());
+  const v1::Assignment& a = events[0].start();
+  for (const v1::Device& d : a.mesh().devices()) EXPECT_EQ(d.kind(), v1::DEVICE_KIND_CPU);
+  ASSERT_EQ(a.layouts().count("batch/inputs"), 1u);
+  EXPECT_EQ(a.spec().batch().per_device_batch_size(), 4);
+
+  // A program job larger than the CPU devices is refused when refusing is on, though GPUs idle.
+  cluster_.reset();
+  options_.refuse_jobs_that_cannot_fit = true;
+  cluster_ = MakeCluster(state_);
+  ASSERT_TRUE(
+      RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CUDA, {"/opt/p"}).ok());
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-2", "b", 2, v1::DEVICE_KIND_CPU, {"/opt/p"}).ok());
+  absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(ProgramSpec("big", 4, "/opt/p/train"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+}
+
+TEST_F(ClusterTest, RegistrationRefusesProgramsDirsThatAreNotNormalizedAbsolutePaths) {
+  for (const char* bad : {"bin", "/opt/p/", "/opt/../p", ""}) {
+    absl::StatusOr<v1::RegisterWorkerResponse> response =
+        RegisterWithPrograms(*cluster_, "w-1", "a", 1, v1::DEVICE_KIND_CPU, {bad});
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(response.status().message(), HasSubstr("worker w-1: programs_dirs[0]")) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace substrax
