@@ -1,0 +1,155 @@
+// What the tests of substraxctl's commands share (commands_*_test.cc, local_commands_test.cc):
+// a fake JobService and MetricsService on 127.0.0.1:0, and a fixture whose CommandContext talks
+// to them and captures stdout and stderr.
+#ifndef SUBSTRAX_CLIENT_COMMANDS_TEST_UTIL_H_
+#define SUBSTRAX_CLIENT_COMMANDS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "client/commands.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "rpc/transport.h"
+#include "substrax/v1/job_service.grpc.pb.h"
+#include "substrax/v1/metrics_service.grpc.pb.h"
+
+namespace substrax::ctl {
+
+// A valid job spec: linear regression on synthetic data, 2 data-parallel devices.
+inline constexpr char kGoodSpec[] = R"(apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: demo}
+spec:
+  model: {type: linear}
+  data:
+    format: synthetic
+    synthetic: {task: regression, num_train_examples: 100, num_features: 4}
+  optimizer: {type: sgd, learning_rate: 0.01}
+  mesh: {data_parallel_size: 2}
+  batch: {global_batch_size: 10}
+  steps: 100
+)";
+
+// A job `id` of the spec above in `state` at `step` of 100, with its transitions.
+v1::Job MakeJob(const std::string& id, v1::JobState state, int64_t step);
+
+// Answers as a coordinator would for jobs demo-1 (running), demo-2 (pending), done-1 (ended),
+// nope-1 (unknown), fails-1 and cut-1 (watches that fail or end early), and keeps what it
+// was asked.
+class FakeJobService final : public v1::JobService::Service {
+ public:
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+                         v1::SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                      v1::GetJobResponse* response) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                         v1::CancelJobResponse* response) override;
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+                         v1::DeleteJobResponse*) override;
+  // Two responses: a notice and a line of process 0, then a line of process 1; what it was
+  // asked is kept.
+  grpc::Status ReadLogs(grpc::ServerContext*, const v1::ReadLogsRequest* request,
+                        grpc::ServerWriter<v1::ReadLogsResponse>* writer) override;
+  v1::ReadLogsRequest last_logs_request;
+
+  grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::WatchJobResponse>* writer) override;
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse* response) override;
+  grpc::Status GetMesh(grpc::ServerContext*, const v1::GetMeshRequest*,
+                       v1::GetMeshResponse* response) override;
+
+  int submits() {
+    absl::MutexLock lock(&mu_);
+    return submits_;
+  }
+  v1::JobSpec last_spec() {
+    absl::MutexLock lock(&mu_);
+    return last_spec_;
+  }
+  v1::ListJobsRequest last_list() {
+    absl::MutexLock lock(&mu_);
+    return last_list_;
+  }
+  v1::CancelJobRequest last_cancel() {
+    absl::MutexLock lock(&mu_);
+    return last_cancel_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int submits_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::JobSpec last_spec_ ABSL_GUARDED_BY(mu_);
+  v1::ListJobsRequest last_list_ ABSL_GUARDED_BY(mu_);
+  v1::CancelJobRequest last_cancel_ ABSL_GUARDED_BY(mu_);
+};
+
+// Answers every query with a loss series for hosts local-0 and local-1 at steps 100 and 150.
+class FakeMetricsService final : public v1::MetricsService::Service {
+ public:
+  grpc::Status QueryMetrics(grpc::ServerContext*, const v1::QueryMetricsRequest* request,
+                            v1::QueryMetricsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++queries_;
+    last_ = *request;
+    for (const char* host : {"local-0", "local-1"}) {
+      v1::MetricSeries* s = response->add_series();
+      s->set_name("loss");
+      s->set_group(host);
+      for (int step : {100, 150}) {
+        v1::MetricPoint* p = s->add_points();
+        p->set_step(step);
+        p->set_value(step / 1000.0);
+      }
+    }
+    return grpc::Status::OK;
+  }
+  int queries() {
+    absl::MutexLock lock(&mu_);
+    return queries_;
+  }
+  v1::QueryMetricsRequest last() {
+    absl::MutexLock lock(&mu_);
+    return last_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int queries_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::QueryMetricsRequest last_ ABSL_GUARDED_BY(mu_);
+};
+
+// Starts the fakes on `host`:0; `*address` gets the bound address.
+std::unique_ptr<grpc::Server> StartFakes(FakeJobService* jobs, FakeMetricsService* metrics,
+                                         const std::string& host, std::string* address,
+                                         const TransportOptions& transport = InsecureTransport());
+
+// A CommandContext against the fakes, writing to `out_` and `err_`, in UTC, on a clock that
+// advances 10 s at each reading.
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  // Writes `text` to `name` under the test's temporary directory; its path.
+  std::string WriteFile(const std::string& name, const std::string& text);
+
+  FakeJobService jobs_;
+  FakeMetricsService metrics_;
+  std::unique_ptr<grpc::Server> server_;
+  std::ostringstream out_;
+  std::ostringstream err_;
+  CommandContext ctx_;
+  int ticks_ = 0;
+};
+
+}  // namespace substrax::ctl
+
+#endif  // SUBSTRAX_CLIENT_COMMANDS_TEST_UTIL_H_
