@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -86,10 +88,10 @@ std::string ExitedReason(const LocalProcess& p, const std::string& state_dir) {
                       LogPath(state_dir, p.name), ":\n", TailFile(LogPath(state_dir, p.name), 15));
 }
 
-}  // namespace
-
-int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
-  const std::string dir = StateDir(ctx, flags);
+// Whether `local up` may start a cluster in `dir`: nothing when it may (a dead cluster recorded
+// there is cleared away), else the exit code, having said why not.
+std::optional<int> RefuseOrClearRecordedCluster(const CommandContext& ctx,
+                                                const LocalFlags& flags, const std::string& dir) {
   absl::StatusOr<std::vector<LocalProcess>> existing = ReadPidFile(dir);
   if (existing.ok()) {
     const int alive = static_cast<int>(std::count_if(existing->begin(), existing->end(),
@@ -109,126 +111,135 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     return kExitError;
   }
   RemoveClusterFiles(dir);
+  return std::nullopt;
+}
 
-  absl::StatusOr<std::string> coordinator_binary = FindBinary(
+struct LocalBinaries {
+  std::string coordinator;
+  std::string worker;
+};
+
+// The coordinator and worker binaries `local up` runs: the flags', else next to substraxctl or
+// in bazel-bin.
+absl::StatusOr<LocalBinaries> FindLocalBinaries(const LocalFlags& flags) {
+  absl::StatusOr<std::string> coordinator = FindBinary(
       "substrax-coordinator", flags.coordinator_binary,
       SiblingCandidates(flags.self_dir, "coordinator", "substrax-coordinator"),
       "bazel build //coordinator:substrax-coordinator", "--coordinator-binary");
-  absl::StatusOr<std::string> worker_binary =
+  if (!coordinator.ok()) return coordinator.status();
+  absl::StatusOr<std::string> worker =
       FindBinary("substrax-worker", flags.worker_binary,
                  SiblingCandidates(flags.self_dir, "worker", "substrax-worker"),
                  "bazel build //worker:substrax-worker", "--worker-binary");
-  for (const auto* found : {&coordinator_binary, &worker_binary}) {
-    if (!found->ok()) {
-      *ctx.err << "substraxctl: " << found->status().message() << "\n";
-      return kExitError;
-    }
-  }
+  if (!worker.ok()) return worker.status();
+  return LocalBinaries{*coordinator, *worker};
+}
+
+absl::Status CreateStateDirectories(const std::string& dir) {
   std::error_code ec;
   for (const std::string& sub : {std::string("logs"), std::string("coordinator"),
                                  std::string("workers")}) {
     std::filesystem::create_directories(absl::StrCat(dir, "/", sub), ec);
-    if (ec) {
-      *ctx.err << "substraxctl: cannot create " << dir << "/" << sub << ": " << ec.message()
-               << "\n";
-      return kExitError;
-    }
+    if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, "/", sub, ": ",
+                                                    ec.message()));
   }
+  return absl::OkStatus();
+}
 
-  std::vector<LocalProcess> processes;
-  // Records what runs so far (so `local down` can clean up even after a failed start), or on
-  // failure stops it all again and explains why.
-  auto fail = [&](const std::string& why) {
-    *ctx.err << "substraxctl: the local cluster did not start: " << why << "\n";
-    StopProcesses(processes, flags.stop_grace);
-    RemoveClusterFiles(dir);
-    return kExitError;
-  };
-  auto start = [&](const std::string& name, std::vector<std::string> argv) -> absl::Status {
-    absl::StatusOr<pid_t> pid = SpawnDaemon(argv, LogPath(dir, name));
-    if (!pid.ok()) return pid.status();
-    processes.push_back({name, *pid, argv[0]});
-    return WritePidFile(dir, processes);
-  };
-
-  // Mutual TLS, as on a real cluster: a CA of the cluster's own and a certificate for each
-  // process and for the admin this substraxctl acts as.
-  std::vector<std::string> worker_names;
-  for (int i = 0; i < flags.workers; ++i) worker_names.push_back(WorkerName(i));
-  const std::string tls_dir = LocalTlsDir(dir);
-  if (absl::Status s = IssueLocalCredentials(tls_dir, worker_names); !s.ok()) {
-    return fail(absl::StrCat("cannot make its credentials: ", s.message()));
+// The checkpoint roots every worker shares (one machine, one file system): the flags', else
+// DIR/checkpoints (created); absolute.
+absl::StatusOr<std::vector<std::string>> CheckpointRoots(const LocalFlags& flags,
+                                                         const std::string& dir) {
+  std::vector<std::string> roots;
+  for (const std::string& root : flags.checkpoint_roots) {
+    roots.push_back(std::filesystem::absolute(root).lexically_normal().string());
   }
-  auto with_credentials = [&](std::vector<std::string> argv, const std::string& identity) {
-    for (std::string& a : TransportArguments(LocalTransport(tls_dir, identity))) {
+  if (roots.empty()) {
+    roots.push_back(
+        std::filesystem::absolute(absl::StrCat(dir, "/checkpoints")).lexically_normal().string());
+    std::error_code ec;
+    std::filesystem::create_directories(roots.back(), ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create ", roots.back(), ": ",
+                                                    ec.message()));
+  }
+  return roots;
+}
+
+// A local cluster as `local up` starts it. Each process is recorded in the pid file as soon as
+// it runs (so `local down` can clean up even after a failed start); a failure stops it all
+// again and explains why.
+class LocalClusterStart {
+ public:
+  LocalClusterStart(const CommandContext& ctx, const LocalFlags& flags, std::string dir)
+      : ctx_(ctx), flags_(flags), dir_(std::move(dir)), tls_dir_(LocalTlsDir(dir_)) {}
+
+  const std::vector<LocalProcess>& processes() const { return processes_; }
+  const std::string& tls_dir() const { return tls_dir_; }
+
+  // Starts `argv` as process `name` with the mutual-TLS flags of `identity`, and records it.
+  absl::Status Start(const std::string& name, std::vector<std::string> argv,
+                     const std::string& identity) {
+    for (std::string& a : TransportArguments(LocalTransport(tls_dir_, identity))) {
       argv.push_back(std::move(a));
     }
-    return argv;
-  };
+    absl::StatusOr<pid_t> pid = SpawnDaemon(argv, LogPath(dir_, name));
+    if (!pid.ok()) return pid.status();
+    processes_.push_back({name, *pid, argv[0]});
+    return WritePidFile(dir_, processes_);
+  }
 
-  const absl::Time deadline = absl::Now() + flags.start_timeout;
-  absl::Status started = start(
-      kCoordinatorName,
-      with_credentials({*coordinator_binary, "--listen", absl::StrCat("127.0.0.1:", flags.port),
-                        "--address-file", AddressFilePath(dir), "--metrics-listen",
-                        absl::StrCat("127.0.0.1:", flags.metrics_port), "--state-dir",
-                        absl::StrCat(dir, "/coordinator")},
-                       kLocalCoordinatorIdentity));
-  if (!started.ok()) return fail(std::string(started.message()));
-  // The coordinator writes its address once it serves.
-  std::string address;
-  std::string why = PollUntil(
-      deadline, [&] { return !(address = ReadAddress(dir)).empty(); },
-      [&] { return ExitedReason(processes[0], dir); });
-  if (!why.empty()) {
-    return fail(absl::StrCat("waiting for the coordinator to write ", AddressFilePath(dir), ": ",
-                             why));
+  // Stops what runs, removes the cluster's files and says why; the exit code.
+  int Fail(const std::string& why) {
+    *ctx_.err << "substraxctl: the local cluster did not start: " << why << "\n";
+    StopProcesses(processes_, flags_.stop_grace);
+    RemoveClusterFiles(dir_);
+    return kExitError;
   }
-  // Every worker shares the checkpoint roots (one machine, one file system).
-  std::vector<std::string> checkpoint_roots;
-  for (const std::string& root : flags.checkpoint_roots) {
-    checkpoint_roots.push_back(std::filesystem::absolute(root).lexically_normal().string());
+
+ private:
+  const CommandContext& ctx_;
+  const LocalFlags& flags_;
+  const std::string dir_;
+  const std::string tls_dir_;
+  std::vector<LocalProcess> processes_;
+};
+
+// The command line of worker `name`: each poses as its own host, so meshes look like those of
+// a multi-host cluster.
+std::vector<std::string> WorkerArgv(const LocalFlags& flags, const std::string& binary,
+                                    const std::string& dir, const std::string& name,
+                                    const std::string& address,
+                                    const std::vector<std::string>& checkpoint_roots,
+                                    const std::vector<std::string>& programs_dirs) {
+  std::vector<std::string> argv = {binary, "daemon", "--coordinator", address,
+                                   "--cpu-devices", absl::StrCat(flags.cpu_devices),
+                                   "--worker-id", name, "--host", name, "--listen-host",
+                                   "127.0.0.1", "--work-dir",
+                                   absl::StrCat(dir, "/workers/", name)};
+  for (const std::string& root : flags.data_roots) {
+    // Relative to where `local up` runs, not to the daemon's directory.
+    argv.push_back("--data-root");
+    argv.push_back(std::filesystem::absolute(root).lexically_normal().string());
   }
-  if (checkpoint_roots.empty()) {
-    checkpoint_roots.push_back(
-        std::filesystem::absolute(absl::StrCat(dir, "/checkpoints")).lexically_normal().string());
-    std::filesystem::create_directories(checkpoint_roots.back(), ec);
-    if (ec) return fail(absl::StrCat("cannot create ", checkpoint_roots.back(), ": ", ec.message()));
+  for (const std::string& root : checkpoint_roots) {
+    argv.push_back("--checkpoint-root");
+    argv.push_back(root);
   }
-  // Relative to where `local up` runs; every worker runs programs from the same directories.
-  std::vector<std::string> programs_dirs;
-  for (const std::string& dir : flags.programs_dirs) {
-    programs_dirs.push_back(std::filesystem::absolute(dir).lexically_normal().string());
+  for (const std::string& programs_dir : programs_dirs) {
+    argv.push_back("--programs-dir");
+    argv.push_back(programs_dir);
   }
-  for (int i = 0; i < flags.workers; ++i) {
-    const std::string name = WorkerName(i);
-    std::filesystem::create_directories(absl::StrCat(dir, "/workers/", name), ec);
-    // Each worker poses as its own host, so meshes look like those of a multi-host cluster.
-    std::vector<std::string> argv = {*worker_binary, "daemon", "--coordinator", address,
-                                     "--cpu-devices", absl::StrCat(flags.cpu_devices),
-                                     "--worker-id", name, "--host", name, "--listen-host",
-                                     "127.0.0.1", "--work-dir",
-                                     absl::StrCat(dir, "/workers/", name)};
-    for (const std::string& root : flags.data_roots) {
-      // Relative to where `local up` runs, not to the daemon's directory.
-      argv.push_back("--data-root");
-      argv.push_back(std::filesystem::absolute(root).lexically_normal().string());
-    }
-    for (const std::string& root : checkpoint_roots) {
-      argv.push_back("--checkpoint-root");
-      argv.push_back(root);
-    }
-    for (const std::string& dir : programs_dirs) {
-      argv.push_back("--programs-dir");
-      argv.push_back(dir);
-    }
-    started = start(name, with_credentials(std::move(argv), name));
-    if (!started.ok()) return fail(std::string(started.message()));
-  }
-  // Healthy: the coordinator answers ListWorkers and lists every worker of ours as ALIVE.
+  return argv;
+}
+
+// Waits until the coordinator answers ListWorkers and lists every worker of `processes` as
+// ALIVE; "" then, else why not.
+std::string WaitForWorkers(const LocalFlags& flags, const std::string& dir,
+                           const std::string& address, const std::vector<LocalProcess>& processes,
+                           absl::Time deadline) {
   int alive_workers = 0;
   grpc::Status last_error;
-  why = PollUntil(
+  std::string why = PollUntil(
       deadline,
       [&] {
         v1::ListWorkersResponse response;
@@ -248,14 +259,20 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
         }
         return std::string();
       });
-  if (!why.empty()) {
-    if (!last_error.ok()) {
-      absl::StrAppend(&why, " (the coordinator at ", address, " answered ListWorkers with ",
-                      last_error.error_message(), ")");
-    }
-    return fail(absl::StrCat("waiting for ", flags.workers, " workers to register (",
-                             alive_workers, " alive): ", why, "; logs are in ", dir, "/logs"));
+  if (why.empty()) return "";
+  if (!last_error.ok()) {
+    absl::StrAppend(&why, " (the coordinator at ", address, " answered ListWorkers with ",
+                    last_error.error_message(), ")");
   }
+  return absl::StrCat("waiting for ", flags.workers, " workers to register (", alive_workers,
+                      " alive): ", why, "; logs are in ", dir, "/logs");
+}
+
+// The export line on stdout, and on stderr what runs where and how to use and stop it.
+void PrintClusterUp(const CommandContext& ctx, const LocalFlags& flags, const std::string& dir,
+                    const std::string& address, const std::string& tls_dir,
+                    const std::vector<std::string>& checkpoint_roots,
+                    const std::vector<std::string>& programs_dirs) {
   const TransportOptions admin = LocalTransport(tls_dir, kLocalAdminIdentity);
   *ctx.out << "export " << kCoordinatorEnv << "=" << address << " " << kTlsCaEnv << "="
            << admin.ca_file << " " << kTlsCertEnv << "=" << admin.cert_file << " " << kTlsKeyEnv
@@ -277,6 +294,65 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
            << kDefaultLocalStateDir << " no setting is needed\n"
            << "          substraxctl workers\n"
            << "stop it:  substraxctl local down" << StateDirFlag(flags) << "\n";
+}
+
+}  // namespace
+
+int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
+  const std::string dir = StateDir(ctx, flags);
+  if (std::optional<int> refused = RefuseOrClearRecordedCluster(ctx, flags, dir)) return *refused;
+  absl::StatusOr<LocalBinaries> binaries = FindLocalBinaries(flags);
+  absl::Status prepared = binaries.ok() ? CreateStateDirectories(dir) : binaries.status();
+  if (!prepared.ok()) {
+    *ctx.err << "substraxctl: " << prepared.message() << "\n";
+    return kExitError;
+  }
+
+  // Mutual TLS, as on a real cluster: a CA of the cluster's own and a certificate for each
+  // process and for the admin this substraxctl acts as.
+  LocalClusterStart cluster(ctx, flags, dir);
+  std::vector<std::string> worker_names;
+  for (int i = 0; i < flags.workers; ++i) worker_names.push_back(WorkerName(i));
+  if (absl::Status s = IssueLocalCredentials(cluster.tls_dir(), worker_names); !s.ok()) {
+    return cluster.Fail(absl::StrCat("cannot make its credentials: ", s.message()));
+  }
+
+  const absl::Time deadline = absl::Now() + flags.start_timeout;
+  absl::Status started = cluster.Start(
+      kCoordinatorName,
+      {binaries->coordinator, "--listen", absl::StrCat("127.0.0.1:", flags.port), "--address-file",
+       AddressFilePath(dir), "--metrics-listen", absl::StrCat("127.0.0.1:", flags.metrics_port),
+       "--state-dir", absl::StrCat(dir, "/coordinator")},
+      kLocalCoordinatorIdentity);
+  if (!started.ok()) return cluster.Fail(std::string(started.message()));
+  // The coordinator writes its address once it serves.
+  std::string address;
+  std::string why = PollUntil(
+      deadline, [&] { return !(address = ReadAddress(dir)).empty(); },
+      [&] { return ExitedReason(cluster.processes()[0], dir); });
+  if (!why.empty()) {
+    return cluster.Fail(absl::StrCat("waiting for the coordinator to write ",
+                                     AddressFilePath(dir), ": ", why));
+  }
+  absl::StatusOr<std::vector<std::string>> checkpoint_roots = CheckpointRoots(flags, dir);
+  if (!checkpoint_roots.ok()) return cluster.Fail(std::string(checkpoint_roots.status().message()));
+  // Relative to where `local up` runs; every worker runs programs from the same directories.
+  std::vector<std::string> programs_dirs;
+  for (const std::string& programs_dir : flags.programs_dirs) {
+    programs_dirs.push_back(std::filesystem::absolute(programs_dir).lexically_normal().string());
+  }
+  for (const std::string& name : worker_names) {
+    std::error_code ec;
+    std::filesystem::create_directories(absl::StrCat(dir, "/workers/", name), ec);
+    started = cluster.Start(name,
+                            WorkerArgv(flags, binaries->worker, dir, name, address,
+                                       *checkpoint_roots, programs_dirs),
+                            name);
+    if (!started.ok()) return cluster.Fail(std::string(started.message()));
+  }
+  why = WaitForWorkers(flags, dir, address, cluster.processes(), deadline);
+  if (!why.empty()) return cluster.Fail(why);
+  PrintClusterUp(ctx, flags, dir, address, cluster.tls_dir(), *checkpoint_roots, programs_dirs);
   return kExitOk;
 }
 

@@ -47,311 +47,380 @@ constexpr char kFooter[] =
     "./.substrax-local/tls (docs/security.md).\n"
     "Reference: docs/cli.md\n";
 
-}  // namespace
+namespace ctl = substrax::ctl;
+using ctl::CommandContext;
 
-int main(int argc, char** argv) {
-  using substrax::ctl::CommandContext;
-  namespace ctl = substrax::ctl;
-
-  CLI::App app{"substraxctl: submit, watch and inspect substrax training jobs"};
-  app.require_subcommand(1);
-  app.fallthrough();  // global flags may also follow the subcommand
-  app.footer(kFooter);
+// What the command line says: every flag's value, and the command to run (set by the
+// callback of the subcommand that was parsed).
+struct CommandLine {
+  std::function<int(const CommandContext&)> run;
+  // Global flags.
   std::string coordinator;
   std::string timeout = "10s";
   std::string output = "table";
-  app.add_option("--coordinator", coordinator,
-                 "Coordinator address host:port (default: $SUBSTRAX_COORDINATOR, a local "
-                 "cluster's address, or 127.0.0.1:7070)");
-  app.add_option("--timeout", timeout, "Deadline of each RPC (e.g. 10s, 500ms); not `watch`")
-      ->capture_default_str();
   substrax::TransportFlags transport;
-  substrax::AddTransportFlags(&app, &transport, substrax::TransportRole::kClient);
-  auto add_output = [&output](CLI::App* sub) {
-    sub->add_option("-o,--output", output, "Output format: table, json or yaml")
-        ->check(CLI::IsMember({"table", "json", "yaml"}))
-        ->capture_default_str();
-  };
-
-  std::function<int(const CommandContext&)> run;
+  // Subcommands' flags and arguments.
   std::string job;
-  auto add_job = [&job](CLI::App* sub) {
-    sub->add_option("JOB", job, "Job id (as `substraxctl list` shows it)")->required();
-  };
-
-  CLI::App* submit = app.add_subcommand(
-      "submit", "Validate a job spec locally and submit it; prints the job id");
   std::string spec_file;
   bool watch = false;
-  submit->add_option("FILE", spec_file, "TrainJob YAML (docs/job-spec.md)")->required();
-  submit->add_flag("-w,--watch", watch, "Then follow the job as `watch` does");
   std::string resume_from;
-  submit->add_option("--resume-from", resume_from,
+  std::string states;
+  ctl::LogsFlags logs_flags;
+  std::string reason;
+  std::string health_address;
+  std::string health_service;
+  std::string plan_workers;
+  ctl::MetricsFlags metrics_flags;
+  ctl::LocalFlags local_flags;
+  std::string start_timeout = "60s";
+  ctl::CertsInitFlags certs_init;
+  ctl::CertsIssueFlags certs_issue;
+  std::string certs_token_name;
+  std::string certs_token_role;
+  std::string certs_file;
+};
+
+void AddGlobalFlags(CLI::App& app, CommandLine& cl) {
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may also follow the subcommand
+  app.footer(kFooter);
+  app.add_option("--coordinator", cl.coordinator,
+                 "Coordinator address host:port (default: $SUBSTRAX_COORDINATOR, a local "
+                 "cluster's address, or 127.0.0.1:7070)");
+  app.add_option("--timeout", cl.timeout, "Deadline of each RPC (e.g. 10s, 500ms); not `watch`")
+      ->capture_default_str();
+  substrax::AddTransportFlags(&app, &cl.transport, substrax::TransportRole::kClient);
+}
+
+void AddOutputFlag(CLI::App* sub, CommandLine& cl) {
+  sub->add_option("-o,--output", cl.output, "Output format: table, json or yaml")
+      ->check(CLI::IsMember({"table", "json", "yaml"}))
+      ->capture_default_str();
+}
+
+void AddJobArgument(CLI::App* sub, CommandLine& cl) {
+  sub->add_option("JOB", cl.job, "Job id (as `substraxctl list` shows it)")->required();
+}
+
+// A subcommand of `parent` that runs `command` with the context and takes JOB, and -o unless
+// `output` is false.
+CLI::App* AddJobCommand(CLI::App& parent, const std::string& name, const std::string& help,
+                        CommandLine& cl, int (*command)(const CommandContext&, const std::string&),
+                        bool output = true) {
+  CLI::App* sub = parent.add_subcommand(name, help);
+  AddJobArgument(sub, cl);
+  if (output) AddOutputFlag(sub, cl);
+  sub->callback([&cl, command] {
+    cl.run = [&cl, command](const CommandContext& ctx) { return command(ctx, cl.job); };
+  });
+  return sub;
+}
+
+void AddSubmitCommand(CLI::App& app, CommandLine& cl) {
+  CLI::App* submit = app.add_subcommand(
+      "submit", "Validate a job spec locally and submit it; prints the job id");
+  submit->add_option("FILE", cl.spec_file, "TrainJob YAML (docs/job-spec.md)")->required();
+  submit->add_flag("-w,--watch", cl.watch, "Then follow the job as `watch` does");
+  submit->add_option("--resume-from", cl.resume_from,
                      "Start from a checkpoint: a job's checkpoint directory (its newest whole "
                      "checkpoint) or one step-... directory, on the workers, under their "
                      "--checkpoint-root; any mesh (sets spec.resume_from)")
       ->type_name("DIR");
-  add_output(submit);
-  submit->callback([&] {
-    run = [&](auto& ctx) { return ctl::SubmitCommand(ctx, spec_file, watch, resume_from); };
+  AddOutputFlag(submit, cl);
+  submit->callback([&cl] {
+    cl.run = [&cl](auto& ctx) {
+      return ctl::SubmitCommand(ctx, cl.spec_file, cl.watch, cl.resume_from);
+    };
   });
+}
 
+void AddListCommand(CLI::App& app, CommandLine& cl) {
   CLI::App* list = app.add_subcommand("list", "List jobs, newest first");
-  std::string states;
-  list->add_option("--state", states,
+  list->add_option("--state", cl.states,
                    "Only jobs in these states: pending,running,succeeded,failed,cancelled");
-  add_output(list);
-  list->callback([&] { run = [&](auto& ctx) { return ctl::ListCommand(ctx, states); }; });
+  AddOutputFlag(list, cl);
+  list->callback([&cl] { cl.run = [&cl](auto& ctx) { return ctl::ListCommand(ctx, cl.states); }; });
+}
 
-  CLI::App* get = app.add_subcommand(
-      "get", "Show a job: state, attempt, mesh, progress, final metrics, error, transitions");
-  add_job(get);
-  add_output(get);
-  get->callback([&] { run = [&](auto& ctx) { return ctl::GetCommand(ctx, job); }; });
-
-  CLI::App* checkpoints = app.add_subcommand(
-      "checkpoints", "List a job's committed checkpoints, newest first: step, time, size, mesh, "
-                     "path (as its runners last reported them)");
-  add_job(checkpoints);
-  add_output(checkpoints);
-  checkpoints->callback([&] { run = [&](auto& ctx) { return ctl::CheckpointsCommand(ctx, job); }; });
-
-  CLI::App* watch_cmd = app.add_subcommand(
-      "watch", "Follow a job until it ends (a progress bar on a terminal, lines otherwise); "
-               "exit 0 if it succeeded, 1 if it failed or was cancelled");
-  add_job(watch_cmd);
-  add_output(watch_cmd);
-  watch_cmd->callback([&] { run = [&](auto& ctx) { return ctl::WatchCommand(ctx, job); }; });
-
+void AddLogsCommand(CLI::App& app, CommandLine& cl) {
   CLI::App* logs = app.add_subcommand(
       "logs", "Show the output (stdout and stderr) of a job's processes, each line prefixed by "
               "[p<process> <host>]; -f follows it until the job ends");
-  ctl::LogsFlags logs_flags;
-  add_job(logs);
-  logs->add_option("--process", logs_flags.process,
-                   "Only process N (0 is the first); default: all");
-  logs->add_option("--attempt", logs_flags.attempt,
+  ctl::LogsFlags& flags = cl.logs_flags;
+  AddJobArgument(logs, cl);
+  logs->add_option("--process", flags.process, "Only process N (0 is the first); default: all");
+  logs->add_option("--attempt", flags.attempt,
                    "Attempt N (1 is the first); default: the latest");
-  logs->add_option("--tail", logs_flags.tail,
+  logs->add_option("--tail", flags.tail,
                    "Only the last N lines of each process (then, with -f, every new line)");
-  logs->add_flag("-f,--follow", logs_flags.follow,
+  logs->add_flag("-f,--follow", flags.follow,
                  "Keep printing new lines until the attempt has ended and its logs are complete");
-  add_output(logs);
-  logs->callback([&] { run = [&](auto& ctx) { return ctl::LogsCommand(ctx, job, logs_flags); }; });
+  AddOutputFlag(logs, cl);
+  logs->callback([&cl] {
+    cl.run = [&cl](auto& ctx) { return ctl::LogsCommand(ctx, cl.job, cl.logs_flags); };
+  });
+}
 
+void AddCancelCommand(CLI::App& app, CommandLine& cl) {
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a pending or running job");
-  std::string reason;
-  add_job(cancel);
-  cancel->add_option("--reason", reason, "Recorded in the job's transition");
-  add_output(cancel);
-  cancel->callback([&] { run = [&](auto& ctx) { return ctl::CancelCommand(ctx, job, reason); }; });
+  AddJobArgument(cancel, cl);
+  cancel->add_option("--reason", cl.reason, "Recorded in the job's transition");
+  AddOutputFlag(cancel, cl);
+  cancel->callback([&cl] {
+    cl.run = [&cl](auto& ctx) { return ctl::CancelCommand(ctx, cl.job, cl.reason); };
+  });
+}
 
-  CLI::App* remove = app.add_subcommand(
-      "delete", "Delete an ended job and its metrics (ended jobs also expire on their own)");
-  add_job(remove);
-  remove->callback([&] { run = [&](auto& ctx) { return ctl::DeleteCommand(ctx, job); }; });
-
+void AddWorkersCommand(CLI::App& app, CommandLine& cl) {
   CLI::App* workers = app.add_subcommand(
       "workers", "List worker daemons: host, lease state, devices, last heartbeat, jobs");
-  add_output(workers);
-  workers->callback([&] { run = [](auto& ctx) { return ctl::WorkersCommand(ctx); }; });
+  AddOutputFlag(workers, cl);
+  workers->callback([&cl] { cl.run = [](auto& ctx) { return ctl::WorkersCommand(ctx); }; });
+}
 
+void AddHealthCommand(CLI::App& app, CommandLine& cl) {
   CLI::App* health = app.add_subcommand(
       "health", "Ask a coordinator or worker daemon whether it serves (grpc.health.v1 Check)");
-  std::string health_address, health_service;
-  health->add_option("--address", health_address,
+  health->add_option("--address", cl.health_address,
                      "host:port to ask (default: the coordinator); a daemon's --health-listen");
-  health->add_option("--service", health_service,
+  health->add_option("--service", cl.health_service,
                      "Service to ask about; empty: the server; substrax.worker.ready: whether a "
                      "worker daemon has registered");
-  health->callback([&] {
-    run = [&](auto& ctx) { return ctl::HealthCommand(ctx, health_address, health_service); };
+  health->callback([&cl] {
+    cl.run = [&cl](auto& ctx) {
+      return ctl::HealthCommand(ctx, cl.health_address, cl.health_service);
+    };
   });
+}
 
-  CLI::App* mesh = app.add_subcommand(
-      "mesh", "Show a job's device mesh (grid with hosts) and its arrays' shard layouts");
-  add_job(mesh);
-  add_output(mesh);
-  mesh->callback([&] { run = [&](auto& ctx) { return ctl::MeshCommand(ctx, job); }; });
-
+void AddPlanCommand(CLI::App& app, CommandLine& cl) {
   CLI::App* plan = app.add_subcommand(
       "plan", "Dry-run a job spec: its mesh, parameter shards, per-device memory and the "
               "collectives of one step; needs no running job");
-  std::string plan_workers;
-  plan->add_option("FILE", spec_file, "TrainJob YAML (docs/job-spec.md)")->required();
-  plan->add_option("--workers", plan_workers,
+  plan->add_option("FILE", cl.spec_file, "TrainJob YAML (docs/job-spec.md)")->required();
+  plan->add_option("--workers", cl.plan_workers,
                    "Plan for WORKERSxDEVICES CPU devices (2x2: hosts worker-0, worker-1 with 2 "
                    "devices each) instead of the coordinator's alive workers");
-  add_output(plan);
-  plan->callback(
-      [&] { run = [&](auto& ctx) { return ctl::PlanCommand(ctx, spec_file, plan_workers); }; });
+  AddOutputFlag(plan, cl);
+  plan->callback([&cl] {
+    cl.run = [&cl](auto& ctx) { return ctl::PlanCommand(ctx, cl.spec_file, cl.plan_workers); };
+  });
+}
 
+void AddMetricsCommand(CLI::App& app, CommandLine& cl) {
   CLI::App* metrics = app.add_subcommand(
       "metrics", "Query a job's metric series: one row per step, one column per series, or "
                  "a chart (--plot)");
-  ctl::MetricsFlags metrics_flags;
-  add_job(metrics);
-  metrics->add_option("--name", metrics_flags.names,
+  ctl::MetricsFlags& flags = cl.metrics_flags;
+  AddJobArgument(metrics, cl);
+  metrics->add_option("--name", flags.names,
                       "Metric names (repeat or comma-separate); default: all the job has")
       ->allow_extra_args(false);
-  metrics->add_option("--reduce", metrics_flags.reduce,
+  metrics->add_option("--reduce", flags.reduce,
                       "mean, sum, max, min or none (one series per device); default: the "
                       "reduction the job spec declares");
-  metrics->add_option("--steps", metrics_flags.steps,
+  metrics->add_option("--steps", flags.steps,
                       "Step range A:B (inclusive), A: (to the latest), :B or A; default: all");
-  metrics->add_option("--group-by", metrics_flags.group_by, "device or host; default: none");
-  metrics->add_option("--attempt", metrics_flags.attempt,
+  metrics->add_option("--group-by", flags.group_by, "device or host; default: none");
+  metrics->add_option("--attempt", flags.attempt,
                       "Attempt N (1 is the first); default: the latest attempt with metrics");
-  metrics->add_option("--tensorboard", metrics_flags.tensorboard,
+  metrics->add_option("--tensorboard", flags.tensorboard,
                       "Write the series as a TensorBoard event file in DIR (created if missing) "
                       "instead of printing them")
       ->type_name("DIR");
-  metrics->add_flag("--plot", metrics_flags.plot,
+  metrics->add_flag("--plot", flags.plot,
                     "Draw the series (default: loss) against the step as a chart sized to the "
                     "terminal, one line per series, instead of the table");
-  metrics->add_option("--width", metrics_flags.width,
+  metrics->add_option("--width", flags.width,
                       "Columns of the --plot chart (default: the terminal's, else $COLUMNS or 80)")
       ->type_name("N");
-  metrics->add_option("--height", metrics_flags.height,
+  metrics->add_option("--height", flags.height,
                       "Lines of the --plot chart (default: the terminal's less one, else $LINES "
                       "less one, or 20)")
       ->type_name("N");
-  add_output(metrics);
-  metrics->callback(
-      [&] { run = [&](auto& ctx) { return ctl::MetricsCommand(ctx, job, metrics_flags); }; });
+  AddOutputFlag(metrics, cl);
+  metrics->callback([&cl] {
+    cl.run = [&cl](auto& ctx) { return ctl::MetricsCommand(ctx, cl.job, cl.metrics_flags); };
+  });
+}
 
-  CLI::App* local = app.add_subcommand(
-      "local", "An embedded cluster on this machine: a coordinator and worker daemons");
-  local->require_subcommand(1);
-  ctl::LocalFlags local_flags;
-  std::string start_timeout = "60s";
-  auto add_state_dir = [&local_flags](CLI::App* sub) {
-    sub->add_option("--state-dir", local_flags.state_dir,
-                    "Directory for the pid file, address, logs and state")
-        ->capture_default_str();
-  };
+void AddStateDirFlag(CLI::App* sub, CommandLine& cl) {
+  sub->add_option("--state-dir", cl.local_flags.state_dir,
+                  "Directory for the pid file, address, logs and state")
+      ->capture_default_str();
+}
+
+void AddLocalUpCommand(CLI::App* local, CommandLine& cl) {
+  ctl::LocalFlags& flags = cl.local_flags;
   CLI::App* up = local->add_subcommand(
       "up", "Start a coordinator and worker daemons in the background and wait until all are "
             "alive; prints `export SUBSTRAX_COORDINATOR=ADDR`");
-  add_state_dir(up);
-  up->add_option("--workers", local_flags.workers, "Worker daemons to start")
+  AddStateDirFlag(up, cl);
+  up->add_option("--workers", flags.workers, "Worker daemons to start")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  up->add_option("--cpu-devices", local_flags.cpu_devices, "CPU devices of each worker")
+  up->add_option("--cpu-devices", flags.cpu_devices, "CPU devices of each worker")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  up->add_option("--data-root", local_flags.data_roots,
+  up->add_option("--data-root", flags.data_roots,
                  "A directory every worker lets jobs read data files from (repeatable; each "
                  "worker's --data-root). None: synthetic data only")
       ->type_name("DIR");
-  up->add_option("--checkpoint-root", local_flags.checkpoint_roots,
+  up->add_option("--checkpoint-root", flags.checkpoint_roots,
                  "A directory under which jobs may write and read checkpoints (repeatable; each "
                  "worker's --checkpoint-root). Default: <state-dir>/checkpoints")
       ->type_name("DIR");
-  up->add_option("--programs-dir", local_flags.programs_dirs,
+  up->add_option("--programs-dir", flags.programs_dirs,
                  "A directory every worker runs program jobs' programs from (repeatable; each "
                  "worker's --programs-dir). None: no program jobs")
       ->type_name("DIR");
-  up->add_option("--port", local_flags.port, "Coordinator gRPC port (0: any free port)")
+  up->add_option("--port", flags.port, "Coordinator gRPC port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  up->add_option("--metrics-port", local_flags.metrics_port,
+  up->add_option("--metrics-port", flags.metrics_port,
                  "Coordinator Prometheus port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  up->add_option("--coordinator-binary", local_flags.coordinator_binary,
+  up->add_option("--coordinator-binary", flags.coordinator_binary,
                  "substrax-coordinator to run (default: next to substraxctl or in bazel-bin)");
-  up->add_option("--worker-binary", local_flags.worker_binary,
+  up->add_option("--worker-binary", flags.worker_binary,
                  "substrax-worker to run (default: next to substraxctl or in bazel-bin)");
-  up->add_option("--start-timeout", start_timeout, "How long to wait for the cluster to come up")
+  up->add_option("--start-timeout", cl.start_timeout,
+                 "How long to wait for the cluster to come up")
       ->capture_default_str();
-  up->callback([&] { run = [&](auto& ctx) { return ctl::LocalUpCommand(ctx, local_flags); }; });
+  up->callback(
+      [&cl] { cl.run = [&cl](auto& ctx) { return ctl::LocalUpCommand(ctx, cl.local_flags); }; });
+}
+
+void AddLocalCommands(CLI::App& app, CommandLine& cl) {
+  CLI::App* local = app.add_subcommand(
+      "local", "An embedded cluster on this machine: a coordinator and worker daemons");
+  local->require_subcommand(1);
+  AddLocalUpCommand(local, cl);
   CLI::App* down = local->add_subcommand(
       "down", "Stop the local cluster (SIGTERM, SIGKILL after 10s) and remove its pid file");
-  add_state_dir(down);
-  down->callback([&] { run = [&](auto& ctx) { return ctl::LocalDownCommand(ctx, local_flags); }; });
+  AddStateDirFlag(down, cl);
+  down->callback([&cl] {
+    cl.run = [&cl](auto& ctx) { return ctl::LocalDownCommand(ctx, cl.local_flags); };
+  });
   CLI::App* status = local->add_subcommand(
       "status", "Show the local cluster's processes and, if the coordinator answers, workers");
-  add_state_dir(status);
-  add_output(status);
-  status->callback(
-      [&] { run = [&](auto& ctx) { return ctl::LocalStatusCommand(ctx, local_flags); }; });
+  AddStateDirFlag(status, cl);
+  AddOutputFlag(status, cl);
+  status->callback([&cl] {
+    cl.run = [&cl](auto& ctx) { return ctl::LocalStatusCommand(ctx, cl.local_flags); };
+  });
+}
 
-  // certs: the CA, certificates and tokens of mutual TLS (client/certs_command.h); no RPC.
+void AddCertsInitCommand(CLI::App* certs, CommandLine& cl) {
+  ctl::CertsInitFlags& flags = cl.certs_init;
+  CLI::App* init = certs->add_subcommand(
+      "init", "Create a certificate authority: DIR/ca.crt (0644) and DIR/ca.key (0600)");
+  init->add_option("--dir", flags.dir, "Directory for ca.crt and ca.key")->required();
+  init->add_option("--days", flags.days, "Validity in days")
+      ->check(CLI::Range(1, 36500))
+      ->capture_default_str();
+  init->add_option("--name", flags.name, "The CA's CN")->capture_default_str();
+  init->add_flag("--force", flags.force, "Replace an existing CA (what it issued stops verifying)");
+  init->callback(
+      [&cl] { cl.run = [&cl](auto& ctx) { return ctl::CertsInitCommand(ctx, cl.certs_init); }; });
+}
+
+void AddCertsIssueCommand(CLI::App* certs, CommandLine& cl) {
+  ctl::CertsIssueFlags& flags = cl.certs_issue;
+  CLI::App* issue = certs->add_subcommand(
+      "issue", "Issue a certificate signed by the CA: OUT/NAME.crt, OUT/NAME.key (0600), "
+               "OUT/ca.crt");
+  issue->add_option("--ca-dir", flags.ca_dir, "The CA's directory (certs init)")->required();
+  issue->add_option("--out-dir", flags.out_dir, "Directory for the new files")->required();
+  issue->add_option("--name", flags.name, "Identity (CN): a user name or worker id")
+      ->required();
+  issue->add_option("--role", flags.role, "admin, submitter, viewer, worker or server")
+      ->required();
+  issue->add_option("--dns", flags.dns, "DNS name of a server (repeatable)")
+      ->allow_extra_args(false);
+  issue->add_option("--ip", flags.ip, "IP address of a server (repeatable)")
+      ->allow_extra_args(false);
+  issue->add_option("--days", flags.days, "Validity in days")
+      ->check(CLI::Range(1, 36500))
+      ->capture_default_str();
+  issue->add_flag("--force", flags.force, "Replace existing NAME.crt and NAME.key");
+  issue->callback([&cl] {
+    cl.run = [&cl](auto& ctx) { return ctl::CertsIssueCommand(ctx, cl.certs_issue); };
+  });
+}
+
+// certs: the CA, certificates and tokens of mutual TLS (client/certs_command.h); no RPC.
+void AddCertsCommands(CLI::App& app, CommandLine& cl) {
   CLI::App* certs = app.add_subcommand(
       "certs", "Create a CA, issue certificates, make bearer tokens, show a certificate");
   certs->require_subcommand(1);
-  ctl::CertsInitFlags certs_init;
-  ctl::CertsIssueFlags certs_issue;
-  std::string certs_token_name, certs_token_role, certs_file;
-  CLI::App* cert_init = certs->add_subcommand(
-      "init", "Create a certificate authority: DIR/ca.crt (0644) and DIR/ca.key (0600)");
-  cert_init->add_option("--dir", certs_init.dir, "Directory for ca.crt and ca.key")->required();
-  cert_init->add_option("--days", certs_init.days, "Validity in days")
-      ->check(CLI::Range(1, 36500))
-      ->capture_default_str();
-  cert_init->add_option("--name", certs_init.name, "The CA's CN")->capture_default_str();
-  cert_init->add_flag("--force", certs_init.force,
-                      "Replace an existing CA (what it issued stops verifying)");
-  cert_init->callback(
-      [&] { run = [&](auto& ctx) { return ctl::CertsInitCommand(ctx, certs_init); }; });
-  CLI::App* cert_issue = certs->add_subcommand(
-      "issue", "Issue a certificate signed by the CA: OUT/NAME.crt, OUT/NAME.key (0600), "
-               "OUT/ca.crt");
-  cert_issue->add_option("--ca-dir", certs_issue.ca_dir, "The CA's directory (certs init)")
-      ->required();
-  cert_issue->add_option("--out-dir", certs_issue.out_dir, "Directory for the new files")
-      ->required();
-  cert_issue->add_option("--name", certs_issue.name, "Identity (CN): a user name or worker id")
-      ->required();
-  cert_issue->add_option("--role", certs_issue.role, "admin, submitter, viewer, worker or server")
-      ->required();
-  cert_issue->add_option("--dns", certs_issue.dns, "DNS name of a server (repeatable)")
-      ->allow_extra_args(false);
-  cert_issue->add_option("--ip", certs_issue.ip, "IP address of a server (repeatable)")
-      ->allow_extra_args(false);
-  cert_issue->add_option("--days", certs_issue.days, "Validity in days")
-      ->check(CLI::Range(1, 36500))
-      ->capture_default_str();
-  cert_issue->add_flag("--force", certs_issue.force, "Replace existing NAME.crt and NAME.key");
-  cert_issue->callback(
-      [&] { run = [&](auto& ctx) { return ctl::CertsIssueCommand(ctx, certs_issue); }; });
-  CLI::App* cert_token = certs->add_subcommand(
+  AddCertsInitCommand(certs, cl);
+  AddCertsIssueCommand(certs, cl);
+  CLI::App* token = certs->add_subcommand(
       "token", "Make a bearer token: the token on stdout, its --auth-config entry on stderr");
-  cert_token->add_option("--name", certs_token_name, "Identity the token stands for")->required();
-  cert_token->add_option("--role", certs_token_role, "admin, submitter or viewer")->required();
-  cert_token->callback([&] {
-    run = [&](auto& ctx) {
-      return ctl::CertsTokenCommand(ctx, certs_token_name, certs_token_role);
+  token->add_option("--name", cl.certs_token_name, "Identity the token stands for")->required();
+  token->add_option("--role", cl.certs_token_role, "admin, submitter or viewer")->required();
+  token->callback([&cl] {
+    cl.run = [&cl](auto& ctx) {
+      return ctl::CertsTokenCommand(ctx, cl.certs_token_name, cl.certs_token_role);
     };
   });
-  CLI::App* cert_show = certs->add_subcommand(
+  CLI::App* show = certs->add_subcommand(
       "show", "Show a certificate: subject, roles, names, issuer, validity, serial, expired?");
-  cert_show->add_option("FILE", certs_file, "Certificate (PEM)")->required();
-  cert_show->callback(
-      [&] { run = [&](auto& ctx) { return ctl::CertsShowCommand(ctx, certs_file); }; });
+  show->add_option("FILE", cl.certs_file, "Certificate (PEM)")->required();
+  show->callback(
+      [&cl] { cl.run = [&cl](auto& ctx) { return ctl::CertsShowCommand(ctx, cl.certs_file); }; });
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? ctl::kExitOk : ctl::kExitUsage;
-  }
+// Every subcommand, in the order `--help` lists them.
+void AddCommands(CLI::App& app, CommandLine& cl) {
+  AddSubmitCommand(app, cl);
+  AddListCommand(app, cl);
+  AddJobCommand(app, "get",
+                "Show a job: state, attempt, mesh, progress, final metrics, error, transitions",
+                cl, ctl::GetCommand);
+  AddJobCommand(app, "checkpoints",
+                "List a job's committed checkpoints, newest first: step, time, size, mesh, "
+                "path (as its runners last reported them)",
+                cl, ctl::CheckpointsCommand);
+  AddJobCommand(app, "watch",
+                "Follow a job until it ends (a progress bar on a terminal, lines otherwise); "
+                "exit 0 if it succeeded, 1 if it failed or was cancelled",
+                cl, ctl::WatchCommand);
+  AddLogsCommand(app, cl);
+  AddCancelCommand(app, cl);
+  AddJobCommand(app, "delete",
+                "Delete an ended job and its metrics (ended jobs also expire on their own)", cl,
+                ctl::DeleteCommand, /*output=*/false);
+  AddWorkersCommand(app, cl);
+  AddHealthCommand(app, cl);
+  AddJobCommand(app, "mesh",
+                "Show a job's device mesh (grid with hosts) and its arrays' shard layouts", cl,
+                ctl::MeshCommand);
+  AddPlanCommand(app, cl);
+  AddMetricsCommand(app, cl);
+  AddLocalCommands(app, cl);
+  AddCertsCommands(app, cl);
+}
 
+// Runs the parsed command with a context from the flags, the environment and the terminal;
+// bad global flags are a usage error.
+int RunCommand(CommandLine& cl) {
   CommandContext ctx;
   ctx.working_directory = Env("BUILD_WORKING_DIRECTORY");
   ctx.coordinator = ctl::ResolveCoordinator(
-      coordinator, Env(ctl::kCoordinatorEnv),
+      cl.coordinator, Env(ctl::kCoordinatorEnv),
       ctl::UserPath(ctl::AddressFilePath(ctl::kDefaultLocalStateDir), ctx.working_directory));
-  if (absl::Status s = substrax::FinishTransportFlags(&transport); !s.ok()) {
+  if (absl::Status s = substrax::FinishTransportFlags(&cl.transport); !s.ok()) {
     std::cerr << "substraxctl: " << s.message() << "\n";
     return ctl::kExitUsage;
   }
   ctx.transport = ctl::ResolveTransport(
-      transport.options, [](const char* name) { return Env(name); },
+      cl.transport.options, [](const char* name) { return Env(name); },
       ctl::UserPath(ctl::LocalTlsDir(ctl::kDefaultLocalStateDir), ctx.working_directory));
-  absl::StatusOr<absl::Duration> parsed_timeout = ctl::ParseTimeout(timeout);
-  absl::StatusOr<absl::Duration> parsed_start = ctl::ParseTimeout(start_timeout);
+  absl::StatusOr<absl::Duration> parsed_timeout = ctl::ParseTimeout(cl.timeout);
+  absl::StatusOr<absl::Duration> parsed_start = ctl::ParseTimeout(cl.start_timeout);
   for (const auto* d : {&parsed_timeout, &parsed_start}) {
     if (!d->ok()) {
       std::cerr << "substraxctl: " << d->status().message() << "\n";
@@ -359,14 +428,30 @@ int main(int argc, char** argv) {
     }
   }
   ctx.timeout = *parsed_timeout;
-  local_flags.start_timeout = *parsed_start;
-  local_flags.self_dir = ctl::SelfDirectory();
-  ctx.format = *ctl::ParseOutputFormat(output);
+  cl.local_flags.start_timeout = *parsed_start;
+  cl.local_flags.self_dir = ctl::SelfDirectory();
+  ctx.format = *ctl::ParseOutputFormat(cl.output);
   ctx.terminal = isatty(STDOUT_FILENO) == 1;
   ctx.columns = TerminalSize(&winsize::ws_col, "COLUMNS");
   if (ctx.columns == 0) ctx.columns = 80;
   ctx.rows = TerminalSize(&winsize::ws_row, "LINES");
   ctx.color = ctx.terminal && Env("NO_COLOR").empty() && Env("TERM") != "dumb";
   ctx.unicode = ctx.terminal && ctl::LocaleIsUtf8(Env("LC_ALL"), Env("LC_CTYPE"), Env("LANG"));
-  return run(ctx);
+  return cl.run(ctx);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"substraxctl: submit, watch and inspect substrax training jobs"};
+  CommandLine cl;
+  AddGlobalFlags(app, cl);
+  AddCommands(app, cl);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? ctl::kExitOk : ctl::kExitUsage;
+  }
+  return RunCommand(cl);
 }

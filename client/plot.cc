@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -102,135 +105,142 @@ std::vector<std::vector<CellMark>> Legend(const std::vector<std::string>& entrie
   return lines;
 }
 
-}  // namespace
-
-std::string RenderPlot(const std::vector<PlotSeries>& series, const PlotOptions& options) {
-  const size_t width = static_cast<size_t>(std::max(options.width, kMinPlotWidth));
-  const size_t height = static_cast<size_t>(std::max(options.height, kMinPlotHeight));
-
-  // The finite points, and the ranges they span.
-  std::vector<std::vector<std::pair<int64_t, double>>> finite(series.size());
+// The finite points of each series sorted by step, the legend entries, and the ranges the
+// points span (a band around a constant value; 0..1 when there are none).
+struct PlotPoints {
+  std::vector<std::vector<std::pair<int64_t, double>>> finite;
   std::vector<std::string> entries;
+  bool any = false;
   int64_t x_lo = std::numeric_limits<int64_t>::max();
   int64_t x_hi = std::numeric_limits<int64_t>::min();
   double y_lo = std::numeric_limits<double>::infinity();
   double y_hi = -std::numeric_limits<double>::infinity();
+};
+
+PlotPoints FinitePoints(const std::vector<PlotSeries>& series) {
+  PlotPoints p;
+  p.finite.resize(series.size());
   for (size_t s = 0; s < series.size(); ++s) {
     for (const auto& [step, value] : series[s].points) {
       if (!std::isfinite(value)) continue;
-      finite[s].emplace_back(step, value);
-      x_lo = std::min(x_lo, step);
-      x_hi = std::max(x_hi, step);
-      y_lo = std::min(y_lo, value);
-      y_hi = std::max(y_hi, value);
+      p.finite[s].emplace_back(step, value);
+      p.x_lo = std::min(p.x_lo, step);
+      p.x_hi = std::max(p.x_hi, step);
+      p.y_lo = std::min(p.y_lo, value);
+      p.y_hi = std::max(p.y_hi, value);
     }
-    std::sort(finite[s].begin(), finite[s].end());
+    std::sort(p.finite[s].begin(), p.finite[s].end());
     std::string entry = absl::StrCat(std::string(1, GlyphOf(s)), " ", series[s].label);
-    const size_t dropped = series[s].points.size() - finite[s].size();
-    if (finite[s].empty()) {
+    const size_t dropped = series[s].points.size() - p.finite[s].size();
+    if (p.finite[s].empty()) {
       absl::StrAppend(&entry, " (no finite values)");
     } else if (dropped > 0) {
       absl::StrAppend(&entry, " (", dropped, " NaN/inf left out)");
     }
-    entries.push_back(std::move(entry));
+    p.entries.push_back(std::move(entry));
   }
-  const bool any = x_lo <= x_hi;
-  if (!any) {
-    x_lo = x_hi = 0;
-    y_lo = 0;
-    y_hi = 1;
+  p.any = p.x_lo <= p.x_hi;
+  if (!p.any) {
+    p.x_lo = p.x_hi = 0;
+    p.y_lo = 0;
+    p.y_hi = 1;
   }
-  if (y_lo == y_hi) {  // constant: a band around the value, the line in its middle
-    const double half = y_lo == 0 ? 1 : std::fabs(y_lo) / 2;
-    y_lo -= half;
-    y_hi += half;
+  if (p.y_lo == p.y_hi) {  // constant: a band around the value, the line in its middle
+    const double half = p.y_lo == 0 ? 1 : std::fabs(p.y_lo) / 2;
+    p.y_lo -= half;
+    p.y_hi += half;
   }
+  return p;
+}
 
-  // Rows: the plot, the x-axis, the step labels, the legend (at least two plot rows).
-  std::vector<std::vector<CellMark>> legend = Legend(entries, width, height - 4);
-  const size_t rows = height - 2 - legend.size();
-
-  // The y labels: top, bottom, and every fourth row between while two rows from the bottom.
+// The y labels of `rows` plot rows from y_hi down to y_lo: top, bottom, and every fourth row
+// between while two rows from the bottom ("" elsewhere).
+std::vector<std::string> YLabels(double y_lo, double y_hi, size_t rows) {
   const double resolution = (y_hi - y_lo) / static_cast<double>(rows - 1);
   const double magnitude = std::max(std::fabs(y_lo), std::fabs(y_hi));
-  auto row_value = [&](size_t r) {
-    return y_hi - (y_hi - y_lo) * static_cast<double>(r) / static_cast<double>(rows - 1);
-  };
   std::vector<std::string> labels(rows);
   for (size_t r = 0; r < rows; ++r) {
     if (r == 0 || r == rows - 1 || (r % 4 == 0 && r + 2 < rows)) {
-      labels[r] = AxisLabel(row_value(r), resolution, magnitude);
+      const double value =
+          y_hi - (y_hi - y_lo) * static_cast<double>(r) / static_cast<double>(rows - 1);
+      labels[r] = AxisLabel(value, resolution, magnitude);
     }
   }
-  size_t margin = 0;
-  for (const std::string& label : labels) margin = std::max(margin, label.size());
-  // Labels wider than half the chart are cut from the right (only absurd widths).
-  margin = std::min(margin, width / 2);
-  const size_t label_width = margin;
-  margin += 1;                              // a space before the axis
-  const size_t axis = margin + 1;           // first plot column, right of '|'
-  const size_t columns = width - axis;  // plot columns
+  return labels;
+}
 
-  auto column_of = [&](int64_t step) -> size_t {
+// Where things go in a chart `width` wide: the label margin, the y-axis, the plot's columns and
+// rows, and the cell of a point.
+struct PlotFrame {
+  PlotFrame(const PlotPoints& points, size_t width, size_t rows, size_t label_width)
+      : x_lo(points.x_lo),
+        x_hi(points.x_hi),
+        y_lo(points.y_lo),
+        y_hi(points.y_hi),
+        rows(rows),
+        label_width(label_width),
+        margin(label_width + 1),  // a space before the axis
+        axis(margin + 1),         // first plot column, right of '|'
+        columns(width - axis) {}
+
+  size_t ColumnOf(int64_t step) const {
     if (x_hi == x_lo) return (columns - 1) / 2;
     const double f = static_cast<double>(step - x_lo) / static_cast<double>(x_hi - x_lo);
     return static_cast<size_t>(std::llround(f * static_cast<double>(columns - 1)));
-  };
-  auto row_of = [&](double value) -> size_t {
+  }
+  size_t RowOf(double value) const {
     const double f = (y_hi - value) / (y_hi - y_lo);
     return static_cast<size_t>(
         std::clamp<long long>(std::llround(f * static_cast<double>(rows - 1)), 0,
                               static_cast<long long>(rows - 1)));
-  };
-
-  std::vector<std::vector<CellMark>> grid(rows, std::vector<CellMark>(width));
-  for (size_t r = 0; r < rows; ++r) {
-    Put(&grid[r], label_width - std::min(label_width, labels[r].size()),
-        labels[r].substr(0, label_width));
-    grid[r][margin].ch = '|';
   }
-  for (size_t s = 0; s < series.size(); ++s) {
-    if (finite[s].empty()) continue;
-    // The mean of the points in each column, then straight lines between those columns.
-    std::vector<double> sum(columns, 0);
-    std::vector<int> count(columns, 0);
-    for (const auto& [step, value] : finite[s]) {
-      const size_t c = column_of(step);
-      sum[c] += value;
-      ++count[c];
-    }
-    std::optional<size_t> previous;
-    for (size_t c = 0; c < columns; ++c) {
-      if (count[c] == 0) continue;
-      const double value = sum[c] / count[c];
-      if (previous.has_value()) {
-        const double from = sum[*previous] / count[*previous];
-        for (size_t between = *previous + 1; between < c; ++between) {
-          const double f = static_cast<double>(between - *previous) /
-                           static_cast<double>(c - *previous);
-          grid[row_of(from + (value - from) * f)][axis + between] = {GlyphOf(s),
-                                                                     static_cast<int>(s)};
-        }
+
+  int64_t x_lo, x_hi;
+  double y_lo, y_hi;
+  size_t rows;         // plot rows
+  size_t label_width;  // the y labels' column width
+  size_t margin;       // the y-axis' column
+  size_t axis;         // first plot column
+  size_t columns;      // plot columns
+};
+
+// Draws series `s`: the mean of its points in each column, then straight lines between those
+// columns.
+void DrawSeries(const std::vector<std::pair<int64_t, double>>& points, size_t s,
+                const PlotFrame& frame, std::vector<std::vector<CellMark>>* grid) {
+  std::vector<double> sum(frame.columns, 0);
+  std::vector<int> count(frame.columns, 0);
+  for (const auto& [step, value] : points) {
+    const size_t c = frame.ColumnOf(step);
+    sum[c] += value;
+    ++count[c];
+  }
+  const CellMark mark = {GlyphOf(s), static_cast<int>(s)};
+  std::optional<size_t> previous;
+  for (size_t c = 0; c < frame.columns; ++c) {
+    if (count[c] == 0) continue;
+    const double value = sum[c] / count[c];
+    if (previous.has_value()) {
+      const double from = sum[*previous] / count[*previous];
+      for (size_t between = *previous + 1; between < c; ++between) {
+        const double f =
+            static_cast<double>(between - *previous) / static_cast<double>(c - *previous);
+        (*grid)[frame.RowOf(from + (value - from) * f)][frame.axis + between] = mark;
       }
-      grid[row_of(value)][axis + c] = {GlyphOf(s), static_cast<int>(s)};
-      previous = c;
     }
+    (*grid)[frame.RowOf(value)][frame.axis + c] = mark;
+    previous = c;
   }
+}
 
-  std::string out;
-  for (const auto& line : grid) out += RenderLine(line, options.color);
-  std::vector<CellMark> x_axis(width);
-  x_axis[margin].ch = '+';
-  for (size_t c = 0; c < columns; ++c) x_axis[axis + c].ch = '-';
-  out += RenderLine(x_axis, false);
-
-  // Step labels under their columns: the first, the last and the middle, where they fit with two
-  // spaces between them.
+// Step labels under their columns: the first, the last and the middle, where they fit with two
+// spaces between them (none when there are no points).
+std::vector<CellMark> StepLabels(const PlotFrame& frame, size_t width, bool any) {
   std::vector<CellMark> x_labels(width);
   std::vector<std::pair<size_t, size_t>> taken;  // [begin, end) of placed labels
   auto place = [&](int64_t step, size_t column) {
     const std::string text = absl::StrCat(step);
-    const size_t center = axis + column;
+    const size_t center = frame.axis + column;
     size_t begin = center >= text.size() / 2 ? center - text.size() / 2 : 0;
     begin = std::min(begin, width - std::min(width, text.size()));
     const size_t end = begin + text.size();
@@ -241,14 +251,49 @@ std::string RenderPlot(const std::vector<PlotSeries>& series, const PlotOptions&
     Put(&x_labels, begin, text);
   };
   if (any) {
-    place(x_lo, column_of(x_lo));
-    if (x_hi != x_lo) {
-      place(x_hi, columns - 1);
-      const int64_t middle = x_lo + (x_hi - x_lo) / 2;
-      place(middle, column_of(middle));
+    place(frame.x_lo, frame.ColumnOf(frame.x_lo));
+    if (frame.x_hi != frame.x_lo) {
+      place(frame.x_hi, frame.columns - 1);
+      const int64_t middle = frame.x_lo + (frame.x_hi - frame.x_lo) / 2;
+      place(middle, frame.ColumnOf(middle));
     }
   }
-  out += RenderLine(x_labels, false);
+  return x_labels;
+}
+
+}  // namespace
+
+std::string RenderPlot(const std::vector<PlotSeries>& series, const PlotOptions& options) {
+  const size_t width = static_cast<size_t>(std::max(options.width, kMinPlotWidth));
+  const size_t height = static_cast<size_t>(std::max(options.height, kMinPlotHeight));
+  const PlotPoints points = FinitePoints(series);
+
+  // Rows: the plot, the x-axis, the step labels, the legend (at least two plot rows).
+  std::vector<std::vector<CellMark>> legend = Legend(points.entries, width, height - 4);
+  const size_t rows = height - 2 - legend.size();
+  const std::vector<std::string> labels = YLabels(points.y_lo, points.y_hi, rows);
+  size_t label_width = 0;
+  for (const std::string& label : labels) label_width = std::max(label_width, label.size());
+  // Labels wider than half the chart are cut from the right (only absurd widths).
+  const PlotFrame frame(points, width, rows, std::min(label_width, width / 2));
+
+  std::vector<std::vector<CellMark>> grid(rows, std::vector<CellMark>(width));
+  for (size_t r = 0; r < rows; ++r) {
+    Put(&grid[r], frame.label_width - std::min(frame.label_width, labels[r].size()),
+        labels[r].substr(0, frame.label_width));
+    grid[r][frame.margin].ch = '|';
+  }
+  for (size_t s = 0; s < series.size(); ++s) {
+    if (!points.finite[s].empty()) DrawSeries(points.finite[s], s, frame, &grid);
+  }
+
+  std::string out;
+  for (const auto& line : grid) out += RenderLine(line, options.color);
+  std::vector<CellMark> x_axis(width);
+  x_axis[frame.margin].ch = '+';
+  for (size_t c = 0; c < frame.columns; ++c) x_axis[frame.axis + c].ch = '-';
+  out += RenderLine(x_axis, false);
+  out += RenderLine(StepLabels(frame, width, points.any), false);
   for (const auto& line : legend) out += RenderLine(line, options.color);
   return out;
 }

@@ -170,30 +170,34 @@ struct Workspace {
   std::vector<int32_t> arg1, arg2;
 };
 
-// The network on `n` images: adds the loss sum and correct count, and with `grads` writes the
-// gradients of the mean loss.
-template <typename T>
-void Run(const CnnConfig& c, const Params<const T*>& p, const float* images, const float* labels,
-         int64_t n, double* loss_sum, int64_t* correct, Params<T*>* grads) {
-  thread_local Workspace<T> ws;
-  const int c1 = c.conv1_channels;
-  const int c2 = c.conv2_channels;
-  const int units = c.hidden_units;
-  const int classes = c.num_classes;
-  const int64_t rows1 = n * kConv1Side * kConv1Side;
-  const int64_t rows2 = n * kConv2Side * kConv2Side;
-  const int64_t flat_size = int64_t{kPool2Side} * kPool2Side * c2;
+// The sizes of one computation on `n` images.
+struct Dims {
+  Dims(const CnnConfig& c, int64_t n)
+      : n(n),
+        c1(c.conv1_channels),
+        c2(c.conv2_channels),
+        units(c.hidden_units),
+        classes(c.num_classes),
+        rows1(n * kConv1Side * kConv1Side),
+        rows2(n * kConv2Side * kConv2Side),
+        flat_size(int64_t{kPool2Side} * kPool2Side * c.conv2_channels) {}
 
-  // conv1: im2col [n*24*24, 25] x kernel [25, c1], on standardized pixels.
-  const T mean = static_cast<T>(c.input_mean);
-  const T inv_std = static_cast<T>(1.0 / c.input_std);
-  Mat<T>& patches1 = ws.patches1;
-  patches1.resize(rows1, kTaps);
+  int64_t n;
+  int c1, c2, units, classes;
+  int64_t rows1;      // conv1 output positions
+  int64_t rows2;      // conv2 output positions
+  int64_t flat_size;  // dense1 inputs
+};
+
+// conv1's im2col: one row of kTaps standardized pixels per output position (b, y, x).
+template <typename T>
+void ImagePatches(const float* images, int64_t n, T mean, T inv_std, Mat<T>* patches) {
+  patches->resize(n * kConv1Side * kConv1Side, kTaps);
   for (int64_t b = 0; b < n; ++b) {
     const float* image = images + b * kImagePixels;
     for (int oy = 0; oy < kConv1Side; ++oy) {
       for (int ox = 0; ox < kConv1Side; ++ox) {
-        T* row = patches1.row((b * kConv1Side + oy) * kConv1Side + ox).data();
+        T* row = patches->row((b * kConv1Side + oy) * kConv1Side + ox).data();
         for (int ky = 0; ky < kKernel; ++ky) {
           const float* src = image + (oy + ky) * kImageSide + ox;
           for (int kx = 0; kx < kKernel; ++kx) {
@@ -203,22 +207,16 @@ void Run(const CnnConfig& c, const Params<const T*>& p, const float* images, con
       }
     }
   }
-  ConstMap<T> w1(p.conv1_w, kTaps, c1);
-  Mat<T>& act1 = ws.act1;
-  act1.resize(rows1, c1);
-  act1.noalias() = patches1 * w1;
-  act1.rowwise() += ConstRowMap<T>(p.conv1_b, c1);
-  act1 = act1.cwiseMax(T(0));
-  Mat<T>& pool1 = ws.pool1;
-  MaxPool2x2(act1, n, kConv1Side, &pool1, &ws.arg1);
+}
 
-  // conv2: im2col [n*8*8, 25*c1] x kernel [25*c1, c2].
-  Mat<T>& patches2 = ws.patches2;
-  patches2.resize(rows2, kTaps * c1);
+// conv2's im2col: one row of kTaps * c1 pool1 values per output position (b, y, x).
+template <typename T>
+void PooledPatches(const Mat<T>& pool1, int64_t n, int c1, Mat<T>* patches) {
+  patches->resize(n * kConv2Side * kConv2Side, kTaps * c1);
   for (int64_t b = 0; b < n; ++b) {
     for (int oy = 0; oy < kConv2Side; ++oy) {
       for (int ox = 0; ox < kConv2Side; ++ox) {
-        T* row = patches2.row((b * kConv2Side + oy) * kConv2Side + ox).data();
+        T* row = patches->row((b * kConv2Side + oy) * kConv2Side + ox).data();
         for (int ky = 0; ky < kKernel; ++ky) {
           for (int kx = 0; kx < kKernel; ++kx) {
             const T* src = pool1.row((b * kPool1Side + oy + ky) * kPool1Side + ox + kx).data();
@@ -228,92 +226,20 @@ void Run(const CnnConfig& c, const Params<const T*>& p, const float* images, con
       }
     }
   }
-  ConstMap<T> w2(p.conv2_w, kTaps * c1, c2);
-  Mat<T>& act2 = ws.act2;
-  act2.resize(rows2, c2);
-  act2.noalias() = patches2 * w2;
-  act2.rowwise() += ConstRowMap<T>(p.conv2_b, c2);
-  act2 = act2.cwiseMax(T(0));
-  Mat<T>& pool2 = ws.pool2;
-  MaxPool2x2(act2, n, kConv2Side, &pool2, &ws.arg2);
+}
 
-  // dense1 (ReLU): [n, 16*c2] x [16*c2, units]. pool2's rows (b, y, x) with channels fastest are,
-  // in memory, exactly the flattened [n, 16*c2] features.
-  ConstMap<T> flat(pool2.data(), n, flat_size);
-  ConstMap<T> w3(p.dense1_w, flat_size, units);
-  Mat<T>& hidden = ws.hidden;
-  hidden.resize(n, units);
-  hidden.noalias() = flat * w3;
-  hidden.rowwise() += ConstRowMap<T>(p.dense1_b, units);
-  hidden = hidden.cwiseMax(T(0));
-
-  // dense2: [n, units] x [units, classes].
-  ConstMap<T> w4(p.dense2_w, units, classes);
-  Mat<T>& logits = ws.logits;
-  logits.resize(n, classes);
-  logits.noalias() = hidden * w4;
-  logits.rowwise() += ConstRowMap<T>(p.dense2_b, classes);
-
-  // Softmax cross-entropy; `logits` becomes d(mean loss)/d(logits) when training.
-  for (int64_t b = 0; b < n; ++b) {
-    const int label = static_cast<int>(labels[b]);
-    int predicted = 0;
-    T top = logits(b, 0);
-    for (int k = 1; k < classes; ++k) {
-      if (logits(b, k) > top) {
-        top = logits(b, k);
-        predicted = k;
-      }
-    }
-    double sum = 0;
-    for (int k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(logits(b, k) - top));
-    const double log_sum = std::log(sum);
-    *loss_sum += log_sum - static_cast<double>(logits(b, label) - top);
-    if (predicted == label) ++*correct;
-    if (grads != nullptr) {
-      for (int k = 0; k < classes; ++k) {
-        const double prob = std::exp(static_cast<double>(logits(b, k) - top) - log_sum);
-        logits(b, k) = static_cast<T>((prob - (k == label ? 1.0 : 0.0)) / static_cast<double>(n));
-      }
-    }
-  }
-  if (grads == nullptr) return;
-  const Mat<T>& d_logits = logits;
-
-  // dense2 backward.
-  MutMap<T>(grads->dense2_w, units, classes).noalias() = hidden.transpose() * d_logits;
-  RowMap<T>(grads->dense2_b, classes) = d_logits.colwise().sum();
-  Mat<T>& d_hidden = ws.d_hidden;
-  d_hidden.resize(n, units);
-  d_hidden.noalias() = d_logits * w4.transpose();
-  d_hidden = (hidden.array() > T(0)).select(d_hidden, T(0));
-
-  // dense1 backward.
-  MutMap<T>(grads->dense1_w, flat_size, units).noalias() = flat.transpose() * d_hidden;
-  RowMap<T>(grads->dense1_b, units) = d_hidden.colwise().sum();
-  Mat<T>& d_flat = ws.d_flat;
-  d_flat.resize(n, flat_size);
-  d_flat.noalias() = d_hidden * w3.transpose();
-
-  // pool2 + ReLU + conv2 backward.
-  Mat<T>& d_act2 = ws.d_act2;
-  d_act2.resize(rows2, c2);
-  MaxPoolReluBackward(pool2, d_flat.data(), ws.arg2, &d_act2);
-  MutMap<T>(grads->conv2_w, kTaps * c1, c2).noalias() = patches2.transpose() * d_act2;
-  RowMap<T>(grads->conv2_b, c2) = d_act2.colwise().sum();
-  Mat<T>& d_patches2 = ws.d_patches2;
-  d_patches2.resize(rows2, kTaps * c1);
-  d_patches2.noalias() = d_act2 * w2.transpose();
-  // col2im: every patch entry adds back to the pool1 element it was copied from.
-  Mat<T>& d_pool1 = ws.d_pool1;
-  d_pool1.setZero(pool1.rows(), c1);
+// col2im, PooledPatches backward: every patch entry adds back to the pool1 element it was
+// copied from.
+template <typename T>
+void PooledPatchesBackward(const Mat<T>& d_patches, int64_t n, int c1, Mat<T>* d_pool1) {
+  d_pool1->setZero(n * kPool1Side * kPool1Side, c1);
   for (int64_t b = 0; b < n; ++b) {
     for (int oy = 0; oy < kConv2Side; ++oy) {
       for (int ox = 0; ox < kConv2Side; ++ox) {
-        const T* row = d_patches2.row((b * kConv2Side + oy) * kConv2Side + ox).data();
+        const T* row = d_patches.row((b * kConv2Side + oy) * kConv2Side + ox).data();
         for (int ky = 0; ky < kKernel; ++ky) {
           for (int kx = 0; kx < kKernel; ++kx) {
-            T* dst = d_pool1.row((b * kPool1Side + oy + ky) * kPool1Side + ox + kx).data();
+            T* dst = d_pool1->row((b * kPool1Side + oy + ky) * kPool1Side + ox + kx).data();
             const T* src = row + (ky * kKernel + kx) * c1;
             for (int ch = 0; ch < c1; ++ch) dst[ch] += src[ch];
           }
@@ -321,13 +247,125 @@ void Run(const CnnConfig& c, const Params<const T*>& p, const float* images, con
       }
     }
   }
+}
+
+// The forward pass: conv1, pool1, conv2, pool2, dense1 (ReLU) and dense2 into ws->logits.
+template <typename T>
+void Forward(const CnnConfig& c, const Dims& d, const Params<const T*>& p, const float* images,
+             Workspace<T>* ws) {
+  // conv1: im2col [n*24*24, 25] x kernel [25, c1], on standardized pixels.
+  ImagePatches(images, d.n, static_cast<T>(c.input_mean), static_cast<T>(1.0 / c.input_std),
+               &ws->patches1);
+  ws->act1.resize(d.rows1, d.c1);
+  ws->act1.noalias() = ws->patches1 * ConstMap<T>(p.conv1_w, kTaps, d.c1);
+  ws->act1.rowwise() += ConstRowMap<T>(p.conv1_b, d.c1);
+  ws->act1 = ws->act1.cwiseMax(T(0));
+  MaxPool2x2(ws->act1, d.n, kConv1Side, &ws->pool1, &ws->arg1);
+
+  // conv2: im2col [n*8*8, 25*c1] x kernel [25*c1, c2].
+  PooledPatches(ws->pool1, d.n, d.c1, &ws->patches2);
+  ws->act2.resize(d.rows2, d.c2);
+  ws->act2.noalias() = ws->patches2 * ConstMap<T>(p.conv2_w, kTaps * d.c1, d.c2);
+  ws->act2.rowwise() += ConstRowMap<T>(p.conv2_b, d.c2);
+  ws->act2 = ws->act2.cwiseMax(T(0));
+  MaxPool2x2(ws->act2, d.n, kConv2Side, &ws->pool2, &ws->arg2);
+
+  // dense1 (ReLU): [n, 16*c2] x [16*c2, units]. pool2's rows (b, y, x) with channels fastest are,
+  // in memory, exactly the flattened [n, 16*c2] features.
+  ConstMap<T> flat(ws->pool2.data(), d.n, d.flat_size);
+  ws->hidden.resize(d.n, d.units);
+  ws->hidden.noalias() = flat * ConstMap<T>(p.dense1_w, d.flat_size, d.units);
+  ws->hidden.rowwise() += ConstRowMap<T>(p.dense1_b, d.units);
+  ws->hidden = ws->hidden.cwiseMax(T(0));
+
+  // dense2: [n, units] x [units, classes].
+  ws->logits.resize(d.n, d.classes);
+  ws->logits.noalias() = ws->hidden * ConstMap<T>(p.dense2_w, d.units, d.classes);
+  ws->logits.rowwise() += ConstRowMap<T>(p.dense2_b, d.classes);
+}
+
+// Softmax cross-entropy of `logits` ([n, classes]): adds the loss sum and correct count; with
+// `training`, `logits` becomes d(mean loss)/d(logits).
+template <typename T>
+void SoftmaxCrossEntropy(const float* labels, bool training, Mat<T>* logits, double* loss_sum,
+                         int64_t* correct) {
+  const int64_t n = logits->rows();
+  const int classes = static_cast<int>(logits->cols());
+  for (int64_t b = 0; b < n; ++b) {
+    const int label = static_cast<int>(labels[b]);
+    int predicted = 0;
+    T top = (*logits)(b, 0);
+    for (int k = 1; k < classes; ++k) {
+      if ((*logits)(b, k) > top) {
+        top = (*logits)(b, k);
+        predicted = k;
+      }
+    }
+    double sum = 0;
+    for (int k = 0; k < classes; ++k) sum += std::exp(static_cast<double>((*logits)(b, k) - top));
+    const double log_sum = std::log(sum);
+    *loss_sum += log_sum - static_cast<double>((*logits)(b, label) - top);
+    if (predicted == label) ++*correct;
+    if (training) {
+      for (int k = 0; k < classes; ++k) {
+        const double prob = std::exp(static_cast<double>((*logits)(b, k) - top) - log_sum);
+        (*logits)(b, k) =
+            static_cast<T>((prob - (k == label ? 1.0 : 0.0)) / static_cast<double>(n));
+      }
+    }
+  }
+}
+
+// The backward pass from d(mean loss)/d(logits) in ws->logits: writes every parameter's
+// gradient.
+template <typename T>
+void Backward(const Dims& d, const Params<const T*>& p, Workspace<T>* ws, Params<T*>* grads) {
+  const Mat<T>& d_logits = ws->logits;
+
+  // dense2 backward.
+  MutMap<T>(grads->dense2_w, d.units, d.classes).noalias() = ws->hidden.transpose() * d_logits;
+  RowMap<T>(grads->dense2_b, d.classes) = d_logits.colwise().sum();
+  Mat<T>& d_hidden = ws->d_hidden;
+  d_hidden.resize(d.n, d.units);
+  d_hidden.noalias() = d_logits * ConstMap<T>(p.dense2_w, d.units, d.classes).transpose();
+  d_hidden = (ws->hidden.array() > T(0)).select(d_hidden, T(0));
+
+  // dense1 backward.
+  ConstMap<T> flat(ws->pool2.data(), d.n, d.flat_size);
+  MutMap<T>(grads->dense1_w, d.flat_size, d.units).noalias() = flat.transpose() * d_hidden;
+  RowMap<T>(grads->dense1_b, d.units) = d_hidden.colwise().sum();
+  ws->d_flat.resize(d.n, d.flat_size);
+  ws->d_flat.noalias() =
+      d_hidden * ConstMap<T>(p.dense1_w, d.flat_size, d.units).transpose();
+
+  // pool2 + ReLU + conv2 backward.
+  ws->d_act2.resize(d.rows2, d.c2);
+  MaxPoolReluBackward(ws->pool2, ws->d_flat.data(), ws->arg2, &ws->d_act2);
+  MutMap<T>(grads->conv2_w, kTaps * d.c1, d.c2).noalias() =
+      ws->patches2.transpose() * ws->d_act2;
+  RowMap<T>(grads->conv2_b, d.c2) = ws->d_act2.colwise().sum();
+  ws->d_patches2.resize(d.rows2, kTaps * d.c1);
+  ws->d_patches2.noalias() =
+      ws->d_act2 * ConstMap<T>(p.conv2_w, kTaps * d.c1, d.c2).transpose();
+  PooledPatchesBackward(ws->d_patches2, d.n, d.c1, &ws->d_pool1);
 
   // pool1 + ReLU + conv1 backward (the input needs no gradient).
-  Mat<T>& d_act1 = ws.d_act1;
-  d_act1.resize(rows1, c1);
-  MaxPoolReluBackward(pool1, d_pool1.data(), ws.arg1, &d_act1);
-  MutMap<T>(grads->conv1_w, kTaps, c1).noalias() = patches1.transpose() * d_act1;
-  RowMap<T>(grads->conv1_b, c1) = d_act1.colwise().sum();
+  ws->d_act1.resize(d.rows1, d.c1);
+  MaxPoolReluBackward(ws->pool1, ws->d_pool1.data(), ws->arg1, &ws->d_act1);
+  MutMap<T>(grads->conv1_w, kTaps, d.c1).noalias() = ws->patches1.transpose() * ws->d_act1;
+  RowMap<T>(grads->conv1_b, d.c1) = ws->d_act1.colwise().sum();
+}
+
+// The network on `n` images: adds the loss sum and correct count, and with `grads` writes the
+// gradients of the mean loss.
+template <typename T>
+void Run(const CnnConfig& c, const Params<const T*>& p, const float* images, const float* labels,
+         int64_t n, double* loss_sum, int64_t* correct, Params<T*>* grads) {
+  thread_local Workspace<T> ws;
+  const Dims dims(c, n);
+  Forward(c, dims, p, images, &ws);
+  SoftmaxCrossEntropy(labels, grads != nullptr, &ws.logits, loss_sum, correct);
+  if (grads != nullptr) Backward(dims, p, &ws, grads);
 }
 
 // The parameter pointers of `params` after checking every name and shape.
