@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "rpc/pki.h"
 #include "yaml-cpp/yaml.h"
 
@@ -267,6 +268,8 @@ absl::StatusOr<Caller> Authenticator::Authenticate(const PeerCredentials& peer) 
 
 absl::StatusOr<Caller> Authenticator::Authorize(const PeerCredentials& peer,
                                                 absl::string_view method) {
+  // gRPC reports "/substrax.v1.JobService/SubmitJob"; the table and messages drop the slash.
+  absl::ConsumePrefix(&method, "/");
   absl::StatusOr<Caller> caller = Authenticate(peer);
   if (!caller.ok()) return caller.status();
   for (const MethodRule& rule : MethodRules()) {
@@ -277,8 +280,9 @@ absl::StatusOr<Caller> Authenticator::Authorize(const PeerCredentials& peer,
         caller->Describe(),
         caller->roles == 0 ? "; a certificate carries its role as O=substrax:<role>" : ""));
   }
-  return absl::InternalError(
-      absl::StrCat(method, " has no authorization rule; refused (a coordinator bug)"));
+  return absl::PermissionDeniedError(absl::StrCat(
+      method, " has no authorization rule, so nobody may call it (MethodRules in "
+              "coordinator/auth.cc lists every rpc the coordinator serves)"));
 }
 
 }  // namespace substrax

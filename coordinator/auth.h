@@ -12,7 +12,9 @@
 //     sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 //
 // Authorization is one table (MethodRules): every rpc of CoordinatorService, JobService and
-// MetricsService with the roles that may call it. Ownership (a submitter cancels only its own
+// MetricsService with the roles that may call it, looked up by the method name gRPC reports for
+// the call (coordinator/server_auth.h records the decision for each call; a method without a
+// rule is refused with PERMISSION_DENIED). Ownership (a submitter cancels only its own
 // jobs) and worker identity (a worker reports only as itself) are checked by the caller of
 // Authorize with the Caller it returns.
 //
@@ -116,9 +118,10 @@ class Authenticator {
   // a malformed authorization header).
   absl::StatusOr<Caller> Authenticate(const PeerCredentials& peer);
 
-  // Authenticate, then the rule of `method`. Errors: UNAUTHENTICATED as above;
-  // PERMISSION_DENIED (the caller's roles are not among the method's); INTERNAL (the method is
-  // missing from MethodRules: a bug, refused rather than allowed).
+  // Authenticate, then the rule of `method`, spelled as gRPC reports it
+  // ("/substrax.v1.JobService/SubmitJob"; the table's spelling without the slash is accepted
+  // too). Errors: UNAUTHENTICATED as above; PERMISSION_DENIED (the caller's roles are not among
+  // the method's; or the method has no rule in MethodRules: refused, never allowed).
   absl::StatusOr<Caller> Authorize(const PeerCredentials& peer, absl::string_view method);
 
  private:

@@ -182,10 +182,26 @@ TEST(AuthenticatorTest, InsecureLetsEveryoneThrough) {
 TEST(AuthenticatorTest, AMethodWithoutARuleIsRefused) {
   auto auth = Authenticator::Create(false, "");
   ASSERT_TRUE(auth.ok());
-  EXPECT_EQ((*auth)->Authorize(Cert("alice", "admin"), "substrax.v1.JobService/Nope")
+  EXPECT_EQ((*auth)->Authorize(Cert("alice", "admin"), "/substrax.v1.JobService/Nope")
                 .status()
                 .code(),
-            absl::StatusCode::kInternal);
+            absl::StatusCode::kPermissionDenied);
+  // Not even with --insecure, which lifts every other check.
+  auto insecure = Authenticator::Create(true, "");
+  ASSERT_TRUE(insecure.ok());
+  EXPECT_EQ((*insecure)->Authorize({}, "/grpc.health.v1.Health/Check").status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST(AuthenticatorTest, TakesTheMethodAsGrpcReportsIt) {
+  auto auth = Authenticator::Create(false, "");
+  ASSERT_TRUE(auth.ok());
+  EXPECT_TRUE((*auth)->Authorize(Cert("bob", "viewer"), "/substrax.v1.JobService/ListJobs").ok());
+  absl::StatusOr<Caller> denied =
+      (*auth)->Authorize(Cert("bob", "viewer"), "/substrax.v1.JobService/SubmitJob");
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(denied.status().message().find("substrax.v1.JobService/SubmitJob needs the role"), 0u)
+      << denied.status().message();
 }
 
 TEST(KeyTest, DrawnOnceAndKept) {

@@ -112,9 +112,16 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& o
   }
   cluster->writer_ = std::make_unique<StateWriter>(state);
   // A commit may release assignment events: wake the streams.
-  cluster->writer_->SetCommitCallback([c = cluster.get()] {
-    absl::MutexLock lock(&c->mu_);
-    ++c->version_;
+  // (The writer by its pointer: during ~Cluster's writer_.reset() the unique_ptr is already
+  // null while the writer's last commits call back.)
+  cluster->writer_->SetCommitCallback([c = cluster.get(), writer = cluster->writer_.get()] {
+    const uint64_t committed = writer->committed();
+    {
+      absl::MutexLock lock(&c->mu_);
+      ++c->version_;
+      c->MarkReleasedEventsLocked(committed);
+    }
+    c->changes_.Flush();
   });
   EndedAttempts ended;
   uint64_t ticket = 0;
@@ -274,6 +281,7 @@ void Cluster::MarkJobChangedLocked(JobEntry& entry) {
   *entry.job.mutable_update_time() = ToProtoTime(clock_());
   dirty_jobs_.insert(entry.job.id());
   ++version_;
+  changes_.Mark(ChangeFeed::JobTopic(entry.job.id()));
 }
 
 void Cluster::PushEventLocked(const std::string& worker_id, v1::WatchAssignmentsResponse event) {
@@ -299,12 +307,24 @@ uint64_t Cluster::EnqueueLocked() {
     for (uint64_t& t : worker->second.event_tickets) {
       if (t == kUnstamped) t = ticket;
     }
+    unreleased_workers_.insert(id);
   }
   unstamped_workers_.clear();
   return ticket;
 }
 
+void Cluster::MarkReleasedEventsLocked(uint64_t committed) {
+  for (auto it = unreleased_workers_.begin(); it != unreleased_workers_.end();) {
+    auto worker = workers_.find(*it);
+    const bool released = worker == workers_.end() || worker->second.event_tickets.empty() ||
+                          worker->second.event_tickets.back() <= committed;
+    if (worker != workers_.end()) changes_.Mark(ChangeFeed::WorkerTopic(*it));
+    it = released ? unreleased_workers_.erase(it) : std::next(it);
+  }
+}
+
 void Cluster::NotifyEnded(const EndedAttempts& ended) {
+  changes_.Flush();
   if (ended.empty()) return;
   std::function<void(const std::string&, int)> callback;
   {

@@ -89,6 +89,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/change_feed.h"
+#include "coordinator/limits.h"
 #include "coordinator/log_lines.h"
 #include "coordinator/metrics_store.h"
 #include "coordinator/state_store.h"
@@ -122,20 +124,34 @@ struct ClusterOptions {
   absl::Duration max_restart_backoff = absl::Minutes(2);
   // Retention and limits (docs/operations.md). SubmitJob answers RESOURCE_EXHAUSTED while this
   // many jobs are PENDING or RUNNING.
-  int max_active_jobs = 1000;
+  int max_active_jobs = limits::kDefaultMaxActiveJobs;
   // Ended jobs are deleted (with their metric points) this long after they ended, and beyond
   // this many, oldest first. Zero TTL: no expiry by age.
-  absl::Duration finished_job_ttl = absl::Hours(7 * 24);
-  int max_finished_jobs = 10000;
+  absl::Duration finished_job_ttl = absl::Hours(limits::kDefaultFinishedJobTtlHours);
+  int max_finished_jobs = limits::kDefaultMaxFinishedJobs;
   // Metric points of an attempt: every point of its last metrics_raw_steps steps; before those,
   // only steps that are multiples of metrics_history_every (rounded up to a multiple of the
   // job's report_every_steps). metrics_raw_steps 0: keep everything.
-  int64_t metrics_raw_steps = 10000;
-  int64_t metrics_history_every = 1000;
+  int64_t metrics_raw_steps = limits::kDefaultMetricsRawSteps;
+  int64_t metrics_history_every = limits::kDefaultMetricsHistoryEvery;
   // Each process's log (ShipLogs) keeps at most this many of its newest bytes (the oldest
   // chunks are deleted; readers are told how many bytes were dropped). At least
   // limits::kMaxLogChunkBytes; 0: unbounded.
-  int64_t log_max_bytes_per_process = int64_t{8} << 20;
+  int64_t log_max_bytes_per_process = limits::kDefaultLogMaxBytesPerProcess;
+  // A followed log (ReadLogs) waits this long after its attempt ended for every process's last
+  // piece; a daemon that died never ships it.
+  absl::Duration log_follow_grace = absl::Seconds(limits::kLogFollowGraceSeconds);
+};
+
+// How a followed ReadLogs goes on once it has read everything stored (Cluster::FollowLogs).
+struct LogFollow {
+  // The stream ends, after `notices`.
+  bool done = false;
+  // "process 1 (host b): the log may be incomplete ...", sent before ending.
+  std::vector<std::string> notices;
+  // Look again by then even if nothing changes (the end of the grace); InfiniteFuture: on a
+  // change of the job or its logs only.
+  absl::Time recheck = absl::InfiniteFuture();
 };
 
 // An attempt the scheduler started, and how long its job waited for it while schedulable.
@@ -252,6 +268,22 @@ class Cluster {
   std::unique_ptr<LogReader> ReadLogs(const std::string& job_id, int attempt, int process_index,
                                       int tail_lines) const;
 
+  // Which attempt a ReadLogs reads: request.attempt(), or the job's latest for 0. Returns 0
+  // when the job has not started an attempt: with *notice set when there is nothing to wait
+  // for (not following, or the job ended unstarted), else the caller waits for a change of the
+  // job and asks again. Errors: INVALID_ARGUMENT (attempt or tail_lines negative,
+  // process_index below -1), NOT_FOUND (unknown job; an attempt it never had).
+  absl::StatusOr<int> LogAttempt(const v1::ReadLogsRequest& request, std::string* notice) const;
+  // For a followed ReadLogs of `attempt` (process `process_index`, -1: all) whose reader has
+  // read everything stored: whether it ends now, with which notices, and when to look again
+  // even without a change. An attempt has ended once its job ended, restarted or went back to
+  // PENDING; the stream then ends when every process's log has its end (the mesh's workers for
+  // the latest attempt, the logs stored for an older one), or log_follow_grace after it first
+  // saw the end (*give_up, on the clock; start it at InfiniteFuture) with the notices.
+  // Errors: NOT_FOUND (the job was deleted).
+  absl::StatusOr<LogFollow> FollowLogs(const std::string& job_id, int attempt, int process_index,
+                                       const LogReader& reader, absl::Time* give_up) const;
+
   // OK iff (job_id, attempt) is the job's current running attempt. Errors: NOT_FOUND (unknown
   // job), FAILED_PRECONDITION (the message says how the attempt or job stands).
   absl::Status CheckAttemptRunning(const std::string& job_id, int attempt) const;
@@ -272,6 +304,10 @@ class Cluster {
   // at most `limit`; *more (when given) says whether more match after them.
   std::vector<v1::Job> ListJobs(const std::vector<v1::JobState>& states, size_t offset = 0,
                                 size_t limit = SIZE_MAX, bool* more = nullptr) const;
+  // One page of ListJobs: `page_size` jobs (limits::kDefaultJobsPageSize when <= 0, at most
+  // limits::kMaxJobsPageSize) after the page token, newest first, and the next token when
+  // more match. Errors: INVALID_ARGUMENT (a page token this coordinator did not hand out).
+  absl::StatusOr<v1::ListJobsResponse> ListJobsPage(const v1::ListJobsRequest& request) const;
   // How many jobs are in each state (for gauges: copies nothing).
   std::map<v1::JobState, int> JobCounts() const;
   // Deletes an ended job and its metric points. Errors: NOT_FOUND, FAILED_PRECONDITION (not
@@ -294,6 +330,12 @@ class Cluster {
 
   // --- change notification, for the streaming rpcs ---
 
+  // Subscriptions (change_feed.h), each called without the Cluster's lock once the change is
+  // visible: ChangeFeed::WorkerTopic(w) when worker w's assignment events are committed (and so
+  // returned by PollAssignments) or its queue restarts (a new incarnation, declared dead);
+  // JobTopic(j) on any change of job j (state, progress, waiting reason, checkpoints) and on
+  // its deletion; LogsTopic(j) when a piece of job j's logs is stored.
+  ChangeFeed& changes() const { return changes_; }
   // Increments on every change of any job (state, progress, waiting reason) or assignment
   // queue.
   uint64_t version() const;
@@ -305,7 +347,7 @@ class Cluster {
   // beyond kMaxUndrainedPlacements undrained, the oldest are dropped (only a Cluster that
   // nobody drains gets there).
   std::vector<Placement> TakePlacements();
-  static constexpr size_t kMaxUndrainedPlacements = 10000;
+  static constexpr size_t kMaxUndrainedPlacements = limits::kMaxUndrainedPlacements;
 
   // Called (without the lock held) with (job_id, attempt) whenever an attempt ends, however it
   // ends, so the rendezvous store can drop the attempt's keys.
@@ -356,7 +398,7 @@ class Cluster {
     // kAttemptsRemembered), so that logs shipped after an attempt ended are still checked.
     std::map<int, std::vector<std::string>> attempt_workers;
   };
-  static constexpr size_t kAttemptsRemembered = 16;
+  static constexpr size_t kAttemptsRemembered = limits::kAttemptsRemembered;
   // Where each process's stored log ends, by (job, attempt, process).
   struct LogEnd {
     int64_t next = 0;
@@ -461,8 +503,12 @@ class Cluster {
   // "worker w-2 (host b)".
   std::string DescribeWorkerLocked(const std::string& worker_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls the attempt-ended callback for each; must be called without the lock.
+  // Flushes the change feed, then calls the attempt-ended callback for each; must be called
+  // without the lock, after every locked section that changed something.
   void NotifyEnded(const EndedAttempts& ended) ABSL_LOCKS_EXCLUDED(mu_);
+  // After a commit of every ticket up to `committed`: marks the workers whose assignment
+  // events it released.
+  void MarkReleasedEventsLocked(uint64_t committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ClusterOptions options_;
   const Clock clock_;
@@ -474,6 +520,8 @@ class Cluster {
   // Each running attempt's newest steps, for progress.
   MetricsStore metrics_{/*keep_steps=*/2};
 
+  // Who waits for what (streams); marked under mu_, flushed without it.
+  mutable ChangeFeed changes_;
   mutable absl::Mutex mu_;
   std::function<void(const std::string&, int)> attempt_ended_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
@@ -497,6 +545,9 @@ class Cluster {
   static constexpr uint64_t kUnstamped = ~uint64_t{0};
   // Workers with events pushed since the last EnqueueLocked.
   std::set<std::string> unstamped_workers_ ABSL_GUARDED_BY(mu_);
+  // Workers with stamped events that no commit has released yet (their streams are woken by
+  // the commit that does).
+  std::set<std::string> unreleased_workers_ ABSL_GUARDED_BY(mu_);
   // Submits admitted against max_active_jobs whose job is being written.
   int submits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Not yet written to the state store.

@@ -109,6 +109,7 @@ absl::Status Cluster::ReportCheckpoints(const v1::ReportCheckpointsRequest& requ
     }
     ticket = EnqueueLocked();
   }
+  NotifyEnded({});
   return writer_->Wait(ticket);
 }
 

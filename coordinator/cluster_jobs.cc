@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/cluster.h"
@@ -309,6 +310,7 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
   // (unless NoteDataFactsLocked learnt something: then it is dirty).
   *entry->job.mutable_update_time() = ToProtoTime(clock_());
   ++version_;
+  changes_.Mark(ChangeFeed::JobTopic(entry->job.id()));
   *ticket = EnqueueLocked();
   return absl::OkStatus();
 }
@@ -545,6 +547,27 @@ std::vector<v1::Job> Cluster::ListJobs(const std::vector<v1::JobState>& states, 
   return jobs;
 }
 
+absl::StatusOr<v1::ListJobsResponse> Cluster::ListJobsPage(
+    const v1::ListJobsRequest& request) const {
+  int64_t offset = 0;
+  if (!request.page_token().empty() &&
+      (!absl::SimpleAtoi(request.page_token(), &offset) || offset < 0)) {
+    return absl::InvalidArgumentError("page_token: not a token this coordinator handed out");
+  }
+  const int64_t page = request.page_size() <= 0
+                           ? limits::kDefaultJobsPageSize
+                           : std::min<int64_t>(request.page_size(), limits::kMaxJobsPageSize);
+  std::vector<v1::JobState> states;
+  for (int state : request.states()) states.push_back(static_cast<v1::JobState>(state));
+  bool more = false;
+  v1::ListJobsResponse response;
+  for (v1::Job& job : ListJobs(states, offset, page, &more)) {
+    *response.add_jobs() = std::move(job);
+  }
+  if (more) response.set_next_page_token(absl::StrCat(offset + page));
+  return response;
+}
+
 std::map<v1::JobState, int> Cluster::JobCounts() const {
   absl::MutexLock lock(&mu_);
   std::map<v1::JobState, int> counts;
@@ -570,6 +593,7 @@ absl::Status Cluster::DeleteJob(const std::string& job_id) {
     }
     ticket = DeleteJobsLocked({job_id});
   }
+  NotifyEnded({});
   return writer_->Wait(ticket);
 }
 
@@ -581,6 +605,8 @@ uint64_t Cluster::DeleteJobsLocked(const std::set<std::string>& job_ids) {
     dirty_jobs_.erase(id);
     metrics_.Forget(id);
     ticket = writer_->DeleteJob(id);
+    changes_.Mark(ChangeFeed::JobTopic(id));
+    changes_.Mark(ChangeFeed::LogsTopic(id));
     // The job's logs go with it (the writer deletes their chunks).
     for (auto it = log_ends_.lower_bound({id, std::numeric_limits<int>::min(), 0});
          it != log_ends_.end() && std::get<0>(it->first) == id;) {

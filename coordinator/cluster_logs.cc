@@ -4,6 +4,7 @@
 // with the offset to resume from. The bytes themselves go to the state store through the writer,
 // in its group commits.
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,7 +119,63 @@ absl::StatusOr<int64_t> Cluster::ShipLogs(const v1::ShipLogsRequest& request) {
   // Stored before the answer. On a failed commit the chunk stays queued (the writer retries
   // it), so the shipper's retry of the same bytes is acknowledged as already had.
   SUBSTRAX_RETURN_IF_ERROR(writer_->Wait(ticket));
+  // Readers read the store: wake them once the piece is there.
+  changes_.Mark(ChangeFeed::LogsTopic(request.job_id()));
+  changes_.Flush();
   return next;
+}
+
+absl::StatusOr<int> Cluster::LogAttempt(const v1::ReadLogsRequest& request,
+                                        std::string* notice) const {
+  const int process = request.has_process_index() ? request.process_index() : -1;
+  if (request.attempt() < 0 || request.tail_lines() < 0 || process < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attempt and tail_lines must be >= 0 and process_index >= -1, got ", request.attempt(),
+        ", ", request.tail_lines(), " and ", process));
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(v1::Job job, GetJob(request.job_id()));
+  if (request.attempt() > job.attempt()) {
+    return absl::NotFoundError(absl::StrCat("job ", job.id(), " has no attempt ",
+                                            request.attempt(), " (its latest is ",
+                                            job.attempt(), ")"));
+  }
+  if (request.attempt() > 0) return request.attempt();
+  // The latest attempt of a job that has not started: none to read, or (following) the first
+  // one once it starts.
+  if (job.attempt() == 0 && (!request.follow() || IsTerminalJobState(job.state()))) {
+    *notice = absl::StrCat("job ", job.id(), " has not started an attempt: nothing logged");
+  }
+  return job.attempt();
+}
+
+absl::StatusOr<LogFollow> Cluster::FollowLogs(const std::string& job_id, int attempt,
+                                              int process_index, const LogReader& reader,
+                                              absl::Time* give_up) const {
+  SUBSTRAX_ASSIGN_OR_RETURN(v1::Job job, GetJob(job_id));
+  LogFollow follow;
+  const bool ended = IsTerminalJobState(job.state()) || job.attempt() > attempt ||
+                     job.state() == v1::JOB_STATE_PENDING;
+  if (!ended) return follow;
+  // The attempt's processes: the mesh's distinct workers while it is the job's last attempt;
+  // for an older one, the logs the store holds.
+  std::set<std::string> workers;
+  for (const v1::Device& d : job.mesh().devices()) workers.insert(d.worker_id());
+  const int processes =
+      job.attempt() == attempt ? static_cast<int>(workers.size()) : reader.seen();
+  const int expected = process_index >= 0 ? 1 : processes;
+  if (reader.complete() >= expected) {
+    follow.done = true;
+    return follow;
+  }
+  const absl::Time now = clock_();
+  if (*give_up == absl::InfiniteFuture()) *give_up = now + options_.log_follow_grace;
+  if (now < *give_up) {
+    follow.recheck = *give_up;
+    return follow;
+  }
+  follow.done = true;
+  follow.notices = reader.Incomplete(processes, options_.log_follow_grace);
+  return follow;
 }
 
 std::unique_ptr<LogReader> Cluster::ReadLogs(const std::string& job_id, int attempt,

@@ -101,6 +101,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
       worker.events.clear();
       worker.event_tickets.clear();
       ++version_;
+      changes_.Mark(ChangeFeed::WorkerTopic(worker_id));
       v1::Worker& proto = worker.proto;
       proto.Clear();
       proto.set_worker_id(worker_id);
@@ -283,6 +284,8 @@ void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
     }
     worker.proto.set_state(v1::WORKER_STATE_DEAD);
     dirty_workers_.insert(worker_id);
+    // Its stream ends (PollAssignments answers ABORTED from now on).
+    changes_.Mark(ChangeFeed::WorkerTopic(worker_id));
     FailAttemptsOfWorkerLocked(
         worker_id,
         absl::StrCat(DescribeWorkerLocked(worker_id), " missed heartbeats for ",

@@ -1,6 +1,7 @@
 // Every fixed limit the coordinator's rpcs enforce, in one place (docs/operations.md lists them
 // with the configurable ones: --max-active-jobs, --max-finished-jobs, --finished-job-ttl,
-// --metrics-raw-steps, --metrics-history-every, --max-rpc-threads). A request past a limit is
+// --metrics-raw-steps, --metrics-history-every, --max-rpc-threads, --max-worker-rpc-threads,
+// --blocking-call-threads); the configurable ones' defaults are here too. A request past a limit is
 // refused with INVALID_ARGUMENT (a malformed request: too long, too many) or RESOURCE_EXHAUSTED
 // (the coordinator is full), and the message names the field and the limit; nothing of it is
 // kept. Text the coordinator stores on a job's behalf (errors, stderr tails) is cut instead.
@@ -8,6 +9,7 @@
 #define SUBSTRAX_COORDINATOR_LIMITS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -52,8 +54,40 @@ inline constexpr size_t kMaxSkippedBytes = 2048;
 // The bytes of one ShipLogs request (a daemon ships a log in pieces of at most this size).
 inline constexpr size_t kMaxLogChunkBytes = 64 * 1024;
 // How long a followed log waits, after its attempt ended, for the processes' last pieces (a
-// daemon that died never ships them).
+// daemon that died never ships them): ClusterOptions::log_follow_grace's default.
 inline constexpr int kLogFollowGraceSeconds = 30;
+// ListJobs pages: the size of a page when the request gives none (page_size <= 0), and the
+// largest page served (a larger page_size is served this many).
+inline constexpr int kDefaultJobsPageSize = 100;
+inline constexpr int kMaxJobsPageSize = 1000;
+// Retention: the defaults of ClusterOptions and their flags (--max-active-jobs,
+// --finished-job-ttl, --max-finished-jobs, --metrics-raw-steps, --metrics-history-every,
+// --log-max-bytes-per-process).
+inline constexpr int kDefaultMaxActiveJobs = 1000;
+inline constexpr int kDefaultFinishedJobTtlHours = 7 * 24;
+inline constexpr int kDefaultMaxFinishedJobs = 10000;
+inline constexpr int64_t kDefaultMetricsRawSteps = 10000;
+inline constexpr int64_t kDefaultMetricsHistoryEvery = 1000;
+inline constexpr int64_t kDefaultLogMaxBytesPerProcess = int64_t{8} << 20;
+// Attempts started and not yet taken by the server's tick (Cluster::TakePlacements); beyond,
+// the oldest are dropped. Attempts of a job whose workers the Cluster remembers, so that logs
+// shipped after an attempt ended are still checked.
+inline constexpr size_t kMaxUndrainedPlacements = 10000;
+inline constexpr size_t kAttemptsRemembered = 16;
+// The gRPC layer's defaults (CoordinatorServerOptions, flags of the same names): the largest
+// request accepted; threads and memory of the client-facing server; the worker-facing
+// server's own (--worker-listen), so that clients can never starve heartbeats; threads that
+// run the calls which wait for a commit of the state store.
+inline constexpr int kMaxReceiveMessageBytes = 4 * 1024 * 1024;
+inline constexpr int kMaxRpcThreads = 2048;
+inline constexpr size_t kMaxRpcMemoryBytes = size_t{1} << 30;
+inline constexpr int kMaxWorkerRpcThreads = 2048;
+inline constexpr size_t kMaxWorkerRpcMemoryBytes = size_t{1} << 30;
+inline constexpr int kBlockingCallThreads = 32;
+// The longest a KeyValueGet or Barrier may wait, whatever the runner asks.
+inline constexpr int kMaxRendezvousWaitSeconds = 600;
+// How long unary calls get to finish when the coordinator shuts down (streams end at once).
+inline constexpr int kShutdownGraceSeconds = 2;
 
 }  // namespace limits
 

@@ -1,7 +1,16 @@
 // The coordinator's gRPC layer: CoordinatorService (workers and runners), JobService and
-// MetricsService (clients), grpc.health.v1, and Prometheus /metrics. Only threading, streaming,
-// paging and status conversion (//rpc) live here: every decision, the submit policy included, is
-// the Cluster's or the Rendezvous's.
+// MetricsService (clients), grpc.health.v1, and Prometheus /metrics, on gRPC's callback API.
+// Only threading, streaming and status conversion (//rpc) live here: every decision, the submit
+// policy, ReadLogs' follow and ListJobs' pages included, is the Cluster's or the Rendezvous's.
+//
+// Threads. No call waits on a thread of its own: the server streams (WatchAssignments,
+// WatchJob, ReadLogs follow) are write reactors woken by the Cluster's change feed
+// (change_feed.h) and, for ReadLogs' grace, an alarm. Calls that may wait for a commit of the
+// state store run on a pool of blocking_call_threads; reads of memory (Heartbeat, GetJob, ...)
+// run on gRPC's own threads. The one wait that still holds a thread is a rendezvous
+// KeyValueGet or Barrier (at most limits::kMaxRendezvousWaiters at once).
+//
+// Authorization: one step per call, keyed by the method gRPC reports (server_auth.h).
 #ifndef SUBSTRAX_COORDINATOR_SERVER_H_
 #define SUBSTRAX_COORDINATOR_SERVER_H_
 
@@ -17,7 +26,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/limits.h"
 #include "coordinator/rendezvous.h"
-#include "proto/health_server.h"
+#include "rpc/health_server.h"
 #include "rpc/transport.h"
 
 namespace grpc {
@@ -45,19 +54,25 @@ struct CoordinatorServerOptions {
   // metrics_port()).
   std::string metrics_listen = "0.0.0.0:9090";
   // Longest a KeyValueGet or Barrier may wait, whatever the client asks.
-  absl::Duration max_rendezvous_wait = absl::Minutes(10);
+  absl::Duration max_rendezvous_wait = absl::Seconds(limits::kMaxRendezvousWaitSeconds);
   // How often leases are checked and gauges updated.
   absl::Duration tick_interval = absl::Milliseconds(500);
-  // Threads gRPC may use for handlers (every open stream holds one: a daemon's WatchAssignments,
-  // a client's WatchJob); past it new calls get RESOURCE_EXHAUSTED.
-  int max_rpc_threads = 2048;
+  // The client-facing server's budget (JobService, MetricsService; everything without
+  // worker_listen): threads gRPC may run handlers on at the same moment (streams hold none
+  // while they wait; past it new calls get RESOURCE_EXHAUSTED), and memory for its buffers
+  // (requests, responses, streams in flight).
+  int max_rpc_threads = limits::kMaxRpcThreads;
+  size_t max_rpc_memory_bytes = limits::kMaxRpcMemoryBytes;
+  // The worker-facing server's own budget (CoordinatorService on worker_listen), apart from the
+  // clients', so that no number of client streams can starve heartbeats. Unused without
+  // worker_listen.
+  int max_worker_rpc_threads = limits::kMaxWorkerRpcThreads;
+  size_t max_worker_rpc_memory_bytes = limits::kMaxWorkerRpcMemoryBytes;
+  // Threads that run the calls which may wait for a commit of the state store (RegisterWorker,
+  // ReportSteps, SubmitJob, ...), off gRPC's own threads; more such calls queue for them.
+  int blocking_call_threads = limits::kBlockingCallThreads;
   // The largest request accepted.
-  int max_receive_message_bytes = 4 * 1024 * 1024;
-  // Memory gRPC may use for its buffers (requests, responses, streams in flight).
-  size_t max_rpc_memory_bytes = size_t{1} << 30;
-  // A followed log (ReadLogs) waits this long after its attempt ended for every process's last
-  // piece; a daemon that died never ships it.
-  absl::Duration log_follow_grace = absl::Seconds(limits::kLogFollowGraceSeconds);
+  int max_receive_message_bytes = limits::kMaxReceiveMessageBytes;
 };
 
 class CoordinatorServer {
@@ -84,6 +99,7 @@ class CoordinatorServer {
   CoordinatorServer() = default;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  // Declared after impl_ so that they go first: the servers' calls use it.
   std::unique_ptr<grpc::Server> server_;
   // The worker-facing server; null without worker_listen.
   std::unique_ptr<grpc::Server> worker_server_;
@@ -92,7 +108,6 @@ class CoordinatorServer {
   int worker_port_ = 0;
   int metrics_port_ = 0;
   std::thread ticker_;
-  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace substrax

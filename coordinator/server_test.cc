@@ -41,7 +41,9 @@ spec:
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cluster = Cluster::Create({}, [] { return absl::Now(); }, &state_);
+    ClusterOptions cluster_options;
+    cluster_options.log_follow_grace = absl::Milliseconds(300);
+    auto cluster = Cluster::Create(cluster_options, [] { return absl::Now(); }, &state_);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
     CoordinatorServerOptions options;
@@ -51,7 +53,6 @@ class ServerTest : public ::testing::Test {
     // the rendezvous secret is checked whatever the transport.
     options.transport.insecure = true;
     options.rendezvous_key = "0123456789abcdef0123456789abcdef";
-    options.log_follow_grace = absl::Milliseconds(300);
     auto auth = Authenticator::Create(/*insecure=*/true, "");
     ASSERT_TRUE(auth.ok()) << auth.status();
     auth_ = *std::move(auth);

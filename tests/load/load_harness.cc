@@ -93,8 +93,11 @@ std::string ScratchDir(const std::string& name, int64_t room) {
 std::string CoordinatorRunfile() { return testing::Runfile("coordinator/substrax-coordinator"); }
 
 CoordinatorProcess::CoordinatorProcess(std::string binary, std::string dir,
-                                       std::vector<std::string> flags)
-    : binary_(std::move(binary)), dir_(std::move(dir)), flags_(std::move(flags)) {}
+                                       std::vector<std::string> flags, bool insecure)
+    : binary_(std::move(binary)),
+      dir_(std::move(dir)),
+      flags_(std::move(flags)),
+      insecure_(insecure) {}
 
 CoordinatorProcess::~CoordinatorProcess() {
   if (process_ != nullptr && process_->Running()) {
@@ -115,8 +118,10 @@ absl::Status CoordinatorProcess::Start(absl::Duration timeout) {
                                    dir_ + "/state",
                                    "--address-file",
                                    address_file};
-  // Load, not credentials, is under test (tests/security has those).
-  for (std::string& flag : testing::InsecureFlags()) argv.push_back(std::move(flag));
+  // Load, not credentials, is under test (tests/security has those), unless asked.
+  if (insecure_) {
+    for (std::string& flag : testing::InsecureFlags()) argv.push_back(std::move(flag));
+  }
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   ++runs_;
   started_ = absl::Now();
@@ -325,8 +330,13 @@ SimulatedFleet::SimulatedFleet(const std::string& address, FleetOptions options)
     // Distinct channel arguments keep gRPC from sharing one connection between the channels.
     grpc::ChannelArguments args;
     args.SetInt("substrax.load.channel", c);
-    stubs_.push_back(v1::CoordinatorService::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    std::shared_ptr<grpc::ChannelCredentials> credentials =
+        options_.channel_credentials.empty()
+            ? grpc::InsecureChannelCredentials()
+            : options_.channel_credentials[c % options_.channel_credentials.size()];
+    stubs_.push_back(
+        v1::CoordinatorService::NewStub(grpc::CreateCustomChannel(address, credentials, args)));
   }
   absl::MutexLock lock(&mu_);
   workers_.resize(options_.workers);
@@ -344,8 +354,22 @@ v1::CoordinatorService::Stub& SimulatedFleet::stub(int w) const {
 }
 
 absl::Status SimulatedFleet::Register() {
-  for (int w = 0; w < options_.workers; ++w) {
+  struct Call {
+    grpc::ClientContext context;
     v1::RegisterWorkerRequest request;
+    v1::RegisterWorkerResponse response;
+  };
+  // Shared with the callbacks, which may still be unlocking it when Register returns.
+  struct Window {
+    absl::Mutex mu;
+    int in_flight ABSL_GUARDED_BY(mu) = 0;
+    absl::Status first_error ABSL_GUARDED_BY(mu);
+  };
+  auto window = std::make_shared<Window>();
+  const int parallelism = std::max(1, options_.register_parallelism);
+  for (int w = 0; w < options_.workers; ++w) {
+    auto* call = new Call;
+    v1::RegisterWorkerRequest& request = call->request;
     request.set_worker_id(worker_id(w));
     request.set_host(absl::StrCat(options_.id_prefix, "-host-", w));
     request.set_incarnation(incarnation(w));
@@ -357,22 +381,45 @@ absl::Status SimulatedFleet::Register() {
       device->set_name(options_.device_kind == v1::DEVICE_KIND_CUDA ? "simulated gpu" : "cpu");
       device->set_memory_bytes(int64_t{1} << 30);
     }
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(absl::Seconds(30)));
-    v1::RegisterWorkerResponse response;
-    const grpc::Status status = stub(w).RegisterWorker(&context, request, &response);
-    if (!status.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("RegisterWorker ", worker_id(w), ": ", status.error_message()));
+    call->context.set_deadline(Deadline(absl::Seconds(30)));
+    {
+      absl::MutexLock lock(&window->mu);
+      auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(window->mu) {
+        return window->in_flight < parallelism;
+      };
+      window->mu.Await(absl::Condition(&room));
+      ++window->in_flight;
     }
+    const std::string id = worker_id(w);
+    stub(w).async()->RegisterWorker(
+        &call->context, &call->request, &call->response,
+        [this, window, id, w, call](grpc::Status status) {
+          delete call;
+          if (!status.ok()) registrations_refused_.fetch_add(1);
+          if (status.ok()) {
+            absl::MutexLock lock(&mu_);
+            workers_[w].registered = true;
+          }
+          absl::MutexLock lock(&window->mu);
+          if (!status.ok() && window->first_error.ok()) {
+            window->first_error = absl::UnavailableError(
+                absl::StrCat("RegisterWorker ", id, ": ", status.error_message()));
+          }
+          --window->in_flight;
+        });
   }
-  return absl::OkStatus();
+  absl::MutexLock lock(&window->mu);
+  auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(window->mu) { return window->in_flight == 0; };
+  window->mu.Await(absl::Condition(&idle));
+  return window->first_error;
 }
 
 void SimulatedFleet::Start() {
   if (options_.watch_assignments) {
     absl::MutexLock lock(&mu_);
-    for (int w = 0; w < options_.workers; ++w) OpenWatch(w);
+    for (int w = 0; w < options_.workers; ++w) {
+      if (workers_[w].registered) OpenWatch(w);
+    }
   }
   heartbeats_ = std::thread([this] { HeartbeatLoop(); });
 }
@@ -418,7 +465,7 @@ void SimulatedFleet::HeartbeatLoop() {
     absl::MutexLock lock(&mu_);
     if (!options_.watch_assignments || stopping_.load()) continue;
     for (int w = 0; w < n; ++w) {
-      if (!workers_[w].watching) OpenWatch(w);
+      if (!workers_[w].watching && workers_[w].registered) OpenWatch(w);
     }
   }
 }
@@ -429,6 +476,10 @@ void SimulatedFleet::SendHeartbeat(int w) {
   {
     absl::MutexLock lock(&mu_);
     SimWorker& worker = workers_[w];
+    if (!worker.registered) {
+      delete call;
+      return;
+    }
     if (worker.heartbeat_outstanding) {
       heartbeats_skipped_.fetch_add(1);
       delete call;
@@ -460,6 +511,10 @@ void SimulatedFleet::OnHeartbeatDone(HeartbeatCall* call, const grpc::Status& st
     heartbeats_failed_.fetch_add(1);
   }
   absl::MutexLock lock(&mu_);
+  if (status.error_code() == grpc::StatusCode::ABORTED ||
+      status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    workers_[call->worker].declared_dead = true;
+  }
   if (!status.ok() && errors_.size() < 10) {
     errors_.push_back(absl::StrCat(workers_[call->worker].id, ": code ", status.error_code(),
                                    ": ", status.error_message()));
@@ -538,6 +593,12 @@ grpc::Status SimulatedFleet::ReportStatus(const WorkerAssignment& a, v1::RunnerS
   if (state == v1::RUNNER_STATE_SUCCEEDED) (*request.mutable_final_metrics())["test_accuracy"] = 1;
   v1::ReportAttemptStatusResponse response;
   return stub(a.worker).ReportAttemptStatus(&context, request, &response);
+}
+
+int64_t SimulatedFleet::workers_declared_dead() const {
+  absl::MutexLock lock(&mu_);
+  return std::count_if(workers_.begin(), workers_.end(),
+                       [](const SimWorker& w) { return w.declared_dead; });
 }
 
 std::vector<std::string> SimulatedFleet::heartbeat_errors() const {

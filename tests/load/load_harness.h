@@ -57,8 +57,10 @@ class LatencyRecorder {
 // the state directory and the port, so that clients dial the same address.
 class CoordinatorProcess {
  public:
-  // `binary`: the coordinator's path; `flags`: extra command-line flags.
-  CoordinatorProcess(std::string binary, std::string dir, std::vector<std::string> flags = {});
+  // `binary`: the coordinator's path; `flags`: extra command-line flags. `insecure`: started
+  // with --insecure (load, not credentials, is under test); false: `flags` must give --tls-*.
+  CoordinatorProcess(std::string binary, std::string dir, std::vector<std::string> flags = {},
+                     bool insecure = true);
   ~CoordinatorProcess();
 
   // Starts it and waits (up to `timeout`) for its address file. Errors: DEADLINE_EXCEEDED
@@ -82,6 +84,7 @@ class CoordinatorProcess {
   const std::string binary_;
   const std::string dir_;
   const std::vector<std::string> flags_;
+  const bool insecure_;
   std::string address_;
   int runs_ = 0;
   absl::Time started_;
@@ -121,8 +124,14 @@ struct FleetOptions {
   absl::Duration heartbeat_deadline = absl::Seconds(10);
   // Open a WatchAssignments stream per worker (as daemons do).
   bool watch_assignments = true;
-  // gRPC connections the fleet spreads its workers over (daemons would have one each).
+  // gRPC connections the fleet spreads its workers over (daemons would have one each);
+  // worker w uses channel w % channels.
   int channels = 8;
+  // The credentials of each channel (TLS: a worker certificate whose CN is the id of the one
+  // worker on that channel, so then channels == workers); empty: plaintext.
+  std::vector<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials;
+  // RegisterWorker calls in flight at once during Register().
+  int register_parallelism = 1;
 };
 
 // One start event a simulated worker received.
@@ -132,7 +141,9 @@ struct WorkerAssignment {
   v1::Assignment assignment;
 };
 
-// Simulated worker daemons. Register() then Start(); heartbeats are paced so that worker w
+// Simulated worker daemons. Register() then Start(), or Start() then Register() for a fleet
+// whose registration takes longer than a lease: each worker heartbeats and opens its stream
+// once its own registration was answered, as a daemon does. Heartbeats are paced so that worker w
 // sends at offset w * interval / workers in each interval, at most one outstanding per worker
 // (as a daemon's synchronous loop). Each heartbeat lists the runners AddRunner() gave the
 // worker; a stop (in a heartbeat answer or on the stream) removes the runner.
@@ -141,7 +152,8 @@ class SimulatedFleet {
   SimulatedFleet(const std::string& address, FleetOptions options);
   ~SimulatedFleet();  // Stop()
 
-  // Registers every worker (a new incarnation each). Errors: the first failed RegisterWorker.
+  // Registers every worker (a new incarnation each), register_parallelism at a time, every one
+  // tried. Errors: the first failed RegisterWorker (registrations_refused() counts them all).
   absl::Status Register();
   // Starts the heartbeat thread and (if asked) the assignment streams.
   void Start();
@@ -171,6 +183,11 @@ class SimulatedFleet {
   std::vector<std::string> heartbeat_errors() const;
   // Assignment streams that ended while the fleet was running.
   int64_t streams_ended() const { return streams_ended_.load(); }
+  // RegisterWorker calls refused in Register().
+  int64_t registrations_refused() const { return registrations_refused_.load(); }
+  // Workers one of whose heartbeats was answered as by a coordinator that declared them dead
+  // or forgot them (ABORTED, NOT_FOUND) although they kept heartbeating: false expiries.
+  int64_t workers_declared_dead() const;
 
  private:
   class Watch;
@@ -186,6 +203,10 @@ class SimulatedFleet {
     std::string epoch;
     int64_t cursor = 0;
     bool watching = false;
+    // A heartbeat was answered ABORTED or NOT_FOUND (see workers_declared_dead()).
+    bool declared_dead = false;
+    // Its RegisterWorker was answered OK: it heartbeats and watches from then on.
+    bool registered = false;
   };
 
   void HeartbeatLoop();
@@ -206,6 +227,7 @@ class SimulatedFleet {
   std::atomic<int64_t> heartbeats_failed_{0};
   std::atomic<int64_t> heartbeats_skipped_{0};
   std::atomic<int64_t> streams_ended_{0};
+  std::atomic<int64_t> registrations_refused_{0};
 
   mutable absl::Mutex mu_;
   std::vector<SimWorker> workers_ ABSL_GUARDED_BY(mu_);

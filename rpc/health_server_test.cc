@@ -1,4 +1,4 @@
-#include "proto/health_server.h"
+#include "rpc/health_server.h"
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"

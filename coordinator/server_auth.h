@@ -1,0 +1,56 @@
+// The coordinator's one authorization step, keyed by the method gRPC reports for each call.
+//
+// gRPC 1.51's server interceptors can look at a call but cannot end it, so the step has two
+// halves: an interceptor (MakeInterceptorFactory) that, once the call's initial metadata has
+// arrived, decides with Authenticator::Authorize(peer, ServerRpcInfo::method()) and records the
+// decision; and Decision(), which the reactor of every method calls first and whose refusal it
+// answers with. A call with no recorded decision (it bypassed the interceptor: a bug) is refused
+// with PERMISSION_DENIED, as is a method without a rule in MethodRules. No handler spells a
+// method name.
+//
+// Thread-safe.
+#ifndef SUBSTRAX_COORDINATOR_SERVER_AUTH_H_
+#define SUBSTRAX_COORDINATOR_SERVER_AUTH_H_
+
+#include <map>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/auth.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/support/server_interceptor.h"
+
+namespace substrax {
+
+class CallAuthorizer {
+ public:
+  // `auth` must outlive this and every server built with its interceptor factory.
+  explicit CallAuthorizer(Authenticator* auth) : auth_(auth) {}
+
+  // For grpc::ServerBuilder::experimental().SetInterceptorCreators: one per server.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeInterceptorFactory();
+
+  // The decision recorded for the call of `context`: the Caller (for the per-request checks: a
+  // worker only as itself, a submitter's own jobs), or the refusal to answer with.
+  absl::StatusOr<Caller> Decision(const grpc::ServerContextBase* context) const;
+
+  // Calls with a recorded decision now (tests: the entries go with their calls).
+  size_t calls() const;
+
+ private:
+  class Interceptor;
+  class Factory;
+  void Record(const grpc::ServerContextBase* context, absl::StatusOr<Caller> decision);
+  void Forget(const grpc::ServerContextBase* context);
+
+  Authenticator* const auth_;
+  mutable absl::Mutex mu_;
+  std::map<const grpc::ServerContextBase*, absl::StatusOr<Caller>> decisions_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_COORDINATOR_SERVER_AUTH_H_
