@@ -135,11 +135,18 @@ TEST(TensorBoardWriterTest, RefusesWhatCannotBeWritten) {
       TensorBoardWriter::Create(dir + "/file/sub", absl::Now());
   EXPECT_EQ(writer.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(writer.status().message(), HasSubstr("cannot create the directory " + dir));
-  if (geteuid() == 0) return;  // root writes anywhere: the permission case needs a plain user
-  const std::string read_only = dir + "/read-only";
+}
+
+TEST(TensorBoardWriterTest, RefusesADirectoryItMayNotWrite) {
+  if (geteuid() == 0) {
+    GTEST_SKIP() << "running as root, which writes anywhere: a read-only directory refuses "
+                    "only a plain user";
+  }
+  const std::string read_only = TestDir("blocked") + "/read-only";
   std::filesystem::create_directories(read_only);
   chmod(read_only.c_str(), 0555);
-  writer = TensorBoardWriter::Create(read_only, absl::Now());
+  absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer =
+      TensorBoardWriter::Create(read_only, absl::Now());
   EXPECT_EQ(writer.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(writer.status().message(), HasSubstr("Permission denied"));
 }
