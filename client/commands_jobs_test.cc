@@ -18,7 +18,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST_F(CommandsTest, SubmitSendsTheParsedSpecAndPrintsTheId) {
-  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", kGoodSpec), false), kExitOk) << err_.str();
+  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", GoodSpecYaml()), false), kExitOk)
+      << err_.str();
   EXPECT_EQ(out_.str(), "demo-1\n");
   EXPECT_EQ(jobs_.submits(), 1);
   EXPECT_EQ(jobs_.last_spec().name(), "demo");
@@ -26,7 +27,7 @@ TEST_F(CommandsTest, SubmitSendsTheParsedSpecAndPrintsTheId) {
 }
 
 TEST_F(CommandsTest, SubmitOfABadSpecSendsNothingAndNamesFileLineColumn) {
-  std::string bad = kGoodSpec;
+  std::string bad = GoodSpecYaml();
   bad.replace(bad.find("data_parallel_size: 2"), 21, "data_parallel_size: 0");
   const std::string path = WriteFile("bad.yaml", bad);
   EXPECT_EQ(SubmitCommand(ctx_, path, false), kExitUsage);
@@ -42,7 +43,7 @@ TEST_F(CommandsTest, SubmitOfABadSpecSendsNothingAndNamesFileLineColumn) {
 }
 
 TEST_F(CommandsTest, ServerRejectionIsPrintedWithItsCode) {
-  std::string spec = kGoodSpec;
+  std::string spec = GoodSpecYaml();
   spec.replace(spec.find("name: demo"), 10, "name: too-big");
   EXPECT_EQ(SubmitCommand(ctx_, WriteFile("big.yaml", spec), false), kExitError);
   EXPECT_EQ(err_.str(),
@@ -51,7 +52,7 @@ TEST_F(CommandsTest, ServerRejectionIsPrintedWithItsCode) {
 
 TEST_F(CommandsTest, SubmitJsonPrintsTheJob) {
   ctx_.format = OutputFormat::kJson;
-  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", kGoodSpec), false), kExitOk);
+  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", GoodSpecYaml()), false), kExitOk);
   EXPECT_NE(out_.str().find("\"id\": \"demo-1\""), std::string::npos) << out_.str();
   EXPECT_NE(out_.str().find("\"state\": \"JOB_STATE_PENDING\""), std::string::npos);
 }
@@ -191,7 +192,7 @@ TEST_F(CommandsTest, WatchJsonPrintsOneJobPerLine) {
 }
 
 TEST_F(CommandsTest, SubmitWatchContinuesIntoTheWatch) {
-  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", kGoodSpec), true), kExitOk);
+  EXPECT_EQ(SubmitCommand(ctx_, WriteFile("good.yaml", GoodSpecYaml()), true), kExitOk);
   EXPECT_EQ(out_.str().rfind("demo-1\njob demo-1 PENDING", 0), 0u) << out_.str();
   EXPECT_NE(out_.str().find("test_accuracy=0.8812\n"), std::string::npos);
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/commands_test_util.h"
+#include "core/job_spec_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -23,25 +24,23 @@ constexpr char kHybridExample[] = "examples/fashion_mnist_mlp_hybrid.yaml";
 constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
 
 // A synthetic-data mlp job on `mesh` (no data files needed).
+testing::JobSpecBuilder SyntheticJobSpec(const std::string& mesh,
+                                         const std::string& hidden = "[64, 32]") {
+  testing::JobSpecBuilder job("demo");
+  job.Model(absl::StrCat("{type: mlp, hidden_sizes: ", hidden, ", num_classes: 10}"))
+      .SyntheticData("{task: classification, num_train_examples: 100, num_features: 20}")
+      .Mesh(mesh)
+      .Batch("{global_batch_size: 32}");
+  return job;
+}
+
 std::string SyntheticJob(const std::string& mesh, const std::string& hidden = "[64, 32]") {
-  return absl::StrCat(R"(apiVersion: substrax/v1
-kind: TrainJob
-metadata: {name: demo}
-spec:
-  model: {type: mlp, hidden_sizes: )", hidden, R"(, num_classes: 10}
-  data:
-    format: synthetic
-    synthetic: {task: classification, num_train_examples: 100, num_features: 20}
-  optimizer: {type: sgd, learning_rate: 0.1}
-  mesh: )", mesh, R"(
-  batch: {global_batch_size: 32}
-  steps: 10
-)");
+  return SyntheticJobSpec(mesh, hidden).Yaml();
 }
 
 TEST_F(CommandsTest, PlanWithoutWorkersUsesTheCoordinatorsAliveWorkers) {
   // The fake has one worker, w-0, with one device.
-  const std::string two = WriteFile("two.yaml", kGoodSpec);
+  const std::string two = WriteFile("two.yaml", GoodSpecYaml());
   EXPECT_EQ(PlanCommand(ctx_, two, ""), kExitUsage);
   EXPECT_EQ(err_.str().rfind("substraxctl: spec.mesh: data-parallel mesh of 2 devices, but only 1 "
                              "are available",
@@ -51,7 +50,7 @@ TEST_F(CommandsTest, PlanWithoutWorkersUsesTheCoordinatorsAliveWorkers) {
   EXPECT_NE(err_.str().find("the alive workers at " + ctx_.coordinator), std::string::npos);
 
   err_.str("");
-  std::string one = kGoodSpec;
+  std::string one = GoodSpecYaml();
   one.replace(one.find("data_parallel_size: 2"), 21, "data_parallel_size: 1");
   EXPECT_EQ(PlanCommand(ctx_, WriteFile("one.yaml", one), ""), kExitOk) << err_.str();
   EXPECT_NE(out_.str().find("mesh (data=1): 1 device on 1 host (w-0)\n"), std::string::npos)
@@ -179,14 +178,12 @@ TEST_F(CommandsTest, PlanMeshesTheDevicesCannotHoldFailAsSubmitWouldWithExitTwo)
 }
 
 TEST_F(CommandsTest, PlanUnreadableDataNamesTheFileAndWhereToRun) {
-  std::string spec = SyntheticJob("{data_parallel_size: 2}");
-  spec.replace(spec.find("    format: synthetic"), std::string::npos, R"(    format: idx
-    train: {images: /nonexistent/train-images.gz, labels: /nonexistent/train-labels.gz}
-  optimizer: {type: sgd, learning_rate: 0.1}
-  mesh: {data_parallel_size: 2}
-  batch: {global_batch_size: 32}
-  steps: 10
-)");
+  const std::string spec =
+      SyntheticJobSpec("{data_parallel_size: 2}")
+          .Data("idx",
+                {{"train",
+                  "{images: /nonexistent/train-images.gz, labels: /nonexistent/train-labels.gz}"}})
+          .Yaml();
   EXPECT_EQ(PlanCommand(ctx_, WriteFile("idx.yaml", spec), "2x2"), kExitError) << err_.str();
   EXPECT_THAT(err_.str(), StartsWith("substraxctl: spec.data.train.images: cannot read "
                                      "/nonexistent/train-images.gz ("));

@@ -8,8 +8,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/job_spec_builder.h"
 
 namespace substrax::ctl {
+
+std::string GoodSpecYaml() {
+  return testing::JobSpecBuilder("demo")
+      .Model("{type: linear}")
+      .SyntheticData("{task: regression, num_train_examples: 100, num_features: 4}")
+      .Optimizer("{type: sgd, learning_rate: 0.01}")
+      .DataParallel(2)
+      .Batch("{global_batch_size: 10}")
+      .Steps(100)
+      .Yaml();
+}
 
 v1::Job MakeJob(const std::string& id, v1::JobState state, int64_t step) {
   v1::Job job;

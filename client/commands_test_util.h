@@ -20,20 +20,9 @@
 
 namespace substrax::ctl {
 
-// A valid job spec: linear regression on synthetic data, 2 data-parallel devices.
-inline constexpr char kGoodSpec[] = R"(apiVersion: substrax/v1
-kind: TrainJob
-metadata: {name: demo}
-spec:
-  model: {type: linear}
-  data:
-    format: synthetic
-    synthetic: {task: regression, num_train_examples: 100, num_features: 4}
-  optimizer: {type: sgd, learning_rate: 0.01}
-  mesh: {data_parallel_size: 2}
-  batch: {global_batch_size: 10}
-  steps: 100
-)";
+// A valid job spec, as YAML: linear regression on synthetic data, 2 data-parallel devices
+// (spec.mesh on line 10).
+std::string GoodSpecYaml();
 
 // A job `id` of the spec above in `state` at `step` of 100, with its transitions.
 v1::Job MakeJob(const std::string& id, v1::JobState state, int64_t step);

@@ -7,7 +7,10 @@
 #include <fstream>
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/testing/poll.h"
 
 namespace substrax::ctl {
 namespace {
@@ -26,13 +29,10 @@ std::string Which(const std::string& path) {
   return found.ok() ? *found : path;
 }
 
-// Polls with a deadline: a process we stopped or that exits on its own.
-bool EventuallyDead(const LocalProcess& p) {
-  for (int i = 0; i < 500; ++i) {
-    if (!IsAlive(p)) return true;
-    usleep(10000);
-  }
-  return false;
+// A process we stopped or that exits on its own dies within 5 s.
+::testing::AssertionResult EventuallyDead(const LocalProcess& p) {
+  return testing::PollUntil([&] { return !IsAlive(p); }, absl::Now() + absl::Seconds(5),
+                            p.name + " to die");
 }
 
 TEST(PidFileTest, RoundTripsNamesPidsAndExecutablesWithSpaces) {
@@ -120,8 +120,8 @@ TEST(StopProcessesTest, TermThenKillWithinTheGrace) {
   absl::StatusOr<pid_t> stubborn =
       SpawnDaemon({sh, "-c", "trap '' TERM; echo ready; sleep 60; sleep 60"}, dir + "/stubborn.log");
   ASSERT_TRUE(polite.ok() && stubborn.ok());
-  for (int i = 0; i < 500 && TailFile(dir + "/stubborn.log", 1) != "ready\n"; ++i) usleep(10000);
-  ASSERT_EQ(TailFile(dir + "/stubborn.log", 1), "ready\n");
+  ASSERT_TRUE(testing::PollUntil([&] { return TailFile(dir + "/stubborn.log", 1) == "ready\n"; },
+                                 absl::Now() + absl::Seconds(5), "the stubborn shell to start"));
   const std::vector<LocalProcess> processes = {
       {"polite", *polite, sleep}, {"stubborn", *stubborn, sh}, {"gone", 999999, sleep}};
   EXPECT_TRUE(IsAlive(processes[0]));

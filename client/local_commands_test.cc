@@ -18,11 +18,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands_test_util.h"
 #include "client/local_cluster.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/testing/poll.h"
 
 namespace substrax::ctl {
 namespace {
@@ -43,7 +45,8 @@ TEST(LocalClusterCommandsTest, UpStatusDownAndRestartAfterDeath) {
   LocalFlags flags;
   flags.state_dir = dir;
   flags.coordinator_binary = std::string(self, static_cast<size_t>(n));
-  flags.worker_binary = flags.coordinator_binary;
+  flags.agent_binary = flags.coordinator_binary;
+  flags.job_binary = flags.coordinator_binary;
   flags.start_timeout = absl::Seconds(30);
 
   ASSERT_EQ(LocalUpCommand(ctx, flags), kExitOk) << err.str();
@@ -84,7 +87,8 @@ TEST(LocalClusterCommandsTest, UpStatusDownAndRestartAfterDeath) {
   // A dead cluster (killed behind our back) is cleaned up by the next `up`.
   for (const LocalProcess& p : *processes) kill(p.pid, SIGKILL);
   for (const LocalProcess& p : *processes) {
-    for (int i = 0; i < 500 && IsAlive(p); ++i) usleep(10000);
+    ASSERT_TRUE(testing::PollUntil([&] { return !IsAlive(p); }, absl::Now() + absl::Seconds(5),
+                                   absl::StrCat(p.name, " (pid ", p.pid, ") to die")));
   }
   out.str("");
   EXPECT_EQ(LocalStatusCommand(ctx, flags), kExitError);
@@ -158,7 +162,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--listen") {
     return substrax::ctl::FakeCoordinatorMain(argc, argv);
   }
-  if (argc > 1 && std::string(argv[1]) == "daemon") {
+  if (argc > 1 && std::string(argv[1]) == "--job-binary") {  // an agent
     pause();  // until SIGTERM
     return 0;
   }

@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "coordinator/cluster_test_util.h"
 #include "coordinator/state_store.h"
-#include "core/job_spec.h"
+#include "core/job_spec_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -110,12 +110,10 @@ TEST_F(ClusterTest, DataPathsMustLieUnderAKnownWorkersDataRoot) {
 // A program job (spec.program) of `dp` data-parallel devices; `batch` 0: none.
 v1::JobSpec ProgramSpec(const std::string& name, int dp, const std::string& path,
                         int batch = 0) {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(
-      "apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: ", name, "}\nspec:\n",
-      "  program: {path: ", path, ", args: [--fast]}\n  mesh: {data_parallel_size: ", dp, "}\n",
-      batch > 0 ? absl::StrCat("  batch: {global_batch_size: ", batch, "}\n") : ""));
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : v1::JobSpec();
+  testing::JobSpecBuilder spec(name);
+  spec.Program(absl::StrCat("{path: ", path, ", args: [--fast]}")).DataParallel(dp);
+  if (batch > 0) spec.Batch(absl::StrCat("{global_batch_size: ", batch, "}"));
+  return spec.Proto();
 }
 
 // Registers a worker of `num_devices` devices of `kind` with `programs_dirs`.

@@ -3,40 +3,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
-#include "core/job_spec.h"
+#include "core/job_spec_builder.h"
 
 namespace substrax {
-namespace {
-
-constexpr char kSpecYaml[] = R"yaml(
-apiVersion: substrax/v1
-kind: TrainJob
-metadata: {name: NAME}
-spec:
-  model: {type: mlp, hidden_sizes: [8], num_classes: 2}
-  data:
-    format: synthetic
-    synthetic: {task: classification, num_train_examples: 64, num_features: 4, num_outputs: 2}
-  optimizer: {type: sgd, learning_rate: 0.1}
-  mesh: MESH
-  batch: {per_device_batch_size: 2}
-  steps: 10
-  max_restarts: RESTARTS
-)yaml";
-
-}  // namespace
-
 v1::JobSpec Spec(const std::string& name, int dp, int mp, int max_restarts) {
-  const std::string mesh =
-      mp > 1 ? absl::StrCat("{type: hybrid, data_parallel_size: ", dp,
-                            ", model_parallel_size: ", mp, "}")
-             : absl::StrCat("{data_parallel_size: ", dp, "}");
-  const std::string yaml = absl::StrReplaceAll(
-      kSpecYaml, {{"NAME", name}, {"MESH", mesh}, {"RESTARTS", absl::StrCat(max_restarts)}});
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
+  return testing::JobSpecBuilder(name)
+      .DataParallel(dp, mp)
+      .Set("max_restarts", absl::StrCat(max_restarts))
+      .Proto();
 }
 
 v1::ReportStepsRequest Steps(const std::string& job, int attempt, int64_t step,

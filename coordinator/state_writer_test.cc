@@ -6,6 +6,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/testing/poll.h"
 
 namespace substrax {
 namespace {
@@ -152,10 +153,8 @@ TEST(StateWriterTest, AFailedCommitAnswersItsWaitersAndIsRetried) {
   EXPECT_EQ(first.code(), absl::StatusCode::kUnavailable) << first;
   // Nothing is dropped: the writer commits it again (after backoffs of 50 and 100 ms).
   const uint64_t later = writer.PutJob(Job("b-2", v1::JOB_STATE_PENDING));
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (writer.commits() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
-  }
+  EXPECT_TRUE(testing::PollUntil([&] { return writer.commits() > 0; },
+                                 absl::Now() + absl::Seconds(30), "the writer's retried commit"));
   ASSERT_EQ(writer.commits(), 1);
   ASSERT_TRUE(writer.Wait(later).ok());
   auto snapshot = store.Load();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/job_spec.h"
+#include "core/job_spec_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,21 +19,13 @@ constexpr int64_t kFeatures = 784;
 // An mlp job on the given mesh (YAML, so defaults and validation are the real ones).
 v1::JobSpec MlpJob(const std::string& mesh, const std::string& hidden = "[512, 256]",
                    const std::string& optimizer = "adam") {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(R"(apiVersion: substrax/v1
-kind: TrainJob
-metadata: {name: plan}
-spec:
-  model: {type: mlp, hidden_sizes: )", hidden, R"(, num_classes: 10}
-  data:
-    format: synthetic
-    synthetic: {task: classification, num_train_examples: 1000, num_features: 784}
-  optimizer: {type: )", optimizer, R"(, learning_rate: 0.01}
-  mesh: )", mesh, R"(
-  batch: {global_batch_size: 128}
-  steps: 10
-)"));
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : v1::JobSpec();
+  return testing::JobSpecBuilder("plan")
+      .Model(absl::StrCat("{type: mlp, hidden_sizes: ", hidden, ", num_classes: 10}"))
+      .SyntheticData("{task: classification, num_train_examples: 1000, num_features: 784}")
+      .Optimizer(absl::StrCat("{type: ", optimizer, ", learning_rate: 0.01}"))
+      .Mesh(mesh)
+      .Batch("{global_batch_size: 128}")
+      .Proto();
 }
 
 // Every device's blocks, each divided by its replication, add up to the model once.
@@ -224,14 +217,12 @@ namespace substrax {
 namespace {
 
 TEST(PlanTest, AProgramJobIsPlannedAsItsMeshAndBatchOnly) {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(R"(apiVersion: substrax/v1
-kind: TrainJob
-metadata: {name: prog}
-spec:
-  program: {path: /opt/p/train}
-  mesh: {data_parallel_size: 4}
-  batch: {global_batch_size: 64}
-)");
+  absl::StatusOr<v1::JobSpec> spec = testing::JobSpecBuilder("prog")
+                                         .Program("{path: /opt/p/train}")
+                                         .DataParallel(4)
+                                         .Batch("{global_batch_size: 64}")
+                                         .Parse();
+
   ASSERT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<JobPlan> plan = PlanJob(*spec, MakeUniformCluster(2, 2), /*num_features=*/0);
   ASSERT_TRUE(plan.ok()) << plan.status();

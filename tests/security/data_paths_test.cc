@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "core/job_spec_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/chaos/harness.h"
@@ -29,21 +29,12 @@ constexpr char kMarker[] = "MARKER-c0ffee-5ecret";
 
 // A CSV job on one CPU device reading NAME's data from PATH.
 std::string CsvJob(const std::string& name, const std::string& path) {
-  return absl::StrReplaceAll(R"(apiVersion: substrax/v1
-kind: TrainJob
-metadata: {name: NAME}
-spec:
-  model: {type: softmax_regression, num_classes: 2}
-  data:
-    format: csv
-    csv: {label_column: y}
-    train: {path: PATH}
-  optimizer: {type: sgd, learning_rate: 0.1}
-  mesh: {data_parallel_size: 1}
-  batch: {global_batch_size: 4}
-  steps: 2
-)",
-                             {{"NAME", name}, {"PATH", path}});
+  return testing::JobSpecBuilder(name)
+      .Model("{type: softmax_regression, num_classes: 2}")
+      .Data("csv", {{"csv", "{label_column: y}"}, {"train", absl::StrCat("{path: ", path, "}")}})
+      .Batch("{global_batch_size: 4}")
+      .Steps(2)
+      .Yaml();
 }
 
 // Everything the coordinator tells a client about the job, for the marker check.

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/poll.h"
 #include "worker/collectives/gloo_communicator.h"
 
 namespace substrax {
@@ -68,17 +69,7 @@ std::string TempDir() {
   _exit(0);
 }
 
-// Waits for `pid` until `deadline`; kills it if it is still running then. True if it exited.
-bool WaitOrKill(pid_t pid, absl::Time deadline) {
-  while (absl::Now() < deadline) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return true;
-    absl::SleepFor(absl::Milliseconds(20));  // polling a child's exit with a deadline
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return false;
-}
+using testing::WaitOrKill;
 
 TEST(GlooFaultTest, SurvivorsNameTheDeadRanksWithinTwiceTheTimeout) {
   // Keys left by an earlier run would make this one start killing too early.
@@ -102,7 +93,8 @@ TEST(GlooFaultTest, SurvivorsNameTheDeadRanksWithinTwiceTheTimeout) {
   waitpid(pids[1], nullptr, 0);
 
   // The survivors must finish on their own: no process is left hanging.
-  ASSERT_TRUE(WaitOrKill(pids[0], killed + 4 * kTimeout)) << "surviving process hung";
+  ASSERT_TRUE(WaitOrKill(pids[0], killed + 4 * kTimeout).has_value())
+      << "surviving process hung";
   for (int rank = 0; rank < kDevicesPerProcess; ++rank) {
     auto result = (*store)->Get(absl::StrCat("result/", rank), absl::ZeroDuration());
     ASSERT_TRUE(result.ok()) << "rank " << rank << " wrote no result";

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/poll.h"
 #include "worker/collectives/shm_communicator.h"
 #include "worker/collectives/shm_test_util.h"
 
@@ -58,18 +59,7 @@ std::vector<pid_t> ForkRanks(int n, const std::string& dir,
   return pids;
 }
 
-// Waits for `pid` until `deadline`; kills it if it still runs then. Its exit status, or -1 if it
-// had to be killed.
-int WaitOrKill(pid_t pid, absl::Time deadline) {
-  while (absl::Now() < deadline) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
-    absl::SleepFor(absl::Milliseconds(10));  // polling a child's exit with a deadline
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return -1;
-}
+using testing::WaitOrKill;
 
 // Segments of ours that are still in /dev/shm: names start with "substrax-<pid of rank 0>-".
 std::vector<std::string> LeftoverSegments(pid_t rank0) {

@@ -9,9 +9,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
+#include "core/job_spec_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/checkpoint/commit.h"
@@ -24,24 +24,21 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-constexpr char kSpec[] = R"(
-apiVersion: substrax/v1
-kind: TrainJob
-metadata: {name: checkpointed}
-spec:
-  model: {type: mlp, hidden_sizes: [32, 16], num_classes: 5}
-  data:
-    format: synthetic
-    synthetic: {task: classification, num_train_examples: 2048, num_test_examples: 512,
-                num_features: 20, noise: 0.5}
-  optimizer: {type: adam, learning_rate: 0.003}
-  mesh: MESH
-  batch: {global_batch_size: 64}
-  steps: STEPS
-  seed: 42
-  report_every_steps: 10
-  CHECKPOINT
-)";
+// The job of these tests: an mlp on synthetic data on `mesh` for `steps` steps.
+testing::JobSpecBuilder Job(const std::string& mesh, int steps) {
+  testing::JobSpecBuilder job("checkpointed");
+  job.Model("{type: mlp, hidden_sizes: [32, 16], num_classes: 5}")
+      .SyntheticData(
+          "{task: classification, num_train_examples: 2048, num_test_examples: 512, "
+          "num_features: 20, noise: 0.5}")
+      .Optimizer("{type: adam, learning_rate: 0.003}")
+      .Mesh(mesh)
+      .Batch("{global_batch_size: 64}")
+      .Steps(steps)
+      .Set("seed", "42")
+      .Set("report_every_steps", "10");
+  return job;
+}
 
 std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
@@ -51,12 +48,9 @@ std::string TempDir(const std::string& name) {
   return dir;
 }
 
+// The job with spec.checkpoint `checkpoint` ("": none).
 v1::JobSpec Spec(const std::string& mesh, int steps, const std::string& checkpoint) {
-  const std::string yaml = absl::StrReplaceAll(
-      kSpec, {{"MESH", mesh}, {"STEPS", absl::StrCat(steps)}, {"CHECKPOINT", checkpoint}});
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml, "checkpointed.yaml");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
+  return Job(mesh, steps).Set("checkpoint", checkpoint).Proto();
 }
 
 constexpr char kHybrid[] = "{type: hybrid, data_parallel_size: 2, model_parallel_size: 2}";
@@ -90,8 +84,9 @@ TrainRun TrainInProcess(const v1::JobSpec& spec, std::optional<std::vector<std::
   return run;
 }
 
+// spec.checkpoint: every 10 steps into `dir`.
 std::string Every10(const std::string& dir) {
-  return absl::StrCat("checkpoint: {directory: ", dir, ", every_steps: 10}");
+  return absl::StrCat("{directory: ", dir, ", every_steps: 10}");
 }
 
 void ExpectBitwiseEqual(const TensorTree& a, const TensorTree& b) {
@@ -165,14 +160,11 @@ TEST(CheckpointingTest, ResumedRunEndsBitwiseEqualToAnUninterruptedOne) {
 TEST(CheckpointingTest, TheShardedUpdateSavesAndResumesTheWholeState) {
   // The batch of 64 does not divide over 3 devices: 96.
   auto spec = [](int steps, const std::string& dir, bool sharded) {
-    const std::string yaml = absl::StrReplaceAll(
-        kSpec, {{"MESH", "{data_parallel_size: 3}"},
-                {"global_batch_size: 64", "global_batch_size: 96"},
-                {"STEPS", absl::StrCat(steps)},
-                {"CHECKPOINT", absl::StrCat(Every10(dir), sharded ? "\n  gradients: {shard_update: true}" : "")}});
-    absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(yaml, "sharded.yaml");
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    return parsed.ok() ? *parsed : v1::JobSpec();
+    return Job("{data_parallel_size: 3}", steps)
+        .Batch("{global_batch_size: 96}")
+        .Set("checkpoint", Every10(dir))
+        .Set("gradients", sharded ? "{shard_update: true}" : "")
+        .Proto();
   };
   const std::string plain_dir = TempDir("unsharded");
   TrainRun plain = TrainInProcess(spec(40, plain_dir, false));

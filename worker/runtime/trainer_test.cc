@@ -13,40 +13,36 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
+#include "core/job_spec_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/poll.h"
 
 namespace substrax {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kSpec[] = R"(
-apiVersion: substrax/v1
-kind: TrainJob
-metadata: {name: equivalence}
-spec:
-  model: {type: mlp, hidden_sizes: [32, 16], num_classes: 5}
-  data:
-    format: synthetic
-    synthetic: {task: classification, num_train_examples: 2048, num_test_examples: 256,
-                num_features: 20, noise: 0.5}
-  optimizer: OPTIMIZER
-  mesh: MESH
-  batch: {global_batch_size: 64}
-  steps: 20
-  seed: 42
-  report_every_steps: 10
-)";
+// The job of these tests: an mlp on synthetic data, with `optimizer` on `mesh`.
+testing::JobSpecBuilder Job(const std::string& optimizer, const std::string& mesh) {
+  testing::JobSpecBuilder job("equivalence");
+  job.Model("{type: mlp, hidden_sizes: [32, 16], num_classes: 5}")
+      .SyntheticData(
+          "{task: classification, num_train_examples: 2048, num_test_examples: 256, "
+          "num_features: 20, noise: 0.5}")
+      .Optimizer(optimizer)
+      .Mesh(mesh)
+      .Batch("{global_batch_size: 64}")
+      .Steps(20)
+      .Set("seed", "42")
+      .Set("report_every_steps", "10");
+  return job;
+}
 
 v1::JobSpec Spec(const std::string& optimizer, const std::string& mesh) {
-  const std::string yaml = absl::StrReplaceAll(kSpec, {{"OPTIMIZER", optimizer}, {"MESH", mesh}});
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml, "equivalence.yaml");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
+  return Job(optimizer, mesh).Proto();
 }
 
 v1::JobSpec Spec(const std::string& optimizer, int dp) {
@@ -156,18 +152,14 @@ TEST_P(EquivalenceTest, FourDevicesInTwoProcessesEqualOneDevice) {
 
   const absl::Time deadline = absl::Now() + absl::Minutes(3);
   for (int p = 0; p < 2; ++p) {
-    int status = -1;
-    while (waitpid(children[p], &status, WNOHANG) == 0 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(20));  // polling the child's exit with a deadline
-    }
-    if (absl::Now() >= deadline) {
+    const std::optional<int> status = testing::WaitOrKill(children[p], deadline);
+    if (!status.has_value()) {
       for (pid_t child : children) kill(child, SIGKILL);
       FAIL() << "process " << p << " did not finish in time";
     }
     std::ifstream error(absl::StrCat(dir, "/error", p));
     std::string message((std::istreambuf_iterator<char>(error)), std::istreambuf_iterator<char>());
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "process " << p << " failed: " << message;
+    ASSERT_EQ(*status, 0) << "process " << p << " failed: " << message;
   }
   // Parameters gathered to full shape on every process.
   const TensorTree p0 = ReadTree(dir + "/params0");
@@ -227,11 +219,10 @@ TEST(TrainerTest, ShardedUpdateEqualsTheUnshardedOneBitForBit) {
     for (int devices : {2, 3}) {
       SCOPED_TRACE(absl::StrCat(optimizer, ", ", devices, " devices"));
       // A batch of 96 divides over 2 and 3 devices.
-      absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(
-          absl::StrReplaceAll(kSpec, {{"OPTIMIZER", optimizer},
-                                      {"MESH", absl::StrCat("{data_parallel_size: ", devices, "}")},
-                                      {"global_batch_size: 64", "global_batch_size: 96"}}),
-          "sharded.yaml");
+      absl::StatusOr<v1::JobSpec> parsed =
+          Job(optimizer, absl::StrCat("{data_parallel_size: ", devices, "}"))
+              .Batch("{global_batch_size: 96}")
+              .Parse();
       ASSERT_TRUE(parsed.ok()) << parsed.status();
       const v1::JobSpec plain = *parsed;
       v1::JobSpec sharded = plain;
