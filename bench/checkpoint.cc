@@ -341,7 +341,7 @@ struct TrainRun {
   v1::CheckpointListing listing;
 };
 
-// Trains `spec` in this process, one thread per device, as `substrax-worker train` does.
+// Trains `spec` in this process, one thread per device, as `substrax-job train` does.
 absl::StatusOr<TrainRun> TimeTraining(const v1::JobSpec& spec) {
   absl::StatusOr<Mesh> mesh =
       CreateMeshForJob(spec.mesh(), MakeUniformCluster(1, static_cast<int>(RequiredDevices(spec))));
@@ -351,7 +351,7 @@ absl::StatusOr<TrainRun> TimeTraining(const v1::JobSpec& spec) {
   options.spec = spec;
   options.process_of_position.assign(mesh->size(), 0);
   options.store = &store;
-  options.checkpoint_roots = std::nullopt;  // any directory, as `substrax-worker train`
+  options.checkpoint_roots = std::nullopt;  // any directory, as `substrax-job train`
   TrainRun run;
   absl::Duration warm = absl::InfiniteDuration(), end = absl::ZeroDuration();
   double warm_cpu = 0, end_cpu = 0;

@@ -1,4 +1,4 @@
-"""PyTorch DDP twin of `substrax-worker train` on the Fashion-MNIST MLP of bench/train_throughput.sh:
+"""PyTorch DDP twin of `substrax-job train` on the Fashion-MNIST MLP of bench/train_throughput.sh:
 784-512-256-10 with ReLU, softmax cross-entropy (mean), Adam(lr=1e-3, optax's defaults), global
 batch 128 split evenly over --procs processes (DistributedDataParallel over the gloo backend on
 loopback), one thread per process, batches drawn from the training set in a seeded order. Times

@@ -2,7 +2,7 @@
 # Training throughput on CPU devices, substrax against PyTorch DDP, one run each, same job:
 # Fashion-MNIST MLP 784-512-256-10, Adam 1e-3, global batch 128, STEPS steps (default 300),
 # on 1, 2 and 4 devices.
-#  - substrax: `substrax-worker train --local-devices N` (built -c opt); samples/s is the median of
+#  - substrax: `substrax-job train --local-devices N` (built -c opt); samples/s is the median of
 #    its reports after the first (the first holds the start-up);
 #  - PyTorch: bench/torch_ddp_mlp.py with Debian's python3-torch run by /usr/bin/python3 (the
 #    python3 first on PATH may be another interpreter without torch), N processes over gloo, one
@@ -36,8 +36,8 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null || ! dpkg -s libopenblas0-pt
   SUDO=(); [ "$(id -u)" -eq 0 ] || SUDO=(sudo)
   "${SUDO[@]}" apt-get install -y -qq --no-install-recommends python3-torch libopenblas0-pthread >/dev/null
 fi
-bazel build -c opt --noshow_progress //worker:substrax-worker //bench:cross_cpu >&2
-WORKER="$(bazel info -c opt bazel-bin 2>/dev/null)/worker/substrax-worker"
+bazel build -c opt --noshow_progress //worker:substrax-job //bench:cross_cpu >&2
+WORKER="$(bazel info -c opt bazel-bin 2>/dev/null)/worker/substrax-job"
 CROSS_CPU="$(bazel info -c opt bazel-bin 2>/dev/null)/bench/cross_cpu"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/train-throughput.XXXXXX")"

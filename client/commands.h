@@ -135,7 +135,10 @@ struct LocalFlags {
   int metrics_port = 0;
   // Empty: found next to substraxctl or in the Bazel layout.
   std::string coordinator_binary;
-  std::string worker_binary;
+  // The agent (--agent-binary, or its older name --worker-binary) and the job binary it starts
+  // for built-in jobs (--job-binary).
+  std::string agent_binary;
+  std::string job_binary;
   // How long `up` waits for the coordinator to answer and every worker to be alive.
   absl::Duration start_timeout = absl::Seconds(60);
   // How long `down` waits after SIGTERM before SIGKILL.

@@ -116,23 +116,29 @@ std::optional<int> RefuseOrClearRecordedCluster(const CommandContext& ctx,
 
 struct LocalBinaries {
   std::string coordinator;
-  std::string worker;
+  std::string agent;
+  std::string job;
 };
 
-// The coordinator and worker binaries `local up` runs: the flags', else next to substraxctl or
-// in bazel-bin.
+// The coordinator, agent and job binaries `local up` runs: the flags', else next to substraxctl
+// or in bazel-bin.
 absl::StatusOr<LocalBinaries> FindLocalBinaries(const LocalFlags& flags) {
   absl::StatusOr<std::string> coordinator = FindBinary(
       "substrax-coordinator", flags.coordinator_binary,
       SiblingCandidates(flags.self_dir, "coordinator", "substrax-coordinator"),
       "bazel build //coordinator:substrax-coordinator", "--coordinator-binary");
   if (!coordinator.ok()) return coordinator.status();
-  absl::StatusOr<std::string> worker =
-      FindBinary("substrax-worker", flags.worker_binary,
-                 SiblingCandidates(flags.self_dir, "worker", "substrax-worker"),
-                 "bazel build //worker:substrax-worker", "--worker-binary");
-  if (!worker.ok()) return worker.status();
-  return LocalBinaries{*coordinator, *worker};
+  absl::StatusOr<std::string> agent =
+      FindBinary("substrax-agent", flags.agent_binary,
+                 SiblingCandidates(flags.self_dir, "agent", "substrax-agent"),
+                 "bazel build //agent:substrax-agent", "--agent-binary");
+  if (!agent.ok()) return agent.status();
+  absl::StatusOr<std::string> job =
+      FindBinary("substrax-job", flags.job_binary,
+                 SiblingCandidates(flags.self_dir, "worker", "substrax-job"),
+                 "bazel build //worker:substrax-job", "--job-binary");
+  if (!job.ok()) return job.status();
+  return LocalBinaries{*coordinator, *agent, *job};
 }
 
 absl::Status CreateStateDirectories(const std::string& dir) {
@@ -206,12 +212,13 @@ class LocalClusterStart {
 
 // The command line of worker `name`: each poses as its own host, so meshes look like those of
 // a multi-host cluster.
-std::vector<std::string> WorkerArgv(const LocalFlags& flags, const std::string& binary,
+std::vector<std::string> WorkerArgv(const LocalFlags& flags, const LocalBinaries& binaries,
                                     const std::string& dir, const std::string& name,
                                     const std::string& address,
                                     const std::vector<std::string>& checkpoint_roots,
                                     const std::vector<std::string>& programs_dirs) {
-  std::vector<std::string> argv = {binary, "daemon", "--coordinator", address,
+  std::vector<std::string> argv = {binaries.agent, "--job-binary", binaries.job, "--coordinator",
+                                   address,
                                    "--cpu-devices", absl::StrCat(flags.cpu_devices),
                                    "--worker-id", name, "--host", name, "--listen-host",
                                    "127.0.0.1", "--work-dir",
@@ -345,7 +352,7 @@ int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
     std::error_code ec;
     std::filesystem::create_directories(absl::StrCat(dir, "/workers/", name), ec);
     started = cluster.Start(name,
-                            WorkerArgv(flags, binaries->worker, dir, name, address,
+                            WorkerArgv(flags, *binaries, dir, name, address,
                                        *checkpoint_roots, programs_dirs),
                             name);
     if (!started.ok()) return cluster.Fail(std::string(started.message()));

@@ -283,8 +283,13 @@ void AddLocalUpCommand(CLI::App* local, CommandLine& cl) {
       ->capture_default_str();
   up->add_option("--coordinator-binary", flags.coordinator_binary,
                  "substrax-coordinator to run (default: next to substraxctl or in bazel-bin)");
-  up->add_option("--worker-binary", flags.worker_binary,
-                 "substrax-worker to run (default: next to substraxctl or in bazel-bin)");
+  up->add_option("--agent-binary,--worker-binary", flags.agent_binary,
+                 "substrax-agent to run on each worker (default: next to substraxctl or in "
+                 "bazel-bin; --worker-binary is its name before the agent and the job binary were "
+                 "split)");
+  up->add_option("--job-binary", flags.job_binary,
+                 "substrax-job the agents start for built-in jobs (default: next to substraxctl "
+                 "or in bazel-bin)");
   up->add_option("--start-timeout", cl.start_timeout,
                  "How long to wait for the cluster to come up")
       ->capture_default_str();

@@ -108,7 +108,7 @@ class LocalCluster {
   void StartWorker(int w) {
     health_ports_[w] = FreePort();
     const std::string id = absl::StrCat("w-", w + 1);
-    std::vector<std::string> argv = {Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+    std::vector<std::string> argv = {Runfile("agent/substrax-agent"), "--coordinator",
                                      address_, "--cpu-devices", "2", "--worker-id", id, "--host",
                                      std::string("host-") + char('a' + w), "--work-dir",
                                      absl::StrCat(dir_, "/worker-", w + 1),

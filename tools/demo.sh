@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # The build and the demo need Debian packages only (not the manifest tests' tools).
 SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 tools/install_deps.sh
 echo "demo: building (optimised)..." >&2
-bazel build -c opt --noshow_progress //coordinator:substrax-coordinator //worker:substrax-worker \
+bazel build -c opt --noshow_progress //coordinator:substrax-coordinator //agent:substrax-agent //worker:substrax-job \
   //client:substraxctl 2>&1 | grep -vE '^(INFO|Loading|Analyzing|Target|  bazel-bin)' >&2 || true
 BIN=$(bazel info -c opt bazel-bin 2>/dev/null)
 CTL="$BIN/client/substraxctl"
@@ -29,7 +29,7 @@ trap 'echo "demo: interrupted; stopping the cluster" >&2; exit 130' INT TERM
 eval "$("$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" \
   --data-root /usr/share/datasets \
   --coordinator-binary "$BIN/coordinator/substrax-coordinator" \
-  --worker-binary "$BIN/worker/substrax-worker")"
+  --agent-binary "$BIN/agent/substrax-agent" --job-binary "$BIN/worker/substrax-job")"
 "$CTL" workers
 
 # The example, checkpointing into the cluster's checkpoint root (local up's default).
@@ -52,7 +52,7 @@ if [ "$status" -ne 0 ]; then
 fi
 echo "Checkpoints (every 1000 steps and at the end, the newest 2 kept):"
 "$CTL" checkpoints "$JOB"
-"$BIN/worker/substrax-worker" export-checkpoint "$STATE/checkpoints/fashion-mnist" \
+"$BIN/worker/substrax-job" export-checkpoint "$STATE/checkpoints/fashion-mnist" \
   --out "$STATE/fashion-mnist.safetensors" >&2
 echo
 # How fast it trained: the median over the reports after the first (which holds the start-up) of

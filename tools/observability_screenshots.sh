@@ -19,7 +19,7 @@ if ! command -v chromium >/dev/null; then
     chromium fonts-dejavu-core >/dev/null
 fi
 bazel build --noshow_progress //client:substraxctl //coordinator:substrax-coordinator \
-  //worker:substrax-worker >&2
+  //agent:substrax-agent //worker:substrax-job >&2
 BIN="$(bazel info bazel-bin 2>/dev/null)"
 CTL="$BIN/client/substraxctl"
 
@@ -34,7 +34,7 @@ trap cleanup EXIT
 
 eval "$("$CTL" local up --workers 2 --cpu-devices 2 --data-root /usr/share/datasets \
   --state-dir "$WORK/cluster" --coordinator-binary "$BIN/coordinator/substrax-coordinator" \
-  --worker-binary "$BIN/worker/substrax-worker")"
+  --agent-binary "$BIN/agent/substrax-agent" --job-binary "$BIN/worker/substrax-job")"
 sed -e 's/^  epochs: .*/  steps: 1500/' -e 's/report_every_steps: .*/report_every_steps: 25/' \
   examples/fashion_mnist_mlp.yaml >"$WORK/fmnist.yaml"
 grep -q '^  steps: 1500' "$WORK/fmnist.yaml" || echo "  steps: 1500" >>"$WORK/fmnist.yaml"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `substrax-worker train --cpu-collectives` and `--cpu-affinity`: documented in the command's
+# `substrax-job train --cpu-collectives` and `--cpu-affinity`: documented in the command's
 # help, and a value other than those accepted is a bad command line (exit 2, naming the accepted
 # values) before the job is even read.
 set -euo pipefail

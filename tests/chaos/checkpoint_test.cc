@@ -114,7 +114,7 @@ bool KillARunnerAt(ChaosCluster& cluster, const std::string& job, int64_t step) 
   std::optional<v1::Job> now = cluster.Get(job);
   if (!reached || !now.has_value() || now->state() != v1::JOB_STATE_RUNNING) return false;
   for (const RunnerProcess& r : RunnersUnder(cluster.dir())) {
-    if (r.assignment.find(job + "-attempt-1-process-1") != std::string::npos) {
+    if (r.launch.find(job + "-attempt-1-process-1") != std::string::npos) {
       kill(r.pid, SIGKILL);
       return true;
     }

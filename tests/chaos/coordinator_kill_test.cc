@@ -139,8 +139,8 @@ TEST_P(CoordinatorKillTest, JobsReachTheRightStateAfterARestart) {
     }
   }
   EXPECT_EQ(watch.Overlaps(), 0) << "two runners of one job were alive at once";
-  for (const auto& [assignment, pids] : watch.Seen()) {
-    EXPECT_EQ(pids.size(), 1u) << assignment;
+  for (const auto& [launch, pids] : watch.Seen()) {
+    EXPECT_EQ(pids.size(), 1u) << launch;
   }
   EXPECT_EQ(cluster.StopAndListLeftovers(), "");
 }

@@ -44,6 +44,34 @@ char ProcessState(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
 }
 
+// The process group of `pid` (0 when it is gone).
+pid_t ProcessGroup(pid_t pid) {
+  const std::string stat = ReadAll(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  // After the command: state, ppid, pgrp.
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string state;
+  pid_t ppid = 0, pgrp = 0;
+  fields >> state >> ppid >> pgrp;
+  return pgrp;
+}
+
+// The launch file a job process was started with (its SUBSTRAX_LAUNCH, the launch contract's
+// handle, whatever its command line), or "".
+std::string LaunchFileOf(pid_t pid) {
+  const std::string environ = ReadAll(absl::StrCat("/proc/", pid, "/environ"));
+  static constexpr char kPrefix[] = "SUBSTRAX_LAUNCH=";
+  for (size_t at = 0; at < environ.size();) {
+    const size_t end = std::min(environ.find('\0', at), environ.size());
+    if (environ.compare(at, sizeof(kPrefix) - 1, kPrefix) == 0) {
+      return environ.substr(at + sizeof(kPrefix) - 1, end - at - (sizeof(kPrefix) - 1));
+    }
+    at = end + 1;
+  }
+  return "";
+}
+
 std::vector<pid_t> AllPids() {
   std::vector<pid_t> pids;
   DIR* proc = opendir("/proc");
@@ -279,7 +307,9 @@ std::vector<pid_t> ProcessesMentioning(const std::string& dir) {
   std::vector<pid_t> found;
   for (pid_t pid : AllPids()) {
     // Zombies (already ended, not yet reaped) do not count: they hold nothing.
-    if (absl::StrContains(CommandLine(pid), dir) && ProcessState(pid) != 'Z') found.push_back(pid);
+    const bool names_dir =
+        absl::StrContains(CommandLine(pid), dir) || absl::StartsWith(LaunchFileOf(pid), dir);
+    if (names_dir && ProcessState(pid) != 'Z') found.push_back(pid);
   }
   return found;
 }
@@ -287,16 +317,15 @@ std::vector<pid_t> ProcessesMentioning(const std::string& dir) {
 std::vector<RunnerProcess> RunnersUnder(const std::string& dir) {
   std::vector<RunnerProcess> runners;
   for (pid_t pid : AllPids()) {
-    const std::string cmdline = CommandLine(pid);
-    const std::string flag = absl::StrCat(" --assignment ", dir);
-    const size_t at = cmdline.find(flag);
-    if (at == std::string::npos || !absl::StrContains(cmdline, " run ")) continue;
+    // A job process leads its process group (the agent makes it so); its own children inherit
+    // its SUBSTRAX_LAUNCH but not the lead.
+    const std::string launch = LaunchFileOf(pid);
+    if (!absl::StartsWith(launch, dir) || ProcessGroup(pid) != pid) continue;
     const char state = ProcessState(pid);
     if (state == 'Z' || state == '?') continue;
-    const size_t start = at + 14;
     RunnerProcess r;
     r.pid = pid;
-    r.assignment = cmdline.substr(start, cmdline.find(' ', start) - start);
+    r.launch = launch;
     r.stopped = state == 'T';
     runners.push_back(r);
   }
@@ -311,7 +340,7 @@ RunnerWatch::RunnerWatch(std::string dir) : dir_(std::move(dir)) {
       std::map<std::string, int> per_process;
       std::vector<RunnerProcess> runners = RunnersUnder(dir_);
       for (const RunnerProcess& r : runners) {
-        const std::string base = r.assignment.substr(r.assignment.rfind('/') + 1);
+        const std::string base = r.launch.substr(r.launch.rfind('/') + 1);
         const size_t a = base.rfind("-attempt-");
         const size_t p = base.rfind("-process-");
         if (a == std::string::npos || p == std::string::npos) continue;
@@ -320,7 +349,7 @@ RunnerWatch::RunnerWatch(std::string dir) : dir_(std::move(dir)) {
       }
       {
         absl::MutexLock lock(&mu_);
-        for (const RunnerProcess& r : runners) seen_[r.assignment].insert(r.pid);
+        for (const RunnerProcess& r : runners) seen_[r.launch].insert(r.pid);
         for (const auto& [job, set] : attempts) {
           if (set.size() > 1) ++overlaps_;
         }
@@ -401,7 +430,7 @@ std::string ChaosCluster::worker_address() const {
 }
 
 void ChaosCluster::StartWorker(int w) {
-  std::vector<std::string> argv = {Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+  std::vector<std::string> argv = {Runfile("agent/substrax-agent"), "--coordinator",
                                    worker_address(), "--cpu-devices",
                                    absl::StrCat(options_.cpu_devices_per_worker), "--worker-id",
                                    absl::StrCat("w-", w + 1), "--host",

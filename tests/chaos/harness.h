@@ -49,26 +49,27 @@ class TcpProxy {
   std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
 };
 
-// A runner process seen in /proc: its pid and the assignment file it runs
-// ("<work-dir>/<job>-attempt-<a>-process-<p>.assignment").
+// A job process seen in /proc: its pid and the launch file it was started with (its
+// SUBSTRAX_LAUNCH: "<work-dir>/<job>-attempt-<a>-process-<p>.launch"), whatever it runs (the
+// built-in trainer, an SDK program, any executable).
 struct RunnerProcess {
   pid_t pid = 0;
-  std::string assignment;
+  std::string launch;
   bool stopped = false;  // state T (SIGSTOP)
 };
 
-// Every live process whose command line mentions `dir`.
+// Every live process whose command line or launch file (SUBSTRAX_LAUNCH) mentions `dir`.
 std::vector<pid_t> ProcessesMentioning(const std::string& dir);
-// The runners (`substrax-worker run --assignment <dir>/...`) alive now.
+// The job processes whose launch file lies under `dir`, alive now (not their own children).
 std::vector<RunnerProcess> RunnersUnder(const std::string& dir);
 
-// Polls /proc in the background: every runner pid ever seen, by assignment file, and the
+// Polls /proc in the background: every job process pid ever seen, by launch file, and the
 // highest number of runners of one job alive at the same instant.
 class RunnerWatch {
  public:
   explicit RunnerWatch(std::string dir);
   ~RunnerWatch();
-  // Assignment file -> the distinct pids that ran it.
+  // Launch file -> the distinct pids that ran it.
   std::map<std::string, std::set<pid_t>> Seen();
   // The most runners of attempts of `job` alive at once beyond one per process, i.e. > 0 when
   // two runners of one job and process, or of two attempts, were ever alive together.

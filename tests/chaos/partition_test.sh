@@ -21,7 +21,7 @@
 # Cleans up on every exit (trap). Bounded: an overall deadline, every client call under
 # `timeout`. Skips (exit 0, saying so) unless root with `ip netns`; under CI=true that fails.
 #
-# Arguments: --coordinator=, --worker=, --ctl= (the binaries).
+# Arguments: --coordinator=, --agent=, --ctl= (the binaries).
 set -euo pipefail
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -45,12 +45,12 @@ netns_require nft python3
 for arg in "$@"; do
   case "$arg" in
     --coordinator=*) COORDINATOR_BIN="$(realpath "${arg#*=}")" ;;
-    --worker=*) WORKER_BIN="$(realpath "${arg#*=}")" ;;
+    --agent=*) AGENT_BIN="$(realpath "${arg#*=}")" ;;
     --ctl=*) CTL="$(realpath "${arg#*=}")" ;;
     *) die "unknown argument $arg" ;;
   esac
 done
-for v in COORDINATOR_BIN WORKER_BIN CTL; do
+for v in COORDINATOR_BIN AGENT_BIN CTL; do
   [ -n "${!v:-}" ] || die "missing --${v,,} argument"
 done
 
@@ -123,7 +123,7 @@ ip netns exec "$C_NS" "$COORDINATOR_BIN" --insecure --listen "$ADDRESS" --state-
   >"$TMP/coordinator.log" 2>&1 &
 PIDS+=($!)
 for i in 0 1; do
-  ip netns exec "${W_NS[$i]}" "$WORKER_BIN" daemon --insecure --coordinator "$ADDRESS" --cpu-devices 2 \
+  ip netns exec "${W_NS[$i]}" "$AGENT_BIN" --insecure --coordinator "$ADDRESS" --cpu-devices 2 \
     --worker-id "w-$((i + 1))" --host "${W_NS[$i]}" --listen-host "${W_IP[$i]}" \
     --work-dir "$TMP/w$((i + 1))" --stop-grace "${STOP_GRACE}s" --collective-timeout 20s \
     >"$TMP/w$((i + 1)).log" 2>&1 &
@@ -214,10 +214,10 @@ V_INCARNATION="$(worker_field "$V_ID" incarnation)"
 [ "$(job_field attempt)" = 1 ] || die "job $JOB is not in attempt 1 before the cut"
 
 # --- The cut. -------------------------------------------------------------------------------
-victim_runners() {  # the victim host's runners alive now
+victim_runners() {  # the victim host's job processes alive now (their SUBSTRAX_LAUNCH)
   local pid
   for pid in $(ip netns pids "$V_NS"); do
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- " run --assignment " && echo "$pid"
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q "^SUBSTRAX_LAUNCH=$TMP/" && echo "$pid"
   done
   return 0
 }

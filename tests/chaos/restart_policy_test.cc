@@ -64,7 +64,7 @@ TEST(RestartPolicyTest, MissingDataFailsOnceAndATransientFailureBacksOff) {
     ASSERT_TRUE(PollUntil(
         [&] {
           for (const RunnerProcess& r : RunnersUnder(cluster.dir())) {
-            if (r.assignment.find(absl::StrCat("flaky-2-attempt-", attempt, "-")) !=
+            if (r.launch.find(absl::StrCat("flaky-2-attempt-", attempt, "-")) !=
                 std::string::npos) {
               pid = r.pid;
             }

@@ -2,15 +2,16 @@
 """Watches substrax runners through /proc, for the shell chaos tests.
 
   runner_watch.py watch DIR OUT   samples /proc every 20 ms until SIGTERM, then writes to OUT
-                                  (JSON) every runner seen whose assignment file lies under DIR:
+                                  (JSON) every job process seen whose launch file lies under DIR:
                                   pid, job, attempt, process, first and last time seen
   runner_watch.py check OUT       exit 1, saying which, when two attempts of one job were ever
                                   alive at the same instant, or one (job, attempt, process) ran
                                   in two processes; prints a line per attempt otherwise
 
-A runner's command line is `substrax-worker run --assignment
-<work-dir>/<job>-attempt-<a>-process-<p>.assignment ...`. The network namespaces of the tests
-do not separate process IDs, so one watcher sees every host's runners.
+A job process is found by its launch file, the launch contract's handle whatever it runs: its
+environment has SUBSTRAX_LAUNCH=<work-dir>/<job>-attempt-<a>-process-<p>.launch, and it leads
+its process group (its own children inherit the variable, not the lead). The network namespaces
+of the tests do not separate process IDs, so one watcher sees every host's job processes.
 """
 import json
 import os
@@ -19,7 +20,28 @@ import signal
 import sys
 import time
 
-ASSIGNMENT = re.compile(r"/(?P<job>[^/]+)-attempt-(?P<attempt>\d+)-process-(?P<process>\d+)\.assignment$")
+LAUNCH = re.compile(r"/(?P<job>[^/]+)-attempt-(?P<attempt>\d+)-process-(?P<process>\d+)\.launch$")
+
+
+def launch_file_of(pid):
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+            environ = f.read().split(b"\0")
+    except OSError:
+        return ""  # gone meanwhile
+    for entry in environ:
+        if entry.startswith(b"SUBSTRAX_LAUNCH="):
+            return entry[len(b"SUBSTRAX_LAUNCH="):].decode(errors="replace")
+    return ""
+
+
+def leads_its_group(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[2] == str(pid)  # state, ppid, pgrp
 
 
 def runners_under(directory):
@@ -27,18 +49,9 @@ def runners_under(directory):
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue  # gone meanwhile
-        args = [a.decode(errors="replace") for a in argv if a]
-        if "run" not in args or "--assignment" not in args:
-            continue
-        i = args.index("--assignment")
-        path = args[i + 1] if i + 1 < len(args) else ""
-        m = ASSIGNMENT.search(path)
-        if path.startswith(directory) and m:
+        path = launch_file_of(entry)
+        m = LAUNCH.search(path)
+        if path.startswith(directory) and m and leads_its_group(entry):
             found[int(entry)] = (m.group("job"), int(m.group("attempt")), int(m.group("process")))
     return found
 

@@ -22,7 +22,7 @@ pid_t ReportingRunner(ChaosCluster& cluster, const std::string& id, int process)
         std::optional<v1::Job> job = cluster.Get(id);
         if (!job.has_value() || job->progress().step() == 0) return false;
         for (const RunnerProcess& r : RunnersUnder(cluster.dir())) {
-          if (r.assignment.find(absl::StrCat("-process-", process, ".")) != std::string::npos) {
+          if (r.launch.find(absl::StrCat("-process-", process, ".")) != std::string::npos) {
             pid = r.pid;
           }
         }

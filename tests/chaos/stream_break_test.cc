@@ -54,9 +54,9 @@ TEST(StreamBreakTest, ResetConnectionsNeverStartASecondRunner) {
   EXPECT_TRUE(PollUntil([&] { return RunnersUnder(cluster.dir()).empty(); }, absl::Seconds(15)));
   const auto seen = watch.Seen();
   EXPECT_EQ(seen.size(), 2u) << cluster.Logs();
-  for (const auto& [assignment, pids] : seen) {
-    EXPECT_EQ(pids.size(), 1u) << assignment << " ran in " << pids.size() << " processes";
-    EXPECT_THAT(assignment, ::testing::HasSubstr("-attempt-1-process-"));
+  for (const auto& [launch, pids] : seen) {
+    EXPECT_EQ(pids.size(), 1u) << launch << " ran in " << pids.size() << " processes";
+    EXPECT_THAT(launch, ::testing::HasSubstr("-attempt-1-process-"));
   }
   EXPECT_EQ(watch.Overlaps(), 0);
   EXPECT_EQ(cluster.StopAndListLeftovers(), "");

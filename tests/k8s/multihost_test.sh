@@ -49,7 +49,7 @@
 #
 # MULTIHOST_TEST_FORCE_FAILURE=1 fails on purpose once the daemons are ready (to check the cleanup).
 #
-# Arguments: --coordinator=, --worker=, --ctl= (the binaries), --manifests= (deploy/k8s),
+# Arguments: --coordinator=, --agent=, --ctl= (the binaries), --manifests= (deploy/k8s),
 # --spec= (examples/fashion_mnist_mlp.yaml).
 set -euo pipefail
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -75,14 +75,14 @@ netns_require
 for arg in "$@"; do
   case "$arg" in
     --coordinator=*) COORDINATOR_BIN="$(realpath "${arg#*=}")" ;;
-    --worker=*) WORKER_BIN="$(realpath "${arg#*=}")" ;;
+    --agent=*) AGENT_BIN="$(realpath "${arg#*=}")" ;;
     --ctl=*) CTL="$(realpath "${arg#*=}")" ;;
     --manifests=*) MANIFESTS="$(realpath "${arg#*=}")" ;;
     --spec=*) SPEC="$(realpath "${arg#*=}")" ;;
     *) die "unknown argument $arg" ;;
   esac
 done
-for v in COORDINATOR_BIN WORKER_BIN CTL MANIFESTS SPEC; do
+for v in COORDINATOR_BIN AGENT_BIN CTL MANIFESTS SPEC; do
   [ -n "${!v:-}" ] || die "missing --${v,,} argument"
 done
 
@@ -155,7 +155,7 @@ CLUSTER_DOMAIN=cluster.local   # Kubernetes' default; the manifests assume none
 # that the directories are the container's volumeMounts and that no other path is left.
 #   /usr/local/bin/substrax-coordinator  -> the built coordinator            (image)
 #   /var/lib/substrax                    -> $TMP/<coordinator ns>/state      (PVC "state")
-#   /usr/local/bin/substrax-worker       -> the built worker                 (image)
+#   /usr/local/bin/substrax-agent        -> the built agent                  (image)
 #   /var/lib/substrax-worker             -> $TMP/<worker ns>/work            (emptyDir "work")
 #   /etc/substrax/tls (coordinator)      -> $TMP/<coordinator ns>/tls        (cert-manager Secret)
 #   /etc/substrax/auth                   -> $TMP/<coordinator ns>/auth       (Secret substrax-auth)
@@ -251,7 +251,7 @@ for i in 0 1; do
     --workload DaemonSet/substrax-worker --container worker \
     --field "spec.nodeName=$ns" --field "status.podIP=${W_IP[$i]}" --field "status.hostIP=${W_IP[$i]}" \
     --field "metadata.name=substrax-worker-$ns" --field "metadata.namespace=$K8S_NAMESPACE" \
-    --map "/usr/local/bin/substrax-worker=$WORKER_BIN" \
+    --map "/usr/local/bin/substrax-agent=$AGENT_BIN" \
     --map "/var/lib/substrax-worker=$TMP/$ns/work" \
     --map "/etc/substrax/tls=$TMP/$ns/tls" \
     --map "/var/lib/substrax-data=$TMP/$ns/data" \

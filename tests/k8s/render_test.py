@@ -135,10 +135,11 @@ def Flags(tokens):
 class Binaries:
     """The binaries' --help, read once: binary name -> (subcommand or None) -> set of flags."""
 
-    def __init__(self, coordinator, worker, ctl):
+    def __init__(self, coordinator, agent, job, ctl):
         self.paths = {
             "substrax-coordinator": coordinator,
-            "substrax-worker": worker,
+            "substrax-agent": agent,
+            "substrax-job": job,
             "substraxctl": ctl,
         }
         self.cache = {}
@@ -165,9 +166,9 @@ class Binaries:
                                                               ", ".join(self.paths))]
         rest = list(command[1:]) + list(args)
         subcommand = None
-        if binary == "substrax-worker":
-            if not rest or rest[0] not in ("daemon", "run", "train"):
-                return ["%s: substrax-worker needs a mode (daemon, run, train), got %s" %
+        if binary == "substrax-job":
+            if not rest or rest[0] not in ("run", "train", "export-checkpoint"):
+                return ["%s: substrax-job needs a mode (run, train, export-checkpoint), got %s" %
                         (where, rest[:1])]
             subcommand, rest = rest[0], rest[1:]
         known = self.HelpFlags(binary, subcommand)
@@ -265,7 +266,7 @@ class RenderedOverlayTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.binaries = Binaries(ARGS.coordinator, ARGS.worker, ARGS.ctl)
+        cls.binaries = Binaries(ARGS.coordinator, ARGS.agent, ARGS.job, ARGS.ctl)
         for overlay in OVERLAYS:
             cls.rendered[overlay] = Render(overlay)
 
@@ -994,7 +995,7 @@ class DockerfileTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.binaries = Binaries(ARGS.coordinator, ARGS.worker, ARGS.ctl)
+        cls.binaries = Binaries(ARGS.coordinator, ARGS.agent, ARGS.job, ARGS.ctl)
         cls.files = {}
         directory = os.path.join(ARGS.root, "deploy", "docker")
         for name in DOCKERFILE_OF_IMAGE.values():
@@ -1046,8 +1047,8 @@ class DockerfileTest(unittest.TestCase):
             self.assertIn("--uid 10001", text, name)
 
     def testBazelTargetsAreTheBinaries(self):
-        targets = {"//coordinator:substrax-coordinator", "//worker:substrax-worker",
-                   "//client:substraxctl"}
+        targets = {"//coordinator:substrax-coordinator", "//agent:substrax-agent",
+                   "//worker:substrax-job", "//client:substraxctl"}
         for name, text in self.files.items():
             for label in re.findall(r"//[\w/]+:[\w.-]+", text):
                 self.assertIn(label, targets, name)
@@ -1148,7 +1149,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
     parser.add_argument("--coordinator", required=True)
-    parser.add_argument("--worker", required=True)
+    parser.add_argument("--agent", required=True)
+    parser.add_argument("--job", required=True)
     parser.add_argument("--ctl", required=True)
     parser.add_argument("--kubectl", default=shutil.which("kubectl") or "kubectl")
     ARGS, rest = parser.parse_known_args()

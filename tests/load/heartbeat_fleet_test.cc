@@ -46,7 +46,7 @@ TEST(HeartbeatFleetTest, FiveHundredWorkersKeepTheirLeasesWhileARealJobTrains) {
             << absl::FormatDuration(absl::Now() - registering) << "\n";
 
   std::vector<std::string> daemon_argv = {
-      testing::Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+      testing::Runfile("agent/substrax-agent"), "--coordinator",
       coordinator.address(), "--cpu-devices", "2", "--worker-id", "real-1", "--host",
       "real-host", "--work-dir", dir + "/real-1", "--collective-timeout", "60s",
       "--stop-grace", "2s"};

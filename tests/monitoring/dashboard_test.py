@@ -143,7 +143,7 @@ class LiveDashboardTest(unittest.TestCase):
         cls.metrics = Wait(Serving, "metrics address in the coordinator's log", cls.Logs)
         with open(address_file) as f:
             cls.address = f.read().strip()
-        cls.Start([ARGS.worker, "daemon", "--insecure", "--coordinator", cls.address,
+        cls.Start([ARGS.agent, "--insecure", "--coordinator", cls.address,
                    "--cpu-devices", "1", "--worker-id", "w-1", "--host", "host-a", "--work-dir",
                    os.path.join(cls.tmp, "worker")], os.path.join(cls.tmp, "worker.log"))
         Wait(lambda: Sample(cls.Scrape(), "substrax_workers", 'state="alive"') == 1,
@@ -254,7 +254,7 @@ class LiveDashboardTest(unittest.TestCase):
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
-    for flag in ("--coordinator", "--worker", "--ctl", "--dashboard", "--spec"):
+    for flag in ("--coordinator", "--agent", "--ctl", "--dashboard", "--spec"):
         parser.add_argument(flag, required=True)
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

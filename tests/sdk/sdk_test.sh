@@ -21,7 +21,7 @@
 # Bounded: every wait has a deadline; Bazel's timeout is the backstop.
 #
 # Arguments: --sdk= (the install tree tarball), --examples= (examples/sdk/CMakeLists.txt), --ctl=,
-# --coordinator=, --worker= (the binaries).
+# --coordinator=, --agent= (the binaries).
 set -euo pipefail
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 START=$SECONDS
@@ -35,7 +35,7 @@ for arg in "$@"; do
     --examples=*) EXAMPLES="$(cd "$(dirname "${arg#*=}")" && pwd)" ;;
     --ctl=*) CTL="$(realpath "${arg#*=}")" ;;
     --coordinator=*) COORDINATOR_BIN="$(realpath "${arg#*=}")" ;;
-    --worker=*) WORKER_BIN="$(realpath "${arg#*=}")" ;;
+    --agent=*) AGENT_BIN="$(realpath "${arg#*=}")" ;;
     *) die "unknown argument $arg" ;;
   esac
 done
@@ -132,7 +132,7 @@ PROGRAMS="$WORK/programs"
 mkdir -p "$PROGRAMS"
 cp "$BUILD/fashion_mnist_cnn" "$WORK/guide_v2" "$PROGRAMS/"
 eval "$("$CTL" local up --workers 2 --cpu-devices 2 --state-dir "$STATE" \
-  --programs-dir "$PROGRAMS" --coordinator-binary "$COORDINATOR_BIN" --worker-binary "$WORKER_BIN")"
+  --programs-dir "$PROGRAMS" --coordinator-binary "$COORDINATOR_BIN" --agent-binary "$AGENT_BIN")"
 
 spec() {  # name program "extra spec lines" args...
   local name="$1" program="$2" length="$3"

@@ -137,7 +137,7 @@ TEST(DaemonJobIdTest, RefusesJobIdsThatAreNotDnsLabelsAndStaysUp) {
   ASSERT_NE(server, nullptr);
   ASSERT_GT(port, 0);
 
-  std::vector<std::string> argv = {Runfile("worker/substrax-worker"), "daemon", "--coordinator",
+  std::vector<std::string> argv = {Runfile("agent/substrax-agent"), "--coordinator",
                                    absl::StrCat("127.0.0.1:", port), "--cpu-devices", "1",
                                    "--worker-id", "w-1", "--work-dir", work_dir};
   for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));

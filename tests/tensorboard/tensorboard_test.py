@@ -62,8 +62,8 @@ class TensorBoardTest(unittest.TestCase):
         cls.state = os.path.join(cls.tmp, "cluster")
         cls.env = dict(os.environ)
         up = run(ARGS.ctl, "local", "up", "--workers", "2", "--cpu-devices", "1", "--state-dir",
-                 cls.state, "--coordinator-binary", ARGS.coordinator, "--worker-binary",
-                 ARGS.worker, timeout=120)
+                 cls.state, "--coordinator-binary", ARGS.coordinator, "--agent-binary",
+                 ARGS.agent, timeout=120)
         # "export A=x B=y ...": the address and the admin's credentials.
         for word in shlex.split(up.stdout.strip())[1:]:
             key, _, value = word.partition("=")
@@ -194,9 +194,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--ctl", required=True)
     parser.add_argument("--coordinator", required=True)
-    parser.add_argument("--worker", required=True)
+    parser.add_argument("--agent", required=True)
     ARGS, rest = parser.parse_known_args()
     ARGS.ctl = os.path.abspath(ARGS.ctl)
     ARGS.coordinator = os.path.abspath(ARGS.coordinator)
-    ARGS.worker = os.path.abspath(ARGS.worker)
+    ARGS.agent = os.path.abspath(ARGS.agent)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

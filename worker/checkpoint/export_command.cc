@@ -43,11 +43,11 @@ int RunExportCheckpoint(const ExportCommandFlags& flags, std::ostream& out, std:
   options.include_optimizer = flags.include_optimizer;
   absl::StatusOr<ExportResult> result = ExportCheckpoint(flags.checkpoint, flags.out, options);
   if (!result.ok()) {
-    err << "substrax-worker export-checkpoint: " << result.status().message() << "\n";
+    err << "substrax-job export-checkpoint: " << result.status().message() << "\n";
     return 1;
   }
   for (const std::string& why : result->skipped) {
-    err << "substrax-worker export-checkpoint: passed over " << why << "\n";
+    err << "substrax-job export-checkpoint: passed over " << why << "\n";
   }
   out << "wrote " << flags.out << ": step " << result->step << " of " << result->checkpoint_dir
       << ", " << Arrays(result->tensors.size()) << ", " << result->bytes << " bytes\n";

@@ -1,4 +1,4 @@
-// `substrax-worker export-checkpoint DIR --out FILE [--step N] [--include-optimizer]`: the
+// `substrax-job export-checkpoint DIR --out FILE [--step N] [--include-optimizer]`: the
 // command line of ExportCheckpoint (export.h). On success it prints to `out` what it wrote
 //
 //   wrote params.safetensors: step 200 of ckpt/step-000000000200, 3 arrays, 1234 bytes

@@ -40,7 +40,7 @@ class ExportCommandTest : public ::testing::Test {
     }
   }
 
-  // Parses `args` as substrax-worker's command line and runs the command; returns its exit
+  // Parses `args` as substrax-job's command line and runs the command; returns its exit
   // status (2: refused by the parser).
   int Run(std::vector<std::string> args) {
     CLI::App app;
@@ -93,14 +93,14 @@ TEST_F(ExportCommandTest, PassedOverCheckpointsAreReported) {
                           "/process-00001.safetensors");
   ASSERT_EQ(Run({dir_ + "/ckpt", "--out", dir_ + "/w.safetensors"}), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr(": step 10 of "));
-  EXPECT_THAT(err_.str(), HasSubstr("substrax-worker export-checkpoint: passed over step 20: "
+  EXPECT_THAT(err_.str(), HasSubstr("substrax-job export-checkpoint: passed over step 20: "
                                     "checkpoint shard file"));
   EXPECT_THAT(err_.str(), HasSubstr("process-00001.safetensors is missing"));
 }
 
 TEST_F(ExportCommandTest, FailuresAndBadFlags) {
   EXPECT_EQ(Run({dir_ + "/nowhere", "--out", dir_ + "/w.safetensors"}), 1);
-  EXPECT_THAT(err_.str(), HasSubstr("substrax-worker export-checkpoint: no checkpoint at " +
+  EXPECT_THAT(err_.str(), HasSubstr("substrax-job export-checkpoint: no checkpoint at " +
                                     dir_ + "/nowhere"));
   EXPECT_EQ(out_.str(), "");
   EXPECT_EQ(Run({dir_ + "/ckpt"}), 2);  // no --out

@@ -1,6 +1,6 @@
 """safetensors files written by substrax's C++ (worker/checkpoint) load in Python's safetensors
 package with numpy, value for value; files Python writes load in C++; and a sharded checkpoint's
-shard files (placed by its manifest) and what `substrax-worker export-checkpoint` made of it load
+shard files (placed by its manifest) and what `substrax-job export-checkpoint` made of it load
 in Python, bit for bit, as docs/checkpoints.md says."""
 import json
 import os

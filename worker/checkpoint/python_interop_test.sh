@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # safetensors files between C++ and Python: runs python_interop_test.py with the test tools'
 # virtual environment (tools/install_deps.sh pins numpy and safetensors there). Arguments: the
-# safetensors_tool binary, the substrax-worker binary.
+# safetensors_tool binary, the substrax-job binary.
 set -euo pipefail
 VENV=/opt/substrax/venv
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import numpy, safetensors" 2>/dev/null; then

@@ -40,7 +40,7 @@
 
 namespace substrax {
 
-// Which collectives CPU devices use (substrax-worker train --cpu-collectives).
+// Which collectives CPU devices use (substrax-job train --cpu-collectives).
 enum class CpuCollectives {
   kAuto,  // per group, as the header comment says
   kGloo,  // flat Gloo for every group

@@ -31,7 +31,7 @@ inline constexpr int64_t kDefaultMaxDataFileBytes = int64_t{64} << 30;
 // How data files may be opened.
 struct DataAccess {
   // Confined (a runner of the worker daemon): only files beneath one of `roots`. Unconfined
-  // (`substrax-worker train`, the user's own process): any path the process can open. Both
+  // (`substrax-job train`, the user's own process): any path the process can open. Both
   // open regular files only.
   bool confined = true;
   // Absolute, normalized directories (core/data_paths.h). Confined with none: no data file can

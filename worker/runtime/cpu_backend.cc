@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status.h"
-#include "worker/compute/cpu_features.h"
+#include "contract/cpu_features.h"
 #include "worker/compute/model.h"
 #include "worker/compute/optimizer.h"
 #include "worker/data/sampler.h"

@@ -325,7 +325,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
   if (spec.backend() == v1::BACKEND_CUDA && !cuda_devices) {
     return absl::FailedPreconditionError(
         "spec.backend is cuda but the job's devices are CPU devices; run it on CUDA workers "
-        "(substrax-worker daemon --devices cuda) or use backend auto or cpu");
+        "(substrax-agent --devices cuda) or use backend auto or cpu");
   }
   if (spec.backend() == v1::BACKEND_CPU && cuda_devices) {
     return absl::FailedPreconditionError(
@@ -337,7 +337,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options) {
     return absl::FailedPreconditionError(absl::StrCat(
         "spec.precision is ", PrecisionName(spec.precision()),
         " but the job's devices are CPU devices, which compute in fp32 only; run it on CUDA "
-        "workers (substrax-worker daemon --devices cuda) or use precision fp32"));
+        "workers (substrax-agent --devices cuda) or use precision fp32"));
   }
 
   if (static_cast<int64_t>(options.process_of_position.size()) != mesh.size()) {

@@ -54,11 +54,11 @@ struct TrainerOptions {
   CpuCollectives cpu_collectives = CpuCollectives::kAuto;
   // Each device thread (and the threads it starts: its input pipeline) on its own CPU, the i-th
   // this process may use, when there are at least as many as devices; otherwise unpinned. For
-  // a process that has the host to itself (`substrax-worker train`): processes that share a
+  // a process that has the host to itself (`substrax-job train`): processes that share a
   // host would pin their first devices to the same CPUs.
   bool pin_device_threads = false;
   // How data files are opened (safe_open.h). The default opens none (synthetic data only): a
-  // runner confines reads to its daemon's data roots, `substrax-worker train` reads any path.
+  // runner confines reads to its daemon's data roots, `substrax-job train` reads any path.
   DataAccess data_access = DataAccess::Confined({});
   // Train with the explicit collective step (the guide's pmap path) instead of SpmdTrainStep.
   bool explicit_collectives = false;
@@ -68,7 +68,7 @@ struct TrainerOptions {
   std::function<void(const DeviceReport&)> on_device_report;
   // Where checkpoints (spec.checkpoint.directory, spec.resume_from) may be written and read
   // (checkpointing.h, CheckCheckpointDirectory): a runner's daemon --checkpoint-root
-  // directories; nullopt: anywhere (`substrax-worker train`). The default allows none.
+  // directories; nullopt: anywhere (`substrax-job train`). The default allows none.
   std::optional<std::vector<std::string>> checkpoint_roots = std::vector<std::string>{};
   // Process 0, once before training when the job checkpoints or resumes: where it resumed from
   // and which checkpoints it skipped (damaged) and why.

@@ -20,9 +20,9 @@
 #include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "rpc/transport.h"
-#include "worker/compute/cpu_features.h"
-#include "worker/daemon/coordinator_store.h"
-#include "worker/daemon/work_files.h"
+#include "contract/cpu_features.h"
+#include "worker/sdk/coordinator_store.h"
+#include "base/files.h"
 #include "worker/sdk/program_impl.h"
 
 namespace substrax {
@@ -72,23 +72,6 @@ TransportOptions TransportOf(const v1::TransportSettings& t) {
   return options;
 }
 
-absl::StatusOr<v1::ProgramLaunch> ReadLaunch(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kLaunchEnv, " names ", path, ", which cannot be read: ", std::strerror(errno),
-        "; a program is started by a worker daemon, or without ", kLaunchEnv, " standalone"));
-  }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  v1::ProgramLaunch launch;
-  if (!launch.ParseFromString(contents.str()) || !launch.has_assignment()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kLaunchEnv, " names ", path, ", which holds no launch of a substrax worker"));
-  }
-  return launch;
-}
-
 // The standalone device count: SUBSTRAX_DEVICES when set, else the options'.
 absl::StatusOr<int> StandaloneDevices(int from_options) {
   const char* env = std::getenv(kDevicesEnv);
@@ -119,7 +102,7 @@ absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::Standalone(int devices
 }
 
 absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunch(const std::string& path) {
-  SUBSTRAX_ASSIGN_OR_RETURN(v1::ProgramLaunch launch, ReadLaunch(path));
+  SUBSTRAX_ASSIGN_OR_RETURN(v1::ProgramLaunch launch, ReadLaunchFile(path));
   return FromLaunchProto(std::move(launch));
 }
 
@@ -127,9 +110,9 @@ absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunchProto(
     v1::ProgramLaunch launch) {
   if (launch.sdk_version_major() != SUBSTRAX_VERSION_MAJOR) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the worker that started this program speaks SDK ", launch.sdk_version_major(),
+        "the agent that started this program speaks SDK ", launch.sdk_version_major(),
         ".x, but the program runs with the SDK library ", SUBSTRAX_VERSION_STRING,
-        ": rebuild the program against the SDK of the workers' release, or run it on workers of "
+        ": rebuild the program against the SDK of the agents' release, or run it on agents of "
         "release ", SUBSTRAX_VERSION_MAJOR, ".x"));
   }
   const v1::Assignment& assignment = launch.assignment();
@@ -168,6 +151,8 @@ absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunchProto(
         std::fflush(stderr);
         std::_Exit(1);
       });
+  // Every process of a job says in its log which part of which attempt it runs.
+  std::fprintf(stderr, "substrax: %s\n", DescribeLaunch(launch).c_str());
   program->launch_ = std::move(launch);
   // Tells the daemon the program is connected to its job (it stops programs that never are).
   if (const std::string& started = program->launch_->started_path(); !started.empty()) {
@@ -327,23 +312,6 @@ void ProgramImpl::WriteResult(v1::ReportAttemptStatusRequest result) const {
   WriteAttemptResult(*launch_, std::move(result));
 }
 
-void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatusRequest result) {
-  result.set_job_id(launch.assignment().job_id());
-  result.set_attempt(launch.assignment().attempt());
-  result.set_process_index(launch.assignment().process_index());
-  absl::Status written = WriteFileAtomically(launch.result_path(), result.SerializeAsString());
-  if (written.ok()) return;
-  // The exit status still says whether the program succeeded: the daemon reports exit status 0
-  // as SUCCEEDED (without final metrics), so only a successful program may exit 0.
-  std::string metrics;
-  for (const auto& [name, value] : result.final_metrics()) {
-    absl::StrAppend(&metrics, " ", name, "=", value);
-  }
-  std::fprintf(stderr, "substrax: result not written (%s); the exit status carries it%s%s\n",
-               written.ToString().c_str(), metrics.empty() ? "" : "; final metrics:",
-               metrics.c_str());
-  std::fflush(stderr);
-}
 
 int ProgramImpl::Finish(const absl::Status& trained) {
   absl::Status status = trained;

@@ -1,6 +1,6 @@
 // The SDK's Program (substrax/program.h), with what substrax's own runner needs beyond the
 // public surface: the launch, the rendezvous store, the coordinator's stub and raw step reports.
-// The built-in trainer (`substrax-worker run`) is a program on the SDK: it starts through the
+// The built-in trainer (`substrax-job run`) is a program on the SDK: it starts through the
 // same Init as a user's program and reports through the same channel.
 #ifndef SUBSTRAX_WORKER_SDK_PROGRAM_IMPL_H_
 #define SUBSTRAX_WORKER_SDK_PROGRAM_IMPL_H_
@@ -20,21 +20,16 @@
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "substrax/v1/program.pb.h"
 #include "worker/collectives/store.h"
-#include "worker/daemon/step_reporter.h"
+#include "worker/sdk/step_reporter.h"
 #include "core/model_catalog.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/device_connections.h"
-#include "worker/sdk/launch_env.h"
+#include "contract/launch.h"
 
 namespace substrax {
 
 // The environment variable that overrides InitOptions::standalone_devices.
 inline constexpr char kDevicesEnv[] = "SUBSTRAX_DEVICES";
-
-// Writes how the attempt's process ended to the launch's result file (job, attempt and process
-// filled in), for the daemon to report. A failure to write is printed to stderr; the exit status
-// then carries the outcome.
-void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatusRequest result);
 
 class ProgramImpl final : public Program {
  public:

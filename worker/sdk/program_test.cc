@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "substrax/substrax.h"
 #include "substrax/v1/program.pb.h"
+#include "contract/launch.h"
 #include "worker/sdk/program_impl.h"
 
 namespace substrax {
@@ -96,12 +97,12 @@ TEST(InitTest, LaunchFilesAreCheckedBeforeAnythingConnects) {
   other.set_sdk_version_major(SUBSTRAX_VERSION_MAJOR + 1);
   other.mutable_assignment()->set_job_id("j");
   const std::string newer = TempPath("newer-launch");
-  std::ofstream(newer, std::ios::binary) << other.SerializeAsString();
+  std::ofstream(newer) << EncodeLaunch(other);
   ScopedEnv launch("SUBSTRAX_LAUNCH", newer);
   absl::StatusOr<std::unique_ptr<Program>> program = Init();
   EXPECT_EQ(program.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(program.status().message(),
-              HasSubstr(absl::StrCat("worker that started this program speaks SDK ",
+              HasSubstr(absl::StrCat("agent that started this program speaks SDK ",
                                      SUBSTRAX_VERSION_MAJOR + 1)));
 }
 

@@ -1,0 +1,227 @@
+// WorkerDaemon: the agent on each host (`substrax-agent`), like a kubelet or the TorchElastic
+// agent. It registers the host's devices with the coordinator under a random incarnation, keeps
+// its lease with heartbeats, watches for assignments and runs one job process per job attempt
+// (the built-in trainer `substrax-job run`, or a program job's program), handing it its part
+// through the launch contract (launch.h). Cancelling or failing an attempt stops its
+// runner: SIGTERM, then SIGKILL after a grace period, to the runner's process group (its own
+// children go too). A runner that crashes never takes the daemon down; its exit status and the
+// tail of its stderr go back to the coordinator.
+//
+// Exactly once: a reopened assignment stream resumes after the last event received (epoch,
+// cursor); a (job, attempt, process) is launched at most once in the daemon's life, however
+// often its start event arrives; every heartbeat lists the runners the daemon has (running, or
+// ended with an outcome not yet acknowledged) and stops those the coordinator names.
+//
+// Fencing: a daemon that has not renewed its lease for heartbeat_timeout (counted on the
+// monotonic clock from the sending of its last successful heartbeat, so never later than the
+// coordinator's own count) stops its runners, because the coordinator is about to declare it
+// dead and restart their attempts elsewhere (a Ray raylet that lost the GCS does the same).
+// A daemon told its lease is gone waits for its runners to exit before it registers again, so
+// that its devices are never offered while an old runner still uses them.
+//
+// Logs: every runner's stdout and stderr go to its log file in the work dir, and a LogShipper
+// sends them to the coordinator as they grow; the files of an attempt whose log is not shipped to
+// its end are not cleaned up.
+//
+// Thread-safe: Stop() may be called from any thread (a signal handler thread).
+#ifndef SUBSTRAX_AGENT_DAEMON_H_
+#define SUBSTRAX_AGENT_DAEMON_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "rpc/health_server.h"
+#include "rpc/transport.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "agent/launch.h"
+#include "agent/log_shipper.h"
+#include "agent/work_files.h"
+
+namespace substrax {
+
+struct WorkerDaemonOptions {
+  // host:port of the coordinator (its worker-facing listener), and how to reach it; the runners
+  // get the same credentials.
+  std::string coordinator = "127.0.0.1:7070";
+  TransportOptions transport;
+  // This worker's name (default: its certificate's CN; with --insecure, the host name). With
+  // TLS it must be the certificate's CN.
+  std::string worker_id;
+  // The host name reported with the devices (default: gethostname()).
+  std::string host;
+  // The devices to offer (see devices.h): "cuda" (every visible GPU; needs a --config=cuda
+  // build) or "cpu:N". Empty: "cpu:<cpu_devices>".
+  std::string devices;
+  // CPU devices to offer when `devices` is empty (the --cpu-devices flag).
+  int cpu_devices = 1;
+  // Address this host's runners are reachable on by peers (Gloo, peer monitor).
+  std::string listen_host = "127.0.0.1";
+  // Where assignments, results and runner logs are written.
+  std::string work_dir = "/tmp/substrax-agent";
+  // The job binary, started as `<job_binary> run` for built-in jobs (--job-binary). Empty:
+  // `substrax-job` in the agent's own directory. Create checks that it can be executed.
+  std::string job_binary;
+  // Time a runner gets to exit after SIGTERM before SIGKILL.
+  absl::Duration stop_grace = absl::Seconds(10);
+  // Passed to runners: every collective must finish within this time.
+  absl::Duration collective_timeout = absl::Seconds(30);
+  // host:port of a plaintext grpc.health.v1 server for Kubernetes probes; empty: none. The
+  // server as a whole ("") is SERVING while the daemon runs (liveness never depends on peers);
+  // "substrax.worker.ready" is SERVING while the worker is registered with the coordinator.
+  std::string health_listen;
+  // The directories (absolute; normalized by Create, and each must exist) under which runners
+  // read job data: reported to the coordinator, which refuses jobs whose data paths lie
+  // elsewhere, and handed to each runner, which opens data files only beneath them. None:
+  // synthetic data only.
+  std::vector<std::string> data_roots;
+  // The same for checkpoints (--checkpoint-root): jobs write and read checkpoints only beneath
+  // them. None: the worker runs only jobs without checkpoints.
+  std::vector<std::string> checkpoint_roots;
+  // The directories (absolute; normalized by Create, and each must exist) from which program
+  // jobs (spec.program) may run programs: reported to the coordinator, which refuses jobs whose
+  // program lies elsewhere, and checked again, symlinks resolved, before each program starts
+  // (launch.h). None: the worker runs no program jobs.
+  std::vector<std::string> programs_dirs;
+  // A program that has not called substrax::Init (its started file, launch.h) this long after
+  // it was started is stopped (SIGTERM, SIGKILL after stop_grace) and its attempt fails as
+  // stalled.
+  absl::Duration program_init_timeout = absl::Seconds(60);
+  // Which ended attempts' files (assignment, log, result) in work_dir are deleted, and when:
+  // at start, every cleanup_interval and after each runner ends (work_files.h).
+  LogRetention log_retention;
+  absl::Duration cleanup_interval = absl::Minutes(1);
+  // How long a runner's outcome waits, after it exited, for the rest of its log to reach the
+  // coordinator (log_shipper.h), so that a job's logs are complete when it ends.
+  absl::Duration log_flush_timeout = absl::Seconds(3);
+};
+
+// The health service name that says a worker daemon is registered (readiness).
+inline constexpr char kWorkerReadyService[] = "substrax.worker.ready";
+
+class WorkerDaemon {
+ public:
+  // Discovers the devices to offer (DiscoverDevices). Errors: INVALID_ARGUMENT (bad options,
+  // unusable credentials, a --worker-id other than the certificate's CN, a bad device spec, a
+  // data root that is relative, has a ".." component, or is not an existing directory),
+  // FAILED_PRECONDITION ("cuda" without a usable GPU), UNIMPLEMENTED ("cuda"
+  // in a build without --config=cuda), UNAVAILABLE (work_dir cannot be created).
+  static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
+  ~WorkerDaemon();
+
+  // Registers (retrying with backoff while the coordinator is unreachable), then heartbeats,
+  // watches assignments and runs runners until Stop(). Errors: a registration the coordinator
+  // rejects (INVALID_ARGUMENT).
+  absl::Status Run();
+  // Stops every runner and makes Run() return.
+  void Stop();
+
+ private:
+  struct Runner {
+    pid_t pid = 0;
+    std::string job_id;
+    int attempt = 0;
+    int process_index = 0;
+    std::string result_path;
+    std::string stderr_path;
+    // A program job's program (spec.program.path; empty for the built-in runner), the file its
+    // substrax::Init creates, and when the daemon checks that it has: InfiniteFuture once done.
+    std::string program;
+    std::string started_path;
+    absl::Time init_deadline = absl::InfiniteFuture();
+    // Stopped for not calling substrax::Init in time.
+    bool init_timed_out = false;
+    bool stop_requested = false;
+    std::string stop_reason;
+    // When a runner told to stop gets SIGKILL (its group), unless it has exited by then.
+    absl::Time kill_at = absl::InfiniteFuture();
+    bool killed = false;
+    // The runner has exited; its outcome waits for the coordinator's acknowledgement.
+    bool ended = false;
+  };
+
+  WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices);
+  absl::Status Register();
+  void HeartbeatLoop();
+  void SetReady(bool ready);
+  void WatchLoop();
+  void Launch(const v1::Assignment& assignment);
+  // False, with a log line, when `job_id` (from the coordinator) is not a DNS-1123 label: it
+  // names files in the work dir, so anything else ("../x", "a/b") is refused before use.
+  bool CheckJobId(const std::string& job_id, absl::string_view what) const;
+  void Terminate(const std::string& key, const std::string& reason);
+  void TerminateAll(const std::string& reason);
+  // Waits until no runner is running (ended ones may wait for their acknowledgement), at most
+  // `timeout`. False at the deadline.
+  bool AwaitRunnersExited(absl::Duration timeout);
+  // The reaper of one runner (its own thread, joined by Housekeeping as soon as it is done):
+  // waits for the runner to exit and reports its outcome.
+  void Reap(int64_t reaper, std::string key, pid_t pid);
+  // One thread for the whole daemon: SIGKILLs runners whose stop grace is over, stops programs
+  // that missed their init timeout, joins finished reapers, and cleans the work dir (at start,
+  // every cleanup_interval, after a runner ends).
+  // Returns once the daemon is stopping and no runner is running.
+  void Housekeeping();
+  void CleanWorkDirNow();
+  // Stops every program whose init deadline has passed without its started file (Terminate),
+  // marking it timed out; done with each one's check.
+  void CheckProgramInits(const std::vector<std::string>& due);
+  // Reports a runner that could not be started (its files, fork) as FAILED.
+  void ReportLaunchFailure(const Runner& runner, const std::string& error);
+  // Delivers a runner's final status, retrying while the coordinator is unreachable (until
+  // acknowledged, refused, or the daemon stops).
+  void ReportStatus(const v1::ReportAttemptStatusRequest& request);
+  std::string Incarnation() const;
+
+  const WorkerDaemonOptions options_;
+  // What every launch shares (launch.h), from options_.
+  const LaunchSettings launch_settings_;
+  // What Register offers, discovered once by Create.
+  const std::vector<v1::Device> devices_;
+  std::shared_ptr<v1::CoordinatorService::Stub> stub_;
+  // Declared before the reapers: destroyed after they are joined (a reaper waits for its log).
+  std::unique_ptr<GrpcLogSink> log_sink_;
+  std::unique_ptr<LogShipper> log_shipper_;
+  std::unique_ptr<HealthServer> health_;
+  absl::Notification stopped_;
+
+  mutable absl::Mutex mu_;
+  std::string incarnation_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  absl::Duration heartbeat_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+  // When the last successful heartbeat (or registration) was sent, on the monotonic clock.
+  absl::Duration last_renewal_ ABSL_GUARDED_BY(mu_);
+  // The runners were stopped because the lease could not be renewed.
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
+  // The assignment stream's position: the (epoch, cursor) of the last event received by the
+  // current incarnation.
+  std::string watch_epoch_ ABSL_GUARDED_BY(mu_);
+  int64_t watch_cursor_ ABSL_GUARDED_BY(mu_) = 0;
+  // Runners by "job/attempt", until their outcome is acknowledged.
+  std::map<std::string, Runner> runners_ ABSL_GUARDED_BY(mu_);
+  // Every "job/attempt/process" ever launched by this daemon: never a second runner for one.
+  std::set<std::string> launched_ ABSL_GUARDED_BY(mu_);
+  // Reaper threads by id while their runner is running or its outcome being reported; the ids
+  // of those that are done, for Housekeeping to join. So threads never outlive their runner
+  // (and report) by more than a wakeup.
+  std::map<int64_t, std::thread> reapers_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> finished_reapers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_reaper_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread housekeeping_;
+};
+
+}  // namespace substrax
+
+#endif  // SUBSTRAX_AGENT_DAEMON_H_

@@ -1,0 +1,198 @@
+#include "agent/launch.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "contract/launch.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rpc/proto_time.h"
+
+namespace substrax {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const fs::path dir = fs::path(base ? base : "/tmp") / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+void WriteScript(const std::string& path, mode_t mode = 0755) {
+  std::ofstream(path) << "#!/bin/sh\nexit 0\n";
+  chmod(path.c_str(), mode);
+}
+
+LaunchSettings Settings(const std::string& programs_dir) {
+  LaunchSettings settings;
+  settings.worker_id = "w1";
+  settings.host = "h1";
+  settings.coordinator = "127.0.0.1:7070";
+  settings.transport.ca_file = "/etc/ca.pem";
+  settings.transport.cert_file = "/etc/w1.pem";
+  settings.transport.key_file = "/etc/w1.key";
+  settings.transport.reload_interval = absl::Seconds(30);
+  settings.listen_host = "10.0.0.1";
+  settings.collective_timeout = absl::Seconds(20);
+  settings.data_roots = {"/data"};
+  settings.checkpoint_roots = {"/ckpt"};
+  if (!programs_dir.empty()) settings.programs_dirs = {programs_dir};
+  settings.job_binary = "/usr/bin/substrax-job";
+  return settings;
+}
+
+v1::Assignment ProgramAssignment(const std::string& path) {
+  v1::Assignment a;
+  a.set_job_id("prog-1");
+  a.set_attempt(2);
+  a.set_process_index(1);
+  a.mutable_spec()->mutable_program()->set_path(path);
+  a.mutable_spec()->mutable_program()->add_args("--lr");
+  a.mutable_spec()->mutable_program()->add_args("0.1");
+  (*a.mutable_spec()->mutable_program()->mutable_env())["MY_VAR"] = "mine";
+  return a;
+}
+
+TEST(LaunchTest, TheLaunchFileNamesEverythingTheProcessNeeds) {
+  const std::string dir = TempDir("launch_file");
+  const v1::Assignment a = ProgramAssignment("/opt/p/train");
+  const AttemptFiles files = FilesOfAttempt(dir, a);
+  EXPECT_EQ(files.launch, dir + "/prog-1-attempt-2-process-1.launch");
+  EXPECT_EQ(files.started, dir + "/prog-1-attempt-2-process-1.started");
+  std::ofstream(files.started) << "";  // stale, from an earlier daemon
+  std::ofstream(files.result) << "stale";
+  ASSERT_TRUE(WriteAttemptFiles(Settings("/opt/p"), a, files).ok());
+  EXPECT_FALSE(fs::exists(files.started));
+  EXPECT_FALSE(fs::exists(files.result));
+  absl::StatusOr<v1::ProgramLaunch> read = ReadLaunchFile(files.launch);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const v1::ProgramLaunch& launch = *read;
+  // It holds the attempt's rendezvous secret: its owner's only.
+  EXPECT_EQ(fs::status(files.launch).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(launch.sdk_version_major(), 1);
+  EXPECT_EQ(launch.assignment().job_id(), "prog-1");
+  EXPECT_EQ(launch.coordinator(), "127.0.0.1:7070");
+  EXPECT_EQ(launch.transport().cert_file(), "/etc/w1.pem");
+  EXPECT_FALSE(launch.transport().insecure());
+  EXPECT_EQ(FromProtoDuration(launch.transport().reload_interval()), absl::Seconds(30));
+  EXPECT_EQ(launch.listen_host(), "10.0.0.1");
+  EXPECT_EQ(FromProtoDuration(launch.collective_timeout()), absl::Seconds(20));
+  EXPECT_THAT(launch.data_roots(), ElementsAre("/data"));
+  EXPECT_THAT(launch.checkpoint_roots(), ElementsAre("/ckpt"));
+  EXPECT_EQ(launch.result_path(), files.result);
+  EXPECT_EQ(launch.started_path(), files.started);
+  EXPECT_FALSE(fs::exists(dir + "/prog-1-attempt-2-process-1.assignment"));
+}
+
+TEST(LaunchTest, AProgramRunsWithItsArgumentsAndEnvironmentAndTheLaunchFile) {
+  const std::string dir = TempDir("program_command");
+  WriteScript(dir + "/train");
+  const v1::Assignment a = ProgramAssignment(dir + "/train");
+  const AttemptFiles files = FilesOfAttempt(dir, a);
+  setenv("MY_VAR", "the daemon's", 1);
+  absl::StatusOr<ChildCommand> command = BuildCommand(Settings(dir), a, files);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->binary, fs::canonical(dir + "/train").string());
+  EXPECT_THAT(command->argv, ElementsAre(dir + "/train", "--lr", "0.1"));
+  EXPECT_THAT(command->env, ::testing::Contains("MY_VAR=mine"));
+  EXPECT_THAT(command->env, ::testing::Not(::testing::Contains("MY_VAR=the daemon's")));
+  EXPECT_THAT(command->env, ::testing::Contains("SUBSTRAX_LAUNCH=" + files.launch));
+  EXPECT_EQ(command->env.back(), "SUBSTRAX_LAUNCH=" + files.launch);
+
+  // The built-in trainer: `substrax-job run` and nothing else; its launch comes the same way.
+  v1::Assignment builtin = a;
+  builtin.mutable_spec()->clear_program();
+  command = BuildCommand(Settings(dir), builtin, files);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->binary, "/usr/bin/substrax-job");
+  EXPECT_THAT(command->argv, ElementsAre("substrax-job", "run"));
+  EXPECT_EQ(command->env.back(), "SUBSTRAX_LAUNCH=" + files.launch);
+}
+
+TEST(LaunchTest, ChildEnvironmentReplacesVariablesOfTheSameName) {
+  char a[] = "A=1", b[] = "B=2", c[] = "C";
+  char* environment[] = {a, b, c, nullptr};
+  EXPECT_THAT(ChildEnvironment(environment, {{"B", "3"}, {"D", "4"}, {"B", "5"}}),
+              ElementsAre("A=1", "C", "B=5", "D=4"));
+}
+
+TEST(LaunchTest, ProgramChecksNameThePathTheHostAndTheReason) {
+  const std::string dir = TempDir("program_checks");
+  const std::string programs = dir + "/programs";
+  fs::create_directories(programs);
+  const LaunchSettings settings = Settings(programs);
+
+  absl::StatusOr<std::string> missing = CheckProgram(settings, programs + "/train");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(missing.status().message(),
+            absl::StrCat("program ", programs, "/train not found on host h1 (worker w1): No such "
+                         "file or directory; programs run from --programs-dir ", programs));
+
+  WriteScript(dir + "/outside");
+  fs::create_symlink(dir + "/outside", programs + "/escape");
+  absl::StatusOr<std::string> escape = CheckProgram(settings, programs + "/escape");
+  EXPECT_THAT(std::string(escape.status().message()),
+              HasSubstr(absl::StrCat("resolves to ", dir, "/outside on host h1 (worker w1), "
+                                     "outside every programs dir")));
+
+  // A relative symlink that stays inside is followed.
+  WriteScript(programs + "/real");
+  fs::create_symlink("real", programs + "/inside");
+  EXPECT_TRUE(CheckProgram(settings, programs + "/inside").ok());
+
+  fs::create_directories(programs + "/subdir");
+  EXPECT_THAT(std::string(CheckProgram(settings, programs + "/subdir").status().message()),
+              HasSubstr("is not a regular file (a directory)"));
+
+  WriteScript(programs + "/plain", 0644);
+  if (geteuid() != 0) {  // root may execute anything with an x bit; 0644 has none either way
+    EXPECT_THAT(std::string(CheckProgram(settings, programs + "/plain").status().message()),
+                HasSubstr("is not executable by the worker daemon: Permission denied"));
+  }
+
+  EXPECT_THAT(std::string(CheckProgram(settings, "/usr/bin/env").status().message()),
+              HasSubstr("program /usr/bin/env is not under a programs dir on host h1 (worker w1)"));
+  EXPECT_THAT(std::string(CheckProgram(Settings(""), "/usr/bin/env").status().message()),
+              HasSubstr("this worker has no --programs-dir, so it runs no programs"));
+}
+
+TEST(LaunchTest, StartChildRunsTheCommandWithItsEnvironmentIntoTheLog) {
+  const std::string dir = TempDir("start_child");
+  const std::string log = dir + "/out.log";
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ChildCommand command;
+  command.binary = "/bin/sh";
+  command.argv = {"sh", "-c", "echo \"$GREETING $0\"; exit 7"};
+  command.env = {"GREETING=hello"};
+  absl::StatusOr<pid_t> pid = StartChild(command, fd);
+  close(fd);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  int status = 0;
+  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+  std::ifstream in(log);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "hello sh");
+}
+
+}  // namespace
+}  // namespace substrax

@@ -1,0 +1,181 @@
+#include "agent/work_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace substrax {
+namespace {
+
+absl::Status ErrnoError(int error, absl::string_view what, const std::string& path) {
+  return absl::ErrnoToStatus(error, absl::StrCat(what, " ", path));
+}
+
+// The attempt a work-dir file belongs to ("<job>-attempt-<a>"), or "" for any other file.
+std::string AttemptOfFile(absl::string_view name) {
+  const size_t at = name.rfind("-attempt-");
+  if (at == absl::string_view::npos || at == 0) return "";
+  absl::string_view rest = name.substr(at + 9);
+  const size_t process = rest.find("-process-");
+  if (process == absl::string_view::npos) return "";
+  int attempt = 0;
+  if (!absl::SimpleAtoi(rest.substr(0, process), &attempt)) return "";
+  rest.remove_prefix(process + 9);
+  const size_t dot = rest.find('.');
+  int index = 0;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &index)) return "";
+  // "assignment": the files of agents before the launch contract, cleaned up as well.
+  static constexpr absl::string_view kKinds[] = {"assignment", "launch", "log", "result",
+                                                  "started"};
+  absl::string_view kind = rest.substr(dot + 1);
+  // A temporary file of an atomic write (base/files.h): `<name>.tmp.XXXXXX`.
+  if (const size_t tmp = kind.find(".tmp"); tmp != absl::string_view::npos) {
+    kind = kind.substr(0, tmp);
+  }
+  if (std::find(std::begin(kKinds), std::end(kKinds), kind) == std::end(kKinds)) return "";
+  return std::string(name.substr(0, at + 9 + process));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> TailOfFile(const std::string& path, size_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int error = errno;
+    close(fd);
+    return ErrnoError(error, "cannot stat", path);
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  const size_t from = size > max_bytes ? size - max_bytes : 0;
+  std::string tail(size - from, '\0');
+  size_t done = 0;
+  while (done < tail.size()) {
+    const ssize_t n = pread(fd, tail.data() + done, tail.size() - done, from + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close(fd);
+      return ErrnoError(error, "cannot read", path);
+    }
+    if (n == 0) break;  // truncated meanwhile
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  tail.resize(done);
+  return from > 0 ? "..." + tail : tail;
+}
+
+std::string AttemptFilePrefix(absl::string_view job_id, int attempt) {
+  return absl::StrCat(job_id, "-attempt-", attempt);
+}
+
+absl::StatusOr<CleanupResult> CleanWorkDir(const std::string& dir, const LogRetention& retention,
+                                           const std::set<std::string>& running, absl::Time now) {
+  struct Attempt {
+    std::vector<std::filesystem::path> files;
+    int64_t bytes = 0;
+    absl::Time newest = absl::InfinitePast();
+  };
+  std::map<std::string, Attempt> attempts;
+  CleanupResult result;
+  std::error_code error;
+  std::filesystem::directory_iterator it(dir, error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("cannot list work dir ", dir, ": ", error.message()));
+  }
+  for (; it != std::filesystem::directory_iterator(); it.increment(error)) {
+    if (error) break;
+    const std::string attempt = AttemptOfFile(it->path().filename().string());
+    if (attempt.empty()) continue;
+    struct stat st;
+    if (lstat(it->path().c_str(), &st) != 0) {
+      if (errno != ENOENT) result.errors.push_back(absl::StrCat(it->path().string(), ": ",
+                                                                std::strerror(errno)));
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) continue;
+    Attempt& a = attempts[attempt];
+    a.files.push_back(it->path());
+    a.bytes += st.st_size;
+    a.newest = std::max(a.newest, absl::TimeFromTimespec(st.st_mtim));
+  }
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("cannot list work dir ", dir, ": ", error.message()));
+  }
+  for (const auto& [name, a] : attempts) result.bytes_kept += a.bytes;
+  // Ended attempts, oldest first.
+  std::vector<std::pair<absl::Time, std::string>> ended;
+  for (const auto& [name, a] : attempts) {
+    if (running.count(name) == 0) ended.emplace_back(a.newest, name);
+  }
+  std::sort(ended.begin(), ended.end());
+  for (const auto& [newest, name] : ended) {
+    const bool too_old = retention.max_age > absl::ZeroDuration() && now - newest > retention.max_age;
+    const bool over_budget = retention.max_bytes > 0 && result.bytes_kept > retention.max_bytes;
+    if (!too_old && !over_budget) continue;
+    Attempt& a = attempts[name];
+    bool all = true;
+    for (const std::filesystem::path& file : a.files) {
+      struct stat st;
+      const int64_t bytes = lstat(file.c_str(), &st) == 0 ? st.st_size : 0;
+      if (unlink(file.c_str()) != 0 && errno != ENOENT) {
+        result.errors.push_back(absl::StrCat(file.string(), ": ", std::strerror(errno)));
+        all = false;
+        continue;
+      }
+      result.bytes_deleted += bytes;
+      result.bytes_kept -= bytes;
+    }
+    if (all) ++result.attempts_deleted;
+  }
+  return result;
+}
+
+absl::StatusOr<absl::Duration> ParseRetention(absl::string_view text) {
+  absl::Duration d;
+  int64_t days = 0;
+  absl::string_view number = text;
+  if (absl::ConsumeSuffix(&number, "d") && absl::SimpleAtoi(number, &days) && days >= 0) {
+    return absl::Hours(24 * days);
+  }
+  if (absl::ParseDuration(text, &d) && d >= absl::ZeroDuration() && d != absl::InfiniteDuration()) {
+    return d;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", text, "' is not an age such as 7d, 36h or 90m (0: no age limit)"));
+}
+
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
+  static constexpr std::pair<absl::string_view, int64_t> kUnits[] = {
+      {"TiB", int64_t{1} << 40}, {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20},
+      {"KiB", int64_t{1} << 10}, {"B", 1}};
+  absl::string_view number = absl::StripAsciiWhitespace(text);
+  int64_t unit = 1;
+  for (const auto& [suffix, bytes] : kUnits) {
+    if (absl::ConsumeSuffix(&number, suffix)) {
+      unit = bytes;
+      break;
+    }
+  }
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(number, &n) || n < 0 || n > INT64_MAX / unit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not a size such as 1GiB, 512MiB or 1048576 (0: no size limit)"));
+  }
+  return n * unit;
+}
+
+}  // namespace substrax

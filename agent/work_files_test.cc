@@ -1,0 +1,168 @@
+#include "agent/work_files.h"
+
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace substrax {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const fs::path dir = fs::path(base != nullptr ? base : "/tmp") / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// A file of `bytes` bytes whose modification time is `age` before `now`.
+void MakeFile(const std::string& path, size_t bytes, absl::Time now, absl::Duration age) {
+  std::ofstream(path, std::ios::binary) << std::string(bytes, 'x');
+  const timeval when = absl::ToTimeval(now - age);
+  const timeval times[2] = {when, when};
+  ASSERT_EQ(utimes(path.c_str(), times), 0) << path;
+}
+
+void MakeAttempt(const std::string& dir, const std::string& prefix, size_t log_bytes,
+                 absl::Time now, absl::Duration age) {
+  for (const char* kind : {".launch", ".result"}) {
+    MakeFile(absl::StrCat(dir, "/", prefix, "-process-0", kind), 100, now, age);
+  }
+  MakeFile(absl::StrCat(dir, "/", prefix, "-process-0.log"), log_bytes, now, age);
+}
+
+bool Exists(const std::string& dir, const std::string& prefix) {
+  return fs::exists(absl::StrCat(dir, "/", prefix, "-process-0.log"));
+}
+
+TEST(WorkFilesTest, TailOfALargeFileReadsOnlyTheEnd) {
+  const std::string path = TempDir("tail") + "/big.log";
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::string line(1023, 'a');
+    for (int i = 0; i < 64 * 1024; ++i) out << line << '\n';  // 64 MiB
+    out << "the last line\n";
+  }
+  absl::StatusOr<std::string> tail = TailOfFile(path, 2000);
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  EXPECT_EQ(tail->size(), 2003u);
+  EXPECT_TRUE(absl::StartsWith(*tail, "...a"));
+  EXPECT_TRUE(absl::EndsWith(*tail, "the last line\n"));
+}
+
+TEST(WorkFilesTest, TailOfASmallFileIsTheWholeFile) {
+  const std::string path = TempDir("tail-small") + "/small.log";
+  std::ofstream(path) << "only this\n";
+  EXPECT_EQ(*TailOfFile(path, 2000), "only this\n");
+  const absl::StatusOr<std::string> missing = TailOfFile(path + ".missing", 10);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), path + ".missing"));
+}
+
+TEST(WorkFilesTest, CleanupDeletesEndedAttemptsPastTheAgeButNeverRunningOnes) {
+  const std::string dir = TempDir("age");
+  const absl::Time now = absl::Now();
+  MakeAttempt(dir, "old-attempt-1", 10, now, absl::Hours(24 * 8));
+  MakeAttempt(dir, "old-running-attempt-2", 10, now, absl::Hours(24 * 30));
+  MakeAttempt(dir, "new-attempt-1", 10, now, absl::Hours(1));
+  MakeFile(dir + "/unrelated.txt", 10, now, absl::Hours(24 * 365));
+  LogRetention retention;
+  retention.max_age = absl::Hours(24 * 7);
+  absl::StatusOr<CleanupResult> r =
+      CleanWorkDir(dir, retention, {AttemptFilePrefix("old-running", 2)}, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->attempts_deleted, 1);
+  EXPECT_EQ(r->bytes_deleted, 210);
+  EXPECT_TRUE(r->errors.empty());
+  EXPECT_FALSE(Exists(dir, "old-attempt-1"));
+  EXPECT_FALSE(fs::exists(dir + "/old-attempt-1-process-0.result"));
+  EXPECT_TRUE(Exists(dir, "old-running-attempt-2"));
+  EXPECT_TRUE(Exists(dir, "new-attempt-1"));
+  EXPECT_TRUE(fs::exists(dir + "/unrelated.txt"));
+}
+
+TEST(WorkFilesTest, CleanupDeletesOldestFirstUntilUnderTheBudget) {
+  const std::string dir = TempDir("budget");
+  const absl::Time now = absl::Now();
+  // Each attempt takes 1200 bytes; the running one is the oldest and the largest.
+  MakeAttempt(dir, "running-attempt-1", 5000, now, absl::Hours(10));
+  MakeAttempt(dir, "a-attempt-1", 1000, now, absl::Hours(5));
+  MakeAttempt(dir, "b-attempt-1", 1000, now, absl::Hours(4));
+  MakeAttempt(dir, "c-attempt-1", 1000, now, absl::Hours(3));
+  LogRetention retention;
+  retention.max_bytes = 5200 + 1200;  // the running attempt and one more
+  absl::StatusOr<CleanupResult> r =
+      CleanWorkDir(dir, retention, {AttemptFilePrefix("running", 1)}, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->attempts_deleted, 2);
+  EXPECT_EQ(r->bytes_kept, 6400);
+  EXPECT_TRUE(Exists(dir, "running-attempt-1"));
+  EXPECT_FALSE(Exists(dir, "a-attempt-1"));
+  EXPECT_FALSE(Exists(dir, "b-attempt-1"));
+  EXPECT_TRUE(Exists(dir, "c-attempt-1"));
+  // A budget the running attempt alone exceeds deletes every ended attempt and nothing else.
+  retention.max_bytes = 100;
+  r = CleanWorkDir(dir, retention, {AttemptFilePrefix("running", 1)}, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(Exists(dir, "running-attempt-1"));
+  EXPECT_FALSE(Exists(dir, "c-attempt-1"));
+}
+
+TEST(WorkFilesTest, CleanupOfAMissingDirectoryNamesIt) {
+  const absl::StatusOr<CleanupResult> r =
+      CleanWorkDir("/nonexistent/substrax-work", LogRetention(), {}, absl::Now());
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "/nonexistent/substrax-work"));
+}
+
+TEST(WorkFilesTest, ParsesRetentionAndBudget) {
+  EXPECT_EQ(*ParseRetention("7d"), absl::Hours(168));
+  EXPECT_EQ(*ParseRetention("36h"), absl::Hours(36));
+  EXPECT_EQ(*ParseRetention("0"), absl::ZeroDuration());
+  EXPECT_FALSE(ParseRetention("a week").ok());
+  EXPECT_FALSE(ParseRetention("-1d").ok());
+  EXPECT_EQ(*ParseByteSize("1GiB"), int64_t{1} << 30);
+  EXPECT_EQ(*ParseByteSize("512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("4096"), 4096);
+  EXPECT_EQ(*ParseByteSize("0"), 0);
+  EXPECT_FALSE(ParseByteSize("1GB").ok());
+  EXPECT_FALSE(ParseByteSize("-1MiB").ok());
+}
+
+}  // namespace
+}  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST(WorkFilesTest, CleanupDeletesLaunchAndStartedFilesWithTheirAttempt) {
+  const std::string dir = TempDir("launch_files");
+  const absl::Time now = absl::Now();
+  // ".assignment": an older agent's file; ".launch.tmp.a1b2c3": an atomic write cut short.
+  for (const char* kind :
+       {".assignment", ".launch", ".started", ".log", ".result", ".launch.tmp.a1b2c3"}) {
+    std::ofstream(dir + "/prog-1-attempt-1-process-0" + kind) << "x";
+  }
+  LogRetention retention;
+  retention.max_age = absl::ZeroDuration();
+  retention.max_bytes = 1;
+  absl::StatusOr<CleanupResult> r = CleanWorkDir(dir, retention, {}, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->attempts_deleted, 1);
+  EXPECT_EQ(r->bytes_deleted, 6);
+  EXPECT_TRUE(fs::is_empty(dir));
+}
+
+}  // namespace
+}  // namespace substrax

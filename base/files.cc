@@ -1,0 +1,89 @@
+#include "base/files.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace substrax {
+namespace {
+
+absl::Status ErrnoError(int error, absl::string_view what, absl::string_view path) {
+  return absl::ErrnoToStatus(error, absl::StrCat(what, " ", path, ": ", std::strerror(error)));
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
+                                 mode_t mode) {
+  // A unique name per writer (mkstemp), so that two writers of one path never share a
+  // temporary file.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot create a temporary file beside", path);
+  auto fail = [&](absl::string_view what) {
+    const int error = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return ErrnoError(error, what, tmp);
+  };
+  // mkstemp creates 0600; the file gets its mode before a byte is written.
+  if (fchmod(fd, mode) != 0) return fail("cannot set the mode of");
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail("cannot write");
+    done += static_cast<size_t>(n);
+  }
+  // A full disk may only show at fsync or close (delayed allocation, NFS).
+  if (fsync(fd) != 0) return fail("cannot sync");
+  if (close(fd) != 0) {
+    const int error = errno;
+    unlink(tmp.c_str());
+    return ErrnoError(error, "cannot close", tmp);
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    unlink(tmp.c_str());
+    return absl::ErrnoToStatus(
+        error, absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(error)));
+  }
+  // The rename is durable once the directory is synced; best effort (the data already is).
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    fsync(dir_fd);
+    close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  std::string contents;
+  char buffer[65536];
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close(fd);
+      return ErrnoError(error, "cannot read", path);
+    }
+    if (n == 0) break;
+    contents.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return contents;
+}
+
+}  // namespace substrax
