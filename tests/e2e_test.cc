@@ -25,7 +25,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "substrax/v1/job.pb.h"
-#include "tests/chaos/harness.h"
+#include "tests/proc.h"
 #include "tests/credentials.h"
 #include "tests/process.h"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a block of 15 or more meaningful lines stands twice in the C++ sources.
 
-Reads *.cc, *.h and *.cu under core/, worker/, coordinator/ and client/ (or the folders given),
+Reads *.cc, *.h and *.cu under every C++ folder of the repository (or the folders given),
 leaving out generated files (*.pb.*) and test data (testdata/, fixtures/). Each file is
 normalised to its meaningful lines: whitespace stripped; blank lines, comment-only lines, lines
 of lone braces or punctuation and #include lines dropped. Every run of at least --min-lines
@@ -20,7 +20,8 @@ import os
 import re
 import sys
 
-DEFAULT_FOLDERS = ("core", "worker", "coordinator", "client")
+DEFAULT_FOLDERS = ("agent", "base", "bench", "client", "contract", "coordinator", "core",
+                   "examples", "proto", "rpc", "tests", "tools", "worker")
 EXTENSIONS = (".cc", ".h", ".cu")
 SKIPPED_DIRS = {"testdata", "fixtures", ".git"}
 PUNCTUATION_ONLY = re.compile(r"^[{}()\[\];,:]*$")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check of the workspace and ends with one summary line, "N passed, M failed":
-#   1. tools/check_duplicates.py: no block of 15 or more meaningful lines stands twice in
-#      core/, worker/, coordinator/, client/ (counted as one test);
+#   1. the source checks, one test each: tools/check_duplicates.py (no block of 15 or more
+#      meaningful lines stands twice in any C++ folder), tools/check_sizes.py (no C++ file over
+#      800 lines, no function outside tests over 120), tools/check_include_cycles.py (no two
+#      packages include each other, directly or around a cycle);
 #   2. bazel test //... (each test counted from Bazel's per-test results);
 #   3. the visibility probes: each target in VISIBILITY_PROBES depends across a forbidden edge
 #      (tools/visibility/BUILD.bazel) and must fail to build with a visibility error (one test
@@ -17,6 +19,13 @@ VISIBILITY_PROBES=(
   //coordinator/visibility_probe:coordinator_to_client
   //worker/collectives/visibility_probe:collectives_to_compute
   //worker/collectives/visibility_probe:collectives_to_data
+  //agent/visibility_probe:agent_to_runtime
+  //agent/visibility_probe:agent_to_compute
+  //agent/visibility_probe:agent_to_collectives
+  //agent/visibility_probe:agent_to_data
+  //agent/visibility_probe:agent_to_sdk
+  //worker/visibility_probe:job_to_agent
+  //worker/visibility_probe:job_to_agent_launch
 )
 
 log=$(mktemp)
@@ -26,15 +35,21 @@ passed=0
 failed=0
 exit_status=0
 
-echo "== tools/check_duplicates.py"
-if tools/check_duplicates.py; then
-  echo "//tools:check_duplicates PASSED"
-  passed=$((passed + 1))
-else
-  echo "//tools:check_duplicates FAILED: the blocks above stand twice; extract the shared code"
-  failed=$((failed + 1))
-  exit_status=1
-fi
+# source_check NAME WHAT-TO-DO-ON-FAILURE: runs tools/NAME.py, counted as one test.
+source_check() {
+  echo "== tools/$1.py"
+  if "tools/$1.py"; then
+    echo "//tools:$1 PASSED"
+    passed=$((passed + 1))
+  else
+    echo "//tools:$1 FAILED: $2"
+    failed=$((failed + 1))
+    exit_status=1
+  fi
+}
+source_check check_duplicates "the blocks above stand twice; extract the shared code"
+source_check check_sizes "split the files and functions above by concern"
+source_check check_include_cycles "the packages above include each other; move what both need"
 
 # The build runs with a strict action environment: CI (set by .ci/run's caller) reaches the tests
 # only when passed on, so that tests which may skip elsewhere must run there.

@@ -20,6 +20,7 @@
 #include "substrax/v1/job.pb.h"
 #include "substrax/v1/job_service.grpc.pb.h"
 #include "substrax/v1/metrics_service.grpc.pb.h"
+#include "tests/proc.h"
 #include "tests/process.h"
 
 namespace substrax::testing {
@@ -48,20 +49,6 @@ class TcpProxy {
   std::set<int> open_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
 };
-
-// A job process seen in /proc: its pid and the launch file it was started with (its
-// SUBSTRAX_LAUNCH: "<work-dir>/<job>-attempt-<a>-process-<p>.launch"), whatever it runs (the
-// built-in trainer, an SDK program, any executable).
-struct RunnerProcess {
-  pid_t pid = 0;
-  std::string launch;
-  bool stopped = false;  // state T (SIGSTOP)
-};
-
-// Every live process whose command line or launch file (SUBSTRAX_LAUNCH) mentions `dir`.
-std::vector<pid_t> ProcessesMentioning(const std::string& dir);
-// The job processes whose launch file lies under `dir`, alive now (not their own children).
-std::vector<RunnerProcess> RunnersUnder(const std::string& dir);
 
 // Polls /proc in the background: every job process pid ever seen, by launch file, and the
 // highest number of runners of one job alive at the same instant.
