@@ -31,6 +31,7 @@
 #include "contract/cpu_features.h"
 #include "contract/devices.h"
 #include "agent/runner_outcome.h"
+#include "base/backoff.h"
 
 namespace substrax {
 namespace {
@@ -240,8 +241,7 @@ absl::Status WorkerDaemon::Register() {
   for (const std::string& dir : options_.programs_dirs) request.add_programs_dirs(dir);
   // Retries only while the coordinator is unreachable (UNAVAILABLE / DEADLINE_EXCEEDED), with
   // exponential backoff and jitter up to 5 s, until stopped; anything else is the caller's to fix.
-  absl::Duration backoff = absl::Milliseconds(100);
-  absl::BitGen gen;
+  Backoff backoff({.initial = absl::Milliseconds(100), .max = absl::Seconds(5)});
   while (!stopped_.HasBeenNotified()) {
     grpc::ClientContext context;
     // Wait (up to the deadline) for a connection rather than fail at once with the last
@@ -284,8 +284,7 @@ absl::Status WorkerDaemon::Register() {
     }
     Log(absl::StrCat("coordinator ", options_.coordinator, " unreachable (",
                      status.error_message(), "); retrying"));
-    stopped_.WaitForNotificationWithTimeout(backoff * absl::Uniform(gen, 0.5, 1.5));
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    stopped_.WaitForNotificationWithTimeout(*backoff.Next());
   }
   return absl::CancelledError("stopped before registering");
 }
@@ -743,8 +742,7 @@ void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {
   // ended must not be lost to an outage. Backoff doubles with jitter up to 1 s (a restarted
   // coordinator hears of it within about a second); the retries end when the daemon stops.
   // Other errors (the attempt already ended) are final.
-  absl::Duration backoff = absl::Milliseconds(100);
-  absl::BitGen gen;
+  Backoff backoff({.initial = absl::Milliseconds(100), .max = absl::Seconds(1)});
   while (true) {
     grpc::ClientContext context;
     context.set_wait_for_ready(true);
@@ -761,12 +759,11 @@ void WorkerDaemon::ReportStatus(const v1::ReportAttemptStatusRequest& request) {
                        status.error_message()));
       return;
     }
-    if (stopped_.WaitForNotificationWithTimeout(backoff * absl::Uniform(gen, 0.5, 1.5))) {
+    if (stopped_.WaitForNotificationWithTimeout(*backoff.Next())) {
       Log(absl::StrCat("could not report the status of job ", request.job_id(),
-                       ": the daemon stopped while the coordinator was unreachable"));
+                       ": the agent stopped while the coordinator was unreachable"));
       return;
     }
-    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
 }
 

@@ -1,12 +1,15 @@
 #include "agent/log_shipper.h"
 
+#include <optional>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <optional>
 
+#include "base/backoff.h"
 #include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -106,21 +109,22 @@ void LogShipper::Forget(const Key& key, const std::string& why) {
 }
 
 void LogShipper::Loop() {
-  absl::Duration backoff = absl::ZeroDuration();
-  absl::BitGen gen;
+  // Retried: UNAVAILABLE and DEADLINE_EXCEEDED (coordinator restarting or unreachable), with
+  // exponential backoff and jitter up to max_backoff; no deadline, as logs of a running job
+  // keep coming and the offsets make a late retry harmless.
+  Backoff backoff({.initial = options_.initial_backoff, .max = options_.max_backoff});
+  // Set after a failed round: the wait before the next.
+  std::optional<absl::Duration> retry_wait;
   while (true) {
     std::vector<Key> keys;
     {
       absl::MutexLock lock(&mu_);
       // A round every interval, at once when a runner ended; after a failure, the backoff (an
       // ended runner does not cut it short: the coordinator is unreachable).
-      auto ready = [this, &backoff]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || (wake_ && backoff == absl::ZeroDuration());
+      auto ready = [this, &retry_wait]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || (wake_ && !retry_wait.has_value());
       };
-      const absl::Duration wait =
-          backoff > absl::ZeroDuration() ? backoff * absl::Uniform(gen, 0.5, 1.5)
-                                         : options_.interval;
-      mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+      mu_.AwaitWithTimeout(absl::Condition(&ready), retry_wait.value_or(options_.interval));
       if (stopping_) return;
       wake_ = false;
       for (const auto& [key, entry] : logs_) keys.push_back(key);
@@ -141,11 +145,12 @@ void LogShipper::Loop() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
-    // Retried: UNAVAILABLE and DEADLINE_EXCEEDED (coordinator restarting or unreachable), with
-    // exponential backoff and jitter up to max_backoff; no deadline, as logs of a running job
-    // keep coming and the offsets make a late retry harmless.
-    backoff = failed ? std::clamp(backoff * 2, options_.initial_backoff, options_.max_backoff)
-                     : absl::ZeroDuration();
+    if (failed) {
+      retry_wait = backoff.Next();
+    } else {
+      backoff.Reset();
+      retry_wait.reset();
+    }
   }
 }
 

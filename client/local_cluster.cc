@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/files.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -77,21 +78,10 @@ absl::StatusOr<std::vector<LocalProcess>> ReadPidFile(absl::string_view state_di
 
 absl::Status WritePidFile(absl::string_view state_dir,
                           const std::vector<LocalProcess>& processes) {
-  const std::string path = PidFilePath(state_dir);
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << FormatPidFile(processes);
-    if (!out.flush()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  const absl::Status written =
+      WriteFileAtomically(PidFilePath(state_dir), FormatPidFile(processes));
+  if (written.ok()) return written;
+  return absl::FailedPreconditionError(written.message());
 }
 
 void RemoveClusterFiles(absl::string_view state_dir) {

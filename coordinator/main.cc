@@ -21,6 +21,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "base/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -212,9 +213,12 @@ int Serve(Flags& f, Authenticator* auth, const sigset_t& signals) {
   }
   const std::string address = DialAddress(f.server.listen, (*server)->port());
   if (!f.address_file.empty()) {
-    const std::string temp = f.address_file + ".tmp";
-    std::ofstream(temp) << address << "\n";
-    std::rename(temp.c_str(), f.address_file.c_str());
+    // Tests and `local up` wait for this file: a write that fails must say so, not leave them
+    // waiting.
+    if (absl::Status s = WriteFileAtomically(f.address_file, address + "\n"); !s.ok()) {
+      std::cerr << "substrax-coordinator: --address-file: " << s.message() << "\n";
+      return 1;
+    }
   }
   std::cerr << "substrax-coordinator: serving "
             << (f.server.transport.insecure ? "plaintext (--insecure)" : "mutual TLS") << " on "

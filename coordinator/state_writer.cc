@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "base/backoff.h"
+
 namespace substrax {
 
 StateWriter::StateWriter(StateStore* store) : store_(store) {
@@ -107,9 +109,9 @@ int64_t StateWriter::failed_commits() const {
 }
 
 void StateWriter::Run() {
-  const absl::Duration kFirstBackoff = absl::Milliseconds(50);
-  const absl::Duration kMaxBackoff = absl::Seconds(5);
-  absl::Duration backoff = kFirstBackoff;
+  // A failed commit (SQLite busy, disk full) is retried until it succeeds or the coordinator
+  // stops: what the batch holds was acknowledged to no one yet, and nothing else can store it.
+  Backoff backoff({.initial = absl::Milliseconds(50), .max = absl::Seconds(5), .jitter = 0});
   absl::MutexLock lock(&mu_);
   auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || next_ticket_ - 1 > committed_;
@@ -139,7 +141,7 @@ void StateWriter::Run() {
     if (status.ok()) {
       committed_ = through;
       ++commits_;
-      backoff = kFirstBackoff;
+      backoff.Reset();
       if (on_commit_) {
         std::function<void()> callback = on_commit_;
         mu_.Unlock();
@@ -178,8 +180,7 @@ void StateWriter::Run() {
     logs_.insert(logs_.begin(), std::make_move_iterator(batch.log_chunks.begin()),
                  std::make_move_iterator(batch.log_chunks.end()));
     if (stopping_) return;  // the last try failed: the store is gone with the process
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff);
-    backoff = std::min(2 * backoff, kMaxBackoff);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), *backoff.Next());
   }
 }
 

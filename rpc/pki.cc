@@ -23,6 +23,7 @@
 #include <memory>
 #include <utility>
 
+#include "base/files.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -333,50 +334,13 @@ std::string Hex(const unsigned char* data, size_t size) {
       absl::string_view(reinterpret_cast<const char*>(data), size));
 }
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view content,
-                                 mode_t mode) {
-  auto error = [&path](absl::string_view what) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write ", path, ": ", what, ": ", std::strerror(errno),
-                     "; check that its directory exists and is writable"));
-  };
-  std::string temp = absl::StrCat(path, ".tmp.XXXXXX");
-  // mkstemp creates the file 0600 before a byte is written, so a key is never readable by others.
-  const int fd = mkstemp(temp.data());
-  if (fd < 0) return error("creating a temporary file beside it");
-  auto fail = [&](absl::string_view what) {
-    absl::Status status = error(what);
-    close(fd);
-    unlink(temp.c_str());
-    return status;
-  };
-  if (fchmod(fd, mode) != 0) return fail("fchmod");
-  for (size_t done = 0; done < content.size();) {
-    const ssize_t n = write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("write");
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) return fail("fsync");
-  if (close(fd) != 0) {
-    absl::Status status = error("close");
-    unlink(temp.c_str());
-    return status;
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status status = error(absl::StrCat("renaming ", temp, " over it"));
-    unlink(temp.c_str());
-    return status;
-  }
-  // The rename is durable once the directory is synced; best effort (the data already is).
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-  return absl::OkStatus();
+// base/files.h's atomic write (the file gets `mode` before a byte of a key is written), with
+// what to check when it fails.
+absl::Status WriteFileChecked(const std::string& path, absl::string_view content, mode_t mode) {
+  const absl::Status written = WriteFileAtomically(path, content, mode);
+  if (written.ok()) return written;
+  return absl::FailedPreconditionError(absl::StrCat(
+      written.message(), "; check that its directory exists and is writable"));
 }
 
 }  // namespace
@@ -606,11 +570,11 @@ std::string RandomToken(int bytes) {
 }
 
 absl::Status WritePrivateFile(const std::string& path, absl::string_view content) {
-  return WriteFileAtomically(path, content, 0600);
+  return WriteFileChecked(path, content, 0600);
 }
 
 absl::Status WritePublicFile(const std::string& path, absl::string_view content) {
-  return WriteFileAtomically(path, content, 0644);
+  return WriteFileChecked(path, content, 0644);
 }
 
 }  // namespace substrax::pki

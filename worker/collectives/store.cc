@@ -12,6 +12,8 @@
 #include <system_error>
 #include <thread>
 
+#include "base/backoff.h"
+#include "base/files.h"
 #include "absl/strings/str_cat.h"
 
 namespace substrax {
@@ -68,30 +70,18 @@ std::string FileStore::PathOf(const std::string& key) const {
 }
 
 absl::Status FileStore::Set(const std::string& key, const std::string& value) {
-  const std::string path = PathOf(key);
-  // A unique temporary name per writer; rename(2) makes the value appear whole.
-  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".",
-                                        std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << value;
-    out.close();
-    if (!out) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot write store key '", key, "' to ", temp, ": ", std::strerror(errno)));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot publish store key '", key, "' at ", path,
-                                               ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  // Atomic (a unique temporary file per writer, renamed into place): a reader sees the whole
+  // value or none.
+  const absl::Status written = WriteFileAtomically(PathOf(key), value);
+  if (written.ok()) return written;
+  return absl::UnavailableError(
+      absl::StrCat("cannot publish store key '", key, "': ", written.message()));
 }
 
 absl::StatusOr<std::string> FileStore::Get(const std::string& key, absl::Duration timeout) {
   const std::string path = PathOf(key);
   const absl::Time deadline = absl::Now() + timeout;
-  absl::Duration backoff = absl::Milliseconds(1);
+  Backoff backoff({.initial = absl::Milliseconds(1), .max = absl::Milliseconds(50), .jitter = 0});
   // Polls until the file exists or the deadline passes; only "not there yet" is retried.
   while (true) {
     std::ifstream in(path, std::ios::binary);
@@ -106,8 +96,7 @@ absl::StatusOr<std::string> FileStore::Get(const std::string& key, absl::Duratio
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) return KeyNotSet(key, timeout);
-    absl::SleepFor(std::min(backoff, deadline - now));
-    backoff = std::min(backoff * 2, absl::Milliseconds(50));
+    absl::SleepFor(std::min(*backoff.Next(now), deadline - now));
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "base/backoff.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -115,8 +116,7 @@ void StepReporter::Deliver(std::vector<v1::StepReport> batch) {
   request.set_job_id(options_.job_id);
   request.set_attempt(options_.attempt);
   for (v1::StepReport& r : batch) *request.add_reports() = std::move(r);
-  absl::Duration backoff = options_.initial_backoff;
-  absl::BitGen gen;
+  Backoff backoff({.initial = options_.initial_backoff, .max = options_.max_backoff});
   int failures = 0;
   while (true) {
     absl::Time deadline;
@@ -166,9 +166,8 @@ void StepReporter::Deliver(std::vector<v1::StepReport> batch) {
       }
       absl::MutexLock lock(&mu_);
       auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-      mu_.AwaitWithTimeout(absl::Condition(&stopping), backoff * absl::Uniform(gen, 0.5, 1.5));
+      mu_.AwaitWithTimeout(absl::Condition(&stopping), *backoff.Next());
       LogDropsLocked(/*force=*/false);
-      backoff = std::min(backoff * 2, options_.max_backoff);
       continue;
     }
     if ((absl::IsResourceExhausted(status) || absl::IsInvalidArgument(status)) && n > 1) {
