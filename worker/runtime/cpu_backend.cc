@@ -16,6 +16,7 @@
 #include "worker/compute/optimizer.h"
 #include "worker/data/sampler.h"
 #include "worker/runtime/device_state.h"
+#include "worker/runtime/sharded_update.h"
 #include "worker/tensor/aligned_floats.h"
 
 namespace substrax {
@@ -69,7 +70,9 @@ std::shared_ptr<ShardedUpdateGroup> MakeShardedUpdateGroup(int size) {
 
 namespace {
 
-class CpuBackend final : public DeviceBackend {
+// With a sharded update's group the backend is also its BlockUpdate: the reducer it brings
+// (OwnGradientReducer) updates this device's block and fetches the others'.
+class CpuBackend final : public DeviceBackend, public BlockUpdate {
  public:
   CpuBackend(std::unique_ptr<Model> model, std::shared_ptr<CpuState> state,
              std::shared_ptr<ShardedUpdateGroup> group, int rank,
@@ -135,10 +138,14 @@ class CpuBackend final : public DeviceBackend {
     return UpdateFromViews(*state_.optimizer, views_, &state_.params);
   }
 
-  bool shards_update() const override { return group_ != nullptr; }
+  absl::StatusOr<std::unique_ptr<GradientReducer>> OwnGradientReducer(
+      const GradientReducerSetup& setup) override {
+    if (group_ == nullptr) return nullptr;
+    return CreateShardedUpdate(setup, *this, *this);
+  }
 
   absl::Status ApplyGradientBlock(int64_t begin, int64_t end, int64_t step) override {
-    if (group_ == nullptr) return DeviceBackend::ApplyGradientBlock(begin, end, step);
+    if (group_ == nullptr) return absl::FailedPreconditionError(kUnsharded);
     if (slots_.empty()) return absl::FailedPreconditionError("no gradient buffer: call BindGradients");
     std::vector<ParamRange> ranges;
     ForEachPiece(begin, end, [&](const FlatSlot& slot, int64_t lo, int64_t hi) {
@@ -148,7 +155,7 @@ class CpuBackend final : public DeviceBackend {
   }
 
   absl::Status FetchPeerBlocks(int64_t block, int rank, int size) override {
-    if (group_ == nullptr) return DeviceBackend::FetchPeerBlocks(block, rank, size);
+    if (group_ == nullptr) return absl::FailedPreconditionError(kUnsharded);
     if (rank != rank_ || size != group_->size() || block <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sharded update: fetching as rank ", rank, " of ", size, " (block ", block,
@@ -225,6 +232,8 @@ class CpuBackend final : public DeviceBackend {
   }
 
  private:
+  static constexpr const char* kUnsharded = "this device does not shard its update";
+
   // Calls f(slot, lo, hi) for each parameter's piece [lo, hi) of the layout's [begin, end).
   template <typename F>
   void ForEachPiece(int64_t begin, int64_t end, F f) const {
@@ -259,7 +268,8 @@ class CpuBackend final : public DeviceBackend {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCpuBackend(BackendSetup setup) {
+absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCpuBackend(BackendSetup setup,
+                                                                CpuShardedUpdate sharded) {
   SUBSTRAX_RETURN_IF_ERROR(CheckCpuKernels());
   const v1::JobSpec& spec = *setup.spec;
   TensorParallelism tp;
@@ -282,20 +292,20 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCpuBackend(BackendSetup set
   };
   SUBSTRAX_ASSIGN_OR_RETURN(CpuState initial, init());
   auto state = std::make_shared<CpuState>(std::move(initial));
-  if (setup.sharded_update != nullptr) {
+  if (sharded.group != nullptr) {
     if (setup.model_axis != nullptr) {
       return absl::InvalidArgumentError(
           "the update is sharded only along a data axis alone; this device has a model axis");
     }
     SUBSTRAX_RETURN_IF_ERROR(PrepareRangeUpdates(*state->optimizer, state->params));
-    SUBSTRAX_RETURN_IF_ERROR(setup.sharded_update->Join(setup.sharded_update_rank, state));
+    SUBSTRAX_RETURN_IF_ERROR(sharded.group->Join(sharded.rank, state));
   }
   SUBSTRAX_ASSIGN_OR_RETURN(
       std::unique_ptr<Prefetcher<Batch>> batches,
       PrefetchToDevice(std::move(setup.batches), spec.data().prefetch_size()));
   return std::unique_ptr<DeviceBackend>(
-      new CpuBackend(std::move(model), std::move(state), std::move(setup.sharded_update),
-                     setup.sharded_update_rank, std::move(batches)));
+      new CpuBackend(std::move(model), std::move(state), std::move(sharded.group), sharded.rank,
+                     std::move(batches)));
 }
 
 }  // namespace substrax

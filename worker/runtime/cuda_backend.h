@@ -12,7 +12,6 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "worker/runtime/cpu_backend.h"
 #include "worker/runtime/device_backend.h"
 
 namespace substrax {

@@ -7,8 +7,9 @@
 // A step, as the loop drives it:
 //   MarkPhase(kData); NextBatch();
 //   MarkPhase(kCompute); ComputeGradients();        -> the flat gradient buffer
-//   MarkPhase(kCollective); <all-reduce buckets of the buffer on execution_context()>
-//   MarkPhase(kCompute); ApplyGradients();
+//   MarkPhase(kCollective); <the step's GradientReducer: all-reduce buckets of the buffer on
+//                            execution_context(), see gradient_reducer.h>
+//   MarkPhase(kCompute); ApplyGradients();       (or the backend's own reducer's update)
 // A backend may queue its work and return (CUDA); everything it queues is ordered on its
 // execution context, which is where the loop's collectives go too. Such a backend says so with
 // max_steps_in_flight() > 0: the loop then does not wait for the gradient reduction before
@@ -22,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,8 +33,11 @@
 #include "absl/time/time.h"
 #include "core/model_catalog.h"
 #include "worker/collectives/communicator.h"
+#include "substrax/v1/job.pb.h"
 #include "worker/data/dataset.h"
+#include "worker/data/prefetch.h"
 #include "worker/runtime/gradient_buckets.h"
+#include "worker/runtime/gradient_reducer.h"
 #include "worker/tensor/tensor.h"
 
 namespace substrax {
@@ -41,6 +46,21 @@ namespace substrax {
 enum class Phase { kData = 0, kCompute = 1, kCollective = 2 };
 inline constexpr int kNumPhases = 3;
 using PhaseSeconds = std::array<double, kNumPhases>;
+
+// What a backend is built from, whatever its kind (CreateCpuBackend, CreateCudaBackend).
+struct BackendSetup {
+  // A defaulted, validated spec: model, optimizer, seed, data.prefetch_size.
+  const v1::JobSpec* spec = nullptr;
+  int64_t num_features = 0;
+  // The device: its index among its host's devices of its kind (the CUDA ordinal).
+  int local_index = 0;
+  // Tensor parallelism: the communicator of the model axis (null without one) and this
+  // device's coordinate on it.
+  Communicator* model_axis = nullptr;
+  int64_t model_index = 0;
+  // This device's training batches, in order.
+  Producer<Batch> batches;
+};
 
 class DeviceBackend {
  public:
@@ -79,30 +99,15 @@ class DeviceBackend {
   // One optimizer update of the parameters from the gradient buffer.
   virtual absl::Status ApplyGradients() = 0;
 
-  // The sharded update (ZeRO stage 1 inside a process): the devices along the data axis of a
-  // process each update one block of the parameters and hand it to the others (the CPU backend
-  // given a ShardedUpdateGroup). The loop then reduce-scatters the gradient buffer over the data
-  // axis (each device holds the mean of its block), calls ApplyGradientBlock for that block
-  // instead of ApplyGradients, waits at a barrier of the axis, and calls FetchPeerBlocks.
-  virtual bool shards_update() const { return false; }
-  // The update of step `step` (1 for the first) of the values at [begin, end) of the gradient
-  // layout, from the buffer's values there. The devices of the group call it at once for their
-  // disjoint blocks.
-  virtual absl::Status ApplyGradientBlock(int64_t begin, int64_t end, int64_t step) {
-    (void)begin;
-    (void)end;
-    (void)step;
-    return absl::UnimplementedError(kNoShardedUpdate);
-  }
-  // After every device of the group has updated its block: copies the other blocks (block q is
-  // values [q * block, (q + 1) * block) of the layout, updated by the device of rank q of the
-  // data axis; this device is `rank` of `size`) from their devices into this device's
-  // parameters.
-  virtual absl::Status FetchPeerBlocks(int64_t block, int rank, int size) {
-    (void)block;
-    (void)rank;
-    (void)size;
-    return absl::UnimplementedError(kNoShardedUpdate);
+  // A backend that reduces and applies the gradients its own way (gradient_reducer.h) returns
+  // its reducer here, having bound the gradient buffer itself; null (the default): the loop
+  // chooses its own and binds the buffer as setup.layout. The CPU backend brings its sharded
+  // update (sharded_update.h) when given a ShardedUpdateGroup. Errors: the reducer's (the loop
+  // stops before the first step).
+  virtual absl::StatusOr<std::unique_ptr<GradientReducer>> OwnGradientReducer(
+      const GradientReducerSetup& setup) {
+    (void)setup;
+    return nullptr;
   }
 
   // The metric sums since the last call (waiting for the device), then zero.
@@ -136,8 +141,6 @@ class DeviceBackend {
   }
 
  private:
-  static constexpr const char* kNoShardedUpdate =
-      "this backend does not shard the update between devices";
   static constexpr const char* kNoCheckpoints =
       "spec.checkpoint: this backend cannot save or restore its state yet (checkpoints run on "
       "CPU devices); remove the checkpoint section or run the job on CPU workers";

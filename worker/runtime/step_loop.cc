@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <deque>
 #include <map>
-#include <optional>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
-#include "worker/runtime/overlapped_reduction.h"
+#include "worker/runtime/gradient_reducer.h"
 
 namespace substrax {
 namespace {
@@ -36,11 +36,10 @@ std::map<std::string, PartitionSpec> Specs(const DeviceBackend& backend) {
 
 // The pmap path, as the guide writes it with axis names: every gradient averaged over "data",
 // then the gradients of the parameters tensor parallelism replicates over "model".
-std::vector<std::pair<std::string, GradientPlan>> ExplicitPlans(const Mesh& mesh,
-                                                              const FlatLayout& layout,
-                                                              const DeviceBackend& backend) {
-  std::vector<std::pair<std::string, GradientPlan>> plans;
-  if (mesh.HasAxis(kDataAxis)) plans.emplace_back(kDataAxis, PlanOverAxis(kDataAxis, layout));
+std::vector<GradientPlan> ExplicitPlans(const Mesh& mesh, const FlatLayout& layout,
+                                        const DeviceBackend& backend) {
+  std::vector<GradientPlan> plans;
+  if (mesh.HasAxis(kDataAxis)) plans.push_back(PlanOverAxis(kDataAxis, layout));
   if (mesh.HasAxis(kModelAxis)) {
     std::map<std::string, PartitionSpec> split_everywhere;
     for (const ParamSpec& p : backend.params()) {
@@ -48,16 +47,91 @@ std::vector<std::pair<std::string, GradientPlan>> ExplicitPlans(const Mesh& mesh
         split_everywhere[p.name] = PartitionSpec::Of({std::string(kModelAxis)});
       }
     }
-    plans.emplace_back(kModelAxis, PlanBySharding({kModelAxis}, layout, split_everywhere));
+    plans.push_back(PlanBySharding({kModelAxis}, layout, split_everywhere));
   }
   return plans;
 }
 
+// The reducer of every step, chosen once: the backend's own (the CPU backend's sharded update),
+// else the pmap path's, else overlapped where it can be taken (StepLoopOptions::overlap_gradients
+// says where), else the shardings' after the backward pass.
+absl::StatusOr<std::unique_ptr<GradientReducer>> ChooseGradientReducer(
+    const StepLoopOptions& options, const DeviceContext& ctx, DeviceBackend& backend) {
+  GradientReducerSetup setup;
+  setup.mesh = ctx.mesh;
+  setup.comms = ctx.comms;
+  setup.layout = GradientLayout(backend);
+  setup.explicit_collectives = options.explicit_collectives;
+  setup.gradients = options.gradients;
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<GradientReducer> own,
+                            backend.OwnGradientReducer(setup));
+  if (own != nullptr) return own;
+  SUBSTRAX_ASSIGN_OR_RETURN(float* grads, backend.BindGradients(setup.layout));
+  const int64_t bucket_bytes = options.gradients.bucket_bytes;
+  const ExecutionContext exec = backend.execution_context();
+  if (options.explicit_collectives) {
+    return MakeExplicitReducer(*ctx.comms, ExplicitPlans(*ctx.mesh, setup.layout, backend), grads,
+                               bucket_bytes, exec);
+  }
+  GradientPlan plan = PlanBySharding(ctx.mesh->axis_names(), setup.layout, Specs(backend));
+  absl::StatusOr<Communicator*> model_axis = ctx.comms->Axis(kModelAxis);
+  const bool tensor_parallel = model_axis.ok() && (*model_axis)->size() > 1;
+  if (options.overlap_gradients && backend.max_steps_in_flight() == 0 && !tensor_parallel) {
+    return MakeOverlappedReducer(backend, *ctx.comms, plan, grads, bucket_bytes);
+  }
+  return MakeFlatReducer(*ctx.comms, std::move(plan), grads, bucket_bytes, exec);
+}
+
+// On an asynchronous backend the step's reductions stay in flight (the device orders the update
+// after them) and are collected here: oldest first, at each report, at the end, and whenever
+// more than max_steps_in_flight steps are outstanding, so that a failure surfaces within a
+// bounded number of steps and the handles do not pile up.
+class InFlightReductions {
+ public:
+  explicit InFlightReductions(int max_steps)
+      : max_steps_(static_cast<size_t>(std::max(0, max_steps))) {}
+
+  // Where the step's reducer leaves its handles; null: it waits for its collectives itself.
+  std::vector<CollectiveEvent>* step_events() { return max_steps_ > 0 ? &step_events_ : nullptr; }
+  // After step `step`'s update: keeps its handles, collects what is beyond the bound.
+  absl::Status EndStep(int64_t step, const char* what) {
+    if (max_steps_ == 0) return absl::OkStatus();
+    steps_.push_back({step, what, std::move(step_events_)});
+    step_events_.clear();
+    return Collect(max_steps_);
+  }
+  // Collects every step's reductions: errors annotated with the step that issued them.
+  absl::Status CollectAll() { return Collect(0); }
+
+ private:
+  struct StepReductions {
+    int64_t step = 0;
+    const char* what = "";
+    std::vector<CollectiveEvent> events;
+  };
+  absl::Status Collect(size_t keep) {
+    while (steps_.size() > keep) {
+      StepReductions oldest = std::move(steps_.front());
+      steps_.pop_front();
+      absl::Status status;
+      for (const CollectiveEvent& e : oldest.events) status.Update(e.Await());
+      if (!status.ok()) {
+        return Annotate(status, absl::StrCat("step ", oldest.step, ": ", oldest.what));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const size_t max_steps_;
+  std::deque<StepReductions> steps_;
+  std::vector<CollectiveEvent> step_events_;
+};
+
 // Evaluation: the devices of the data axis each take a contiguous share of `data` (devices along
 // the model axis evaluate the same share together, as tensor parallelism needs); the sums are
 // added over the data axis.
-absl::StatusOr<Metrics> Evaluate(DeviceContext& ctx, DeviceBackend& backend, const Dataset& data,
-                                 const std::string& prefix) {
+absl::StatusOr<Metrics> Evaluate(DeviceContext& ctx, DeviceBackend& backend,
+                                 const Dataset& data, const std::string& prefix) {
   const int64_t n = data.num_examples();
   const int64_t shards = ctx.data_size(), shard = ctx.data_index();
   SUBSTRAX_ASSIGN_OR_RETURN(EvalResult r,
@@ -89,34 +163,168 @@ Metrics LocalMetrics(const std::map<std::string, ReduceOp>& reductions, const Ev
   return local;
 }
 
-// The sharded update's plan: the data axis's communicator and the elements of each device's
-// block of the gradient buffer.
-struct ShardedUpdate {
-  Communicator* comm = nullptr;
-  int64_t block = 0;
+// The spec's metric reductions by metric name.
+using MetricOps = std::map<std::string, ReduceOp>;
+absl::StatusOr<MetricOps> MetricReductions(const v1::JobSpec& spec) {
+  MetricOps reductions;
+  for (const auto& [name, reduction] : spec.metrics()) {
+    absl::StatusOr<ReduceOp> op = ReduceOpFromProto(reduction);
+    if (!op.ok()) return Annotate(op.status(), absl::StrCat("spec.metrics.", name));
+    reductions[name] = *op;
+  }
+  return reductions;
+}
+
+// One device's loop between its steps: the interval's reports and the checkpoints.
+class StepLoop {
+ public:
+  StepLoop(const StepLoopOptions& options, DeviceContext ctx, DeviceBackend& backend,
+           GradientReducer& reducer, MetricOps reductions)
+      : options_(options),
+        ctx_(std::move(ctx)),
+        backend_(backend),
+        reducer_(reducer),
+        reductions_(std::move(reductions)),
+        in_flight_(backend.max_steps_in_flight()),
+        report_every_(std::max<int64_t>(1, options.spec->report_every_steps())) {}
+
+  // One step (0-based `step`): data, gradients, their reduction, the update.
+  absl::Status Step(int64_t step);
+  // After `done` steps: a report and a checkpoint, where due.
+  absl::Status ReportAndSave(int64_t done);
+  // After the last step: evaluation and the parameters at their full shapes.
+  absl::StatusOr<TrainResult> Finish();
+
+ private:
+  // The report after `done` steps; returns whether any device finds a timed checkpoint due.
+  absl::StatusOr<bool> Report(int64_t done);
+  absl::Status Save(int64_t done);
+
+  const StepLoopOptions& options_;
+  DeviceContext ctx_;
+  DeviceBackend& backend_;
+  GradientReducer& reducer_;
+  const MetricOps reductions_;
+  InFlightReductions in_flight_;
+  const int64_t report_every_;
+  Metrics final_metrics_;
+  int64_t interval_steps_ = 0;
+  const absl::Time start_ = absl::Now();
+  absl::Time interval_start_ = start_;
+  absl::Time last_save_ = start_;
 };
 
-// Whole 64-byte lines of float32: neighbouring blocks share no cache line.
-constexpr int64_t kShardedBlockGranule = 16;
-
-absl::StatusOr<std::optional<ShardedUpdate>> PlanShardedUpdate(const StepLoopOptions& options,
-                                                             const DeviceContext& ctx,
-                                                             const DeviceBackend& backend,
-                                                             const FlatLayout& layout) {
-  if (!backend.shards_update()) return std::optional<ShardedUpdate>();
-  const Mesh& mesh = *ctx.mesh;
-  if (options.explicit_collectives || !mesh.HasAxis(kDataAxis) ||
-      mesh.axis_names().size() != 1 || backend.max_steps_in_flight() > 0) {
-    return absl::InvalidArgumentError(
-        "the update is sharded only on a mesh with a data axis alone, on the sharding path "
-        "(not explicit collectives), with a backend that runs on the calling thread");
+absl::Status StepLoop::Step(int64_t step) {
+  auto step_error = [step](const absl::Status& s) {
+    return Annotate(s, absl::StrCat("step ", step + 1));
+  };
+  backend_.MarkPhase(Phase::kData);
+  absl::StatusOr<bool> more = backend_.NextBatch();
+  if (!more.ok()) return step_error(more.status());
+  if (!*more) {
+    return absl::InternalError(
+        absl::StrCat("input ended after ", step, " of ", options_.total_steps, " steps"));
   }
-  ShardedUpdate plan;
-  SUBSTRAX_ASSIGN_OR_RETURN(plan.comm, ctx.comms->Axis(kDataAxis));
-  const int64_t n = plan.comm->size();
-  const int64_t per_device = (layout.total + n - 1) / n;
-  plan.block = (per_device + kShardedBlockGranule - 1) / kShardedBlockGranule * kShardedBlockGranule;
-  return std::optional<ShardedUpdate>(plan);
+  backend_.MarkPhase(Phase::kCompute);
+  reducer_.BeginStep();
+  if (absl::Status s = backend_.ComputeGradients(); !s.ok()) return step_error(s);
+  backend_.MarkPhase(Phase::kCollective);
+  if (absl::Status s = reducer_.Reduce(in_flight_.step_events()); !s.ok()) return step_error(s);
+  backend_.MarkPhase(Phase::kCompute);
+  if (absl::Status s = reducer_.Apply(backend_, step + 1); !s.ok()) return step_error(s);
+  ++interval_steps_;
+  return in_flight_.EndStep(step + 1, reducer_.what());
+}
+
+absl::Status StepLoop::ReportAndSave(int64_t done) {
+  const bool last = done == options_.total_steps;
+  const bool save_now =
+      options_.save != nullptr &&
+      ((options_.save_every_steps > 0 && done % options_.save_every_steps == 0) ||
+       (last && options_.save_at_end));
+  bool timed_save = false;
+  if (done % report_every_ == 0 || last) {
+    SUBSTRAX_ASSIGN_OR_RETURN(timed_save, Report(done));
+  }
+  // (After a report, counted in the next interval's time: the copy is part of training's cost.)
+  return save_now || timed_save ? Save(done) : absl::OkStatus();
+}
+
+absl::StatusOr<bool> StepLoop::Report(int64_t done) {
+  // This device's metrics of the interval, reduced over the devices as the spec declares, and
+  // the slowest device's time fractions. Every reduction still in flight is collected first: a
+  // report never covers a step whose collectives failed.
+  SUBSTRAX_RETURN_IF_ERROR(in_flight_.CollectAll());
+  backend_.MarkPhase(Phase::kCollective);
+  SUBSTRAX_ASSIGN_OR_RETURN(EvalResult sums, backend_.TakeMetrics());
+  SUBSTRAX_ASSIGN_OR_RETURN(PhaseSeconds seconds, backend_.TakePhaseSeconds());
+  const double wall = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - interval_start_));
+  const Metrics local = LocalMetrics(reductions_, sums, done);
+  auto phase = [&seconds](Phase p) { return seconds[static_cast<int>(p)]; };
+  if (options_.on_device_report) {
+    DeviceReport report;
+    report.device_id = options_.device_id;
+    report.step = done;
+    report.values = local;
+    report.samples_per_second = static_cast<double>(sums.count) / wall;
+    report.data_wait_seconds = phase(Phase::kData);
+    report.compute_seconds = phase(Phase::kCompute);
+    report.collective_seconds = phase(Phase::kCollective);
+    report.total_steps = options_.total_steps;
+    options_.on_device_report(report);
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx_, local, reductions_));
+  // The time fractions, and whether any device finds a timed checkpoint due: reduced together so
+  // that every device decides the same.
+  const bool due = options_.save != nullptr && options_.save_every > absl::ZeroDuration() &&
+                   absl::Now() - last_save_ >= options_.save_every;
+  const Metrics fractions = {{"collective", phase(Phase::kCollective) / wall},
+                             {"compute", phase(Phase::kCompute) / wall},
+                             {"data", phase(Phase::kData) / wall},
+                             {"save", due ? 1.0 : 0.0}};
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      Metrics slowest,
+      ReduceCustom(ctx_, fractions,
+                   MetricOps{{"collective", ReduceOp::kMax},
+                             {"compute", ReduceOp::kMax},
+                             {"data", ReduceOp::kMax},
+                             {"save", ReduceOp::kMax}}));
+  if (options_.on_progress && ctx_.mesh->Ravel(ctx_.coords) == 0) {
+    ProgressReport report = MakeProgressReport(
+        options_.total_steps, options_.steps_per_epoch, done, reduced,
+        options_.spec->batch().global_batch_size(), interval_steps_, absl::Seconds(wall),
+        absl::Now() - start_);
+    report.data_wait_fraction = slowest["data"];
+    report.compute_fraction = slowest["compute"];
+    report.collective_fraction = slowest["collective"];
+    options_.on_progress(report);
+  }
+  final_metrics_ = std::move(reduced);
+  interval_steps_ = 0;
+  interval_start_ = absl::Now();
+  return slowest["save"] > 0;
+}
+
+absl::Status StepLoop::Save(int64_t done) {
+  // The state must be the step's: every reduction it depends on has landed.
+  SUBSTRAX_RETURN_IF_ERROR(in_flight_.CollectAll());
+  last_save_ = absl::Now();
+  return Annotate(options_.save(done, backend_), absl::StrCat("checkpoint after step ", done));
+}
+
+absl::StatusOr<TrainResult> StepLoop::Finish() {
+  TrainResult result;
+  result.steps = options_.total_steps;
+  result.resumed_from_step = options_.first_step;
+  result.final_metrics = std::move(final_metrics_);
+  if (options_.eval != nullptr) {
+    SUBSTRAX_ASSIGN_OR_RETURN(result.evaluation,
+                              Evaluate(ctx_, backend_, *options_.eval, options_.eval_prefix));
+  }
+  // Full-shape parameters: this device's blocks, gathered over the axes they are split on.
+  SUBSTRAX_ASSIGN_OR_RETURN(TensorTree local, backend_.Parameters());
+  SUBSTRAX_ASSIGN_OR_RETURN(result.params, AllGatherState(ctx_, local, Specs(backend_)));
+  return result;
 }
 
 }  // namespace
@@ -143,244 +351,26 @@ absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBa
   if (options.spec == nullptr || options.mesh == nullptr || options.comms == nullptr) {
     return absl::InvalidArgumentError("step loop: spec, mesh and communicators are required");
   }
-  const v1::JobSpec& spec = *options.spec;
-  const Mesh& mesh = *options.mesh;
   DeviceContext ctx;
-  ctx.mesh = &mesh;
-  SUBSTRAX_ASSIGN_OR_RETURN(ctx.coords, mesh.CoordinatesOf(options.device_id));
-  ctx.device = mesh.DeviceAt(ctx.coords);
+  ctx.mesh = options.mesh;
+  SUBSTRAX_ASSIGN_OR_RETURN(ctx.coords, options.mesh->CoordinatesOf(options.device_id));
+  ctx.device = options.mesh->DeviceAt(ctx.coords);
   ctx.comms = options.comms;
+  SUBSTRAX_ASSIGN_OR_RETURN(MetricOps reductions, MetricReductions(*options.spec));
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<GradientReducer> reducer,
+                            ChooseGradientReducer(options, ctx, backend));
 
-  std::map<std::string, ReduceOp> reductions;
-  for (const auto& [name, reduction] : spec.metrics()) {
-    absl::StatusOr<ReduceOp> op = ReduceOpFromProto(reduction);
-    if (!op.ok()) return Annotate(op.status(), absl::StrCat("spec.metrics.", name));
-    reductions[name] = *op;
-  }
-
-  const FlatLayout layout = GradientLayout(backend);
-  // The sharded update (DeviceBackend::shards_update): the buffer is padded to equal blocks of
-  // whole cache lines, one per device of the data axis, for the reduce-scatter.
-  SUBSTRAX_ASSIGN_OR_RETURN(std::optional<ShardedUpdate> sharded,
-                            PlanShardedUpdate(options, ctx, backend, layout));
-  FlatLayout bound = layout;
-  if (sharded.has_value()) bound.total = sharded->block * sharded->comm->size();
-  SUBSTRAX_ASSIGN_OR_RETURN(float* grads, backend.BindGradients(bound));
-  const GradientPlan sharding_plan = PlanBySharding(mesh.axis_names(), layout, Specs(backend));
-  const std::vector<std::pair<std::string, GradientPlan>> explicit_plans =
-      ExplicitPlans(mesh, layout, backend);
-  const ExecutionContext exec = backend.execution_context();
-  BucketStats buckets;
-  // On an asynchronous backend the step's reductions stay in flight (the device orders the
-  // update after them) and are collected here: oldest first, at each report, at the end, and
-  // whenever more than max_steps_in_flight steps are outstanding, so that a failure surfaces
-  // within a bounded number of steps and the handles do not pile up.
-  const size_t max_in_flight = static_cast<size_t>(std::max(0, backend.max_steps_in_flight()));
-  struct StepReductions {
-    int64_t step = 0;
-    const char* fn = "";
-    std::vector<CollectiveEvent> events;
-  };
-  std::deque<StepReductions> in_flight;
-  std::vector<CollectiveEvent> step_events;
-  auto collect = [&](size_t keep) -> absl::Status {
-    while (in_flight.size() > keep) {
-      StepReductions oldest = std::move(in_flight.front());
-      in_flight.pop_front();
-      absl::Status status;
-      for (const CollectiveEvent& e : oldest.events) status.Update(e.Await());
-      if (!status.ok()) {
-        return Annotate(status, absl::StrCat("step ", oldest.step, ": ", oldest.fn));
-      }
-    }
-    return absl::OkStatus();
-  };
-  const char* const reduce_fn =
-      options.explicit_collectives ? "reduce_mean_collective" : "gradient reduction";
-  // Overlap where it can be taken (StepLoopOptions::overlap_gradients says where).
-  std::unique_ptr<OverlappedReduction> overlapped;
-  absl::StatusOr<Communicator*> model_axis = ctx.comms->Axis(kModelAxis);
-  const bool tensor_parallel = model_axis.ok() && (*model_axis)->size() > 1;
-  if (options.overlap_gradients && !options.explicit_collectives && max_in_flight == 0 &&
-      !tensor_parallel && !sharded.has_value()) {
-    SUBSTRAX_ASSIGN_OR_RETURN(
-        overlapped, OverlappedReduction::Create(*ctx.comms, sharding_plan, grads, ReduceOp::kMean,
-                                                options.gradients.bucket_bytes, reduce_fn));
-    backend.SetGradientsReady(
-        [r = overlapped.get()](int64_t offset, int64_t size) { r->Ready(offset, size); });
-  }
-  // The backend must not call into the reduction after the loop.
-  struct Unbind {
-    DeviceBackend& backend;
-    bool bound;
-    ~Unbind() {
-      if (bound) backend.SetGradientsReady(nullptr);
-    }
-  } unbind{backend, overlapped != nullptr};
-  auto reduce_gradients = [&]() -> absl::Status {
-    if (overlapped != nullptr) return overlapped->Finish();
-    if (sharded.has_value()) {
-      ++buckets.collectives;
-      Communicator& comm = *sharded->comm;
-      return Annotate(comm.ReduceScatter(grads, grads + sharded->block * comm.rank(),
-                                         DataType::kFloat32, sharded->block, ReduceOp::kMean),
-                      reduce_fn);
-    }
-    std::vector<CollectiveEvent>* events = max_in_flight > 0 ? &step_events : nullptr;
-    if (!options.explicit_collectives) {
-      return ReduceFlat(*ctx.comms, sharding_plan, grads, ReduceOp::kMean,
-                        options.gradients.bucket_bytes, exec, reduce_fn, &buckets, events);
-    }
-    for (const auto& [axis, plan] : explicit_plans) {
-      SUBSTRAX_RETURN_IF_ERROR(ReduceFlat(*ctx.comms, plan, grads, ReduceOp::kMean,
-                                          options.gradients.bucket_bytes, exec, reduce_fn,
-                                          &buckets, events));
-    }
-    return absl::OkStatus();
-  };
-
-  const bool reporter = mesh.Ravel(ctx.coords) == 0;
-  const int64_t global_batch = spec.batch().global_batch_size();
-  const int64_t report_every = std::max<int64_t>(1, spec.report_every_steps());
-  TrainResult result;
-  int64_t interval_steps = 0;
-  absl::Time interval_start = absl::Now();
-  const absl::Time start = interval_start;
+  StepLoop loop(options, ctx, backend, *reducer, std::move(reductions));
   SUBSTRAX_RETURN_IF_ERROR(backend.TakePhaseSeconds().status());  // start the clock afresh
-
-  absl::Time last_save = start;
-  auto save = [&](int64_t steps_done) -> absl::Status {
-    // The state must be the step's: every reduction it depends on has landed.
-    SUBSTRAX_RETURN_IF_ERROR(collect(0));
-    last_save = absl::Now();
-    return Annotate(options.save(steps_done, backend),
-                    absl::StrCat("checkpoint after step ", steps_done));
-  };
-
   for (int64_t step = options.first_step; step < options.total_steps; ++step) {
-    auto step_error = [step](const absl::Status& s) {
-      return Annotate(s, absl::StrCat("step ", step + 1));
-    };
-    backend.MarkPhase(Phase::kData);
-    absl::StatusOr<bool> more = backend.NextBatch();
-    if (!more.ok()) return step_error(more.status());
-    if (!*more) {
-      return absl::InternalError(absl::StrCat("input ended after ", step, " of ",
-                                              options.total_steps, " steps"));
-    }
-    backend.MarkPhase(Phase::kCompute);
-    if (overlapped != nullptr) overlapped->Begin();
-    if (absl::Status s = backend.ComputeGradients(); !s.ok()) return step_error(s);
-    backend.MarkPhase(Phase::kCollective);
-    if (absl::Status s = reduce_gradients(); !s.ok()) return step_error(s);
-    backend.MarkPhase(Phase::kCompute);
-    if (sharded.has_value()) {
-      // This device's block of the parameters; then, once every device has updated its block,
-      // the others' blocks from them.
-      // (Past the layout's end, in its padding, a block is empty.)
-      const int64_t begin = std::min(layout.total, sharded->block * sharded->comm->rank());
-      const int64_t end = std::min(layout.total, sharded->block * (sharded->comm->rank() + 1));
-      if (absl::Status s = backend.ApplyGradientBlock(begin, end, step + 1); !s.ok()) {
-        return step_error(s);
-      }
-      backend.MarkPhase(Phase::kCollective);
-      if (absl::Status s = Annotate(sharded->comm->Barrier(), "sharded update"); !s.ok()) {
-        return step_error(s);
-      }
-      if (absl::Status s = backend.FetchPeerBlocks(sharded->block, sharded->comm->rank(),
-                                                   sharded->comm->size());
-          !s.ok()) {
-        return step_error(s);
-      }
-    } else if (absl::Status s = backend.ApplyGradients(); !s.ok()) {
-      return step_error(s);
-    }
-    ++interval_steps;
-    if (max_in_flight > 0) {
-      in_flight.push_back({step + 1, reduce_fn, std::move(step_events)});
-      step_events.clear();
-      SUBSTRAX_RETURN_IF_ERROR(collect(max_in_flight));
-    }
-
-    const bool last = step + 1 == options.total_steps;
-    bool save_now = options.save != nullptr &&
-                    ((options.save_every_steps > 0 && (step + 1) % options.save_every_steps == 0) ||
-                     (last && options.save_at_end));
-    if ((step + 1) % report_every != 0 && !last) {
-      if (save_now) SUBSTRAX_RETURN_IF_ERROR(save(step + 1));
-      continue;
-    }
-    // The report: this device's metrics of the interval, reduced over the devices as the spec
-    // declares, and the slowest device's time fractions. Every reduction still in flight is
-    // collected first: a report never covers a step whose collectives failed.
-    SUBSTRAX_RETURN_IF_ERROR(collect(0));
-    backend.MarkPhase(Phase::kCollective);
-    SUBSTRAX_ASSIGN_OR_RETURN(EvalResult sums, backend.TakeMetrics());
-    SUBSTRAX_ASSIGN_OR_RETURN(PhaseSeconds seconds, backend.TakePhaseSeconds());
-    const double wall = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - interval_start));
-    const Metrics local = LocalMetrics(reductions, sums, step + 1);
-    if (options.on_device_report) {
-      DeviceReport report;
-      report.device_id = options.device_id;
-      report.step = step + 1;
-      report.values = local;
-      report.samples_per_second = static_cast<double>(sums.count) / wall;
-      report.data_wait_seconds = seconds[static_cast<int>(Phase::kData)];
-      report.compute_seconds = seconds[static_cast<int>(Phase::kCompute)];
-      report.collective_seconds = seconds[static_cast<int>(Phase::kCollective)];
-      report.total_steps = options.total_steps;
-      options.on_device_report(report);
-    }
-    SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx, local, reductions));
-    // The time fractions, and whether any device finds a timed checkpoint due: reduced together
-    // so that every device decides the same.
-    const bool due = options.save != nullptr && options.save_every > absl::ZeroDuration() &&
-                     absl::Now() - last_save >= options.save_every;
-    const Metrics fractions = {
-        {"collective", seconds[static_cast<int>(Phase::kCollective)] / wall},
-        {"compute", seconds[static_cast<int>(Phase::kCompute)] / wall},
-        {"data", seconds[static_cast<int>(Phase::kData)] / wall},
-        {"save", due ? 1.0 : 0.0}};
-    SUBSTRAX_ASSIGN_OR_RETURN(
-        Metrics slowest,
-        ReduceCustom(ctx, fractions,
-                     std::map<std::string, ReduceOp>{{"collective", ReduceOp::kMax},
-                                                     {"compute", ReduceOp::kMax},
-                                                     {"data", ReduceOp::kMax},
-                                                     {"save", ReduceOp::kMax}}));
-    save_now = save_now || slowest["save"] > 0;
-    if (reporter && options.on_progress) {
-      ProgressReport report =
-          MakeProgressReport(options.total_steps, options.steps_per_epoch, step + 1, reduced,
-                             global_batch, interval_steps, absl::Seconds(wall),
-                             absl::Now() - start);
-      report.data_wait_fraction = slowest["data"];
-      report.compute_fraction = slowest["compute"];
-      report.collective_fraction = slowest["collective"];
-      options.on_progress(report);
-    }
-    result.final_metrics = std::move(reduced);
-    interval_steps = 0;
-    interval_start = absl::Now();
-    // (Counted in the next interval's time: the copy is part of training's cost.)
-    if (save_now) SUBSTRAX_RETURN_IF_ERROR(save(step + 1));
+    SUBSTRAX_RETURN_IF_ERROR(loop.Step(step));
+    SUBSTRAX_RETURN_IF_ERROR(loop.ReportAndSave(step + 1));
   }
-  result.steps = options.total_steps;
-  result.resumed_from_step = options.first_step;
   if (stats != nullptr) {
-    stats->gradient_collectives =
-        overlapped != nullptr ? overlapped->collectives() : buckets.collectives;
-    stats->overlapped = overlapped != nullptr;
-    stats->sharded_update = sharded.has_value();
+    stats->gradient_collectives = reducer->collectives();
+    stats->gradient_reducer = reducer->kind();
   }
-  if (options.eval != nullptr) {
-    SUBSTRAX_ASSIGN_OR_RETURN(result.evaluation,
-                              Evaluate(ctx, backend, *options.eval, options.eval_prefix));
-  }
-  // Full-shape parameters: this device's blocks, gathered over the axes they are split on.
-  SUBSTRAX_ASSIGN_OR_RETURN(TensorTree local, backend.Parameters());
-  SUBSTRAX_ASSIGN_OR_RETURN(result.params, AllGatherState(ctx, local, Specs(backend)));
-  return result;
+  return loop.Finish();
 }
 
 }  // namespace substrax

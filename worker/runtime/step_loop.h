@@ -113,14 +113,13 @@ struct StepLoopOptions {
   bool save_at_end = false;
 };
 
-// What the loop did, for tests: how many gradient all-reduces (buckets) it issued.
+// What the loop did, for tests: how many gradient collectives (all-reduces of buckets, or the
+// sharded update's reduce-scatters) it issued, and the kind of GradientReducer it ran
+// (gradient_reducer.h: "flat", "explicit", "overlapped", or the backend's own, such as
+// "sharded update").
 struct StepLoopStats {
   int64_t gradient_collectives = 0;
-  // Whether the buckets were reduced during the backward pass (overlap taken).
-  bool overlapped = false;
-  // Whether the update was sharded between the devices (DeviceBackend::shards_update): one
-  // reduce-scatter per step, counted in gradient_collectives.
-  bool sharded_update = false;
+  std::string gradient_reducer;
 };
 
 // Runs the job on one device. Every device of the mesh runs it with the same options but its

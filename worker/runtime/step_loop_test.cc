@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "worker/collectives/nccl_communicator.h"
 #include "worker/collectives/store.h"
+#include "worker/runtime/sharded_update.h"
 #include "worker/runtime/test_mesh.h"
 
 #ifdef SUBSTRAX_CUDA
@@ -68,7 +69,7 @@ float GradValue(int id, int64_t step, const std::string& name, int64_t i) {
 // its own thread, so this counts that device's awaits.
 thread_local int64_t gradient_awaits = 0;
 
-class FakeBackend final : public DeviceBackend {
+class FakeBackend final : public DeviceBackend, public BlockUpdate {
  public:
   FakeBackend(int id, int64_t model_size, int64_t model_index, Memory memory)
       : id_(id),
@@ -128,7 +129,12 @@ class FakeBackend final : public DeviceBackend {
     return absl::OkStatus();
   }
   int id() const { return id_; }
-  bool shards_update() const override { return shard; }
+  // The sharded update: the loop runs it as the fake's own reducer.
+  absl::StatusOr<std::unique_ptr<GradientReducer>> OwnGradientReducer(
+      const GradientReducerSetup& setup) override {
+    if (!shard) return nullptr;
+    return CreateShardedUpdate(setup, *this, *this);
+  }
   absl::Status ApplyGradientBlock(int64_t begin, int64_t end, int64_t step) override {
     if (step == fail_block_at_step) return absl::InternalError("injected update failure");
     std::vector<float> host(layout_.total);
@@ -493,7 +499,7 @@ TEST(StepLoopOverlapTest, BucketsAreReducedWhileTheBackwardPassRuns) {
   ASSERT_EQ(results.size(), 2u);
   for (const auto& [id, r] : results) ASSERT_TRUE(r.ok()) << "device " << id << ": " << r.status();
   for (const auto& [id, backend] : backends) {
-    EXPECT_TRUE(stats[id].overlapped);
+    EXPECT_EQ(stats[id].gradient_reducer, "overlapped");
     // Layout a[3] b[4] c[2]: over "data" one range of 9 values, in buckets of 2 values: 5 per
     // step.
     EXPECT_EQ(stats[id].gradient_collectives, kSteps * 5);
@@ -526,8 +532,7 @@ TEST(StepLoopShardedTest, EachDeviceUpdatesItsBlockWithTheMean) {
   for (const auto& [id, r] : results) ASSERT_TRUE(r.ok()) << "device " << id << ": " << r.status();
   for (const auto& [id, backend] : backends) {
     SCOPED_TRACE(absl::StrCat("device ", id));
-    EXPECT_TRUE(stats[id].sharded_update);
-    EXPECT_FALSE(stats[id].overlapped);
+    EXPECT_EQ(stats[id].gradient_reducer, "sharded update");  // not overlapped
     EXPECT_EQ(stats[id].gradient_collectives, kSteps);
     ASSERT_EQ(backend->blocks.size(), static_cast<size_t>(kSteps));
     EXPECT_TRUE(backend->applied.empty());  // never ApplyGradients

@@ -160,11 +160,8 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
     SUBSTRAX_ASSIGN_OR_RETURN(setup.model_axis, comms->Axis(kModelAxis));
     setup.model_index = coords[*axis];
   }
-  if (sharded_update != nullptr) {
-    // A mesh with a data axis alone: the device's coordinate is its rank on that axis.
-    setup.sharded_update = std::move(sharded_update);
-    setup.sharded_update_rank = static_cast<int>(coords[0]);
-  }
+  // A mesh with a data axis alone: the device's coordinate is its rank on that axis.
+  const CpuShardedUpdate sharded{std::move(sharded_update), static_cast<int>(coords[0])};
   SUBSTRAX_ASSIGN_OR_RETURN(IndexRange rows,
                             BatchRows(mesh, device_id, spec.batch().global_batch_size()));
   // A resumed run reads on from the checkpoint's step: the order of examples is a function of
@@ -179,7 +176,7 @@ absl::StatusOr<TrainResult> RunDevice(const TrainerOptions& options, const Train
   };
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBackend> backend,
                             me.kind == DeviceKind::kCuda ? CreateCudaBackend(std::move(setup))
-                                                         : CreateCpuBackend(std::move(setup)));
+                                                         : CreateCpuBackend(std::move(setup), sharded));
 
   if (first_step > 0) {
     absl::MutexLock lock(&checkpoints.reader_mu);
