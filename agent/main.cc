@@ -43,26 +43,27 @@ struct AgentFlags {
 // Where the agent finds the coordinator and what this host offers.
 void AddHostFlags(CLI::App* app, AgentFlags* flags) {
   app->add_option("--coordinator", flags->options.coordinator,
-                     "Coordinator address host:port (its worker-facing listener)")
+                  "Coordinator address host:port (its worker-facing listener)")
       ->capture_default_str();
   AddTransportFlags(app, &flags->transport, TransportRole::kDaemon);
   CLI::Option* devices_flag = app->add_option(
       "--devices", flags->options.devices,
       "Devices to offer: 'cuda' (every visible GPU; needs a --config=cuda build) or 'cpu:N'");
   app->add_option("--cpu-devices", flags->options.cpu_devices,
-                     "CPU devices to offer (the same as --devices cpu:N)")
+                  "CPU devices to offer (the same as --devices cpu:N)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str()
       ->excludes(devices_flag);
-  app->add_option("--worker-id", flags->options.worker_id,
-                     "This worker's name: its certificate's CN (the default); with --insecure, default the "
-                     "host name");
+  app->add_option(
+      "--worker-id", flags->options.worker_id,
+      "This worker's name: its certificate's CN (the default); with --insecure, default the "
+      "host name");
   app->add_option("--host", flags->options.host, "Host name to report (default: gethostname)");
   app->add_option("--listen-host", flags->options.listen_host,
-                     "Address peers reach this host's job processes on")
+                  "Address peers reach this host's job processes on")
       ->capture_default_str();
   app->add_option("--work-dir", flags->options.work_dir,
-                     "Directory for the launch, result and log files of job processes")
+                  "Directory for the launch, result and log files of job processes")
       ->capture_default_str();
   app->add_option("--job-binary", flags->options.job_binary,
                   "The job binary started for built-in jobs as `substrax-job run` (default: "
@@ -73,47 +74,47 @@ void AddHostFlags(CLI::App* app, AgentFlags* flags) {
 // What jobs may touch on this host, and how long the agent waits for them.
 void AddJobFlags(CLI::App* app, AgentFlags* flags) {
   app->add_option("--data-root", flags->options.data_roots,
-                     "A directory (absolute) under which jobs may read data files; repeat for "
-                     "several. Reported to the coordinator, which refuses jobs whose data lies "
-                     "elsewhere. None: the worker runs only jobs with synthetic data")
+                  "A directory (absolute) under which jobs may read data files; repeat for "
+                  "several. Reported to the coordinator, which refuses jobs whose data lies "
+                  "elsewhere. None: the worker runs only jobs with synthetic data")
       ->type_name("DIR");
   app->add_option("--checkpoint-root", flags->options.checkpoint_roots,
-                     "A directory (absolute) under which jobs may write and read checkpoints "
-                     "(a file system every worker of a job shares); repeat for several. Reported "
-                     "to the coordinator, which refuses jobs whose checkpoint directory or "
-                     "resume_from lies elsewhere. None: the worker runs only jobs without "
-                     "checkpoints")
+                  "A directory (absolute) under which jobs may write and read checkpoints "
+                  "(a file system every worker of a job shares); repeat for several. Reported "
+                  "to the coordinator, which refuses jobs whose checkpoint directory or "
+                  "resume_from lies elsewhere. None: the worker runs only jobs without "
+                  "checkpoints")
       ->type_name("DIR");
   app->add_option("--programs-dir", flags->options.programs_dirs,
-                     "A directory (absolute) from which program jobs (spec.program) may run "
-                     "programs; repeat for several. Reported to the coordinator, which refuses "
-                     "jobs whose program lies elsewhere; checked again, symlinks resolved, before "
-                     "each program starts. Programs run as this agent's user with its "
-                     "environment and credentials: allow only directories whose contents you "
-                     "trust. None: the worker runs no program jobs")
+                  "A directory (absolute) from which program jobs (spec.program) may run "
+                  "programs; repeat for several. Reported to the coordinator, which refuses "
+                  "jobs whose program lies elsewhere; checked again, symlinks resolved, before "
+                  "each program starts. Programs run as this agent's user with its "
+                  "environment and credentials: allow only directories whose contents you "
+                  "trust. None: the worker runs no program jobs")
       ->type_name("DIR");
   app->add_option("--program-init-timeout", flags->program_init_timeout,
-                     "A program that has not called substrax::Init this long after it started is "
-                     "stopped and its attempt fails as stalled")
+                  "A program that has not called substrax::Init this long after it started is "
+                  "stopped and its attempt fails as stalled")
       ->capture_default_str();
   app->add_option("--health-listen", flags->options.health_listen,
-                     "Plaintext grpc.health.v1 address for Kubernetes probes (service "
-                     "substrax.worker.ready: registered); empty: none");
+                  "Plaintext grpc.health.v1 address for Kubernetes probes (service "
+                  "substrax.worker.ready: registered); empty: none");
   app->add_option("--collective-timeout", flags->collective_timeout,
-                     "Time every collective of a job process must finish in")
+                  "Time every collective of a job process must finish in")
       ->capture_default_str();
   app->add_option("--stop-grace", flags->stop_grace,
-                     "Time a job process gets to exit after SIGTERM before SIGKILL")
+                  "Time a job process gets to exit after SIGTERM before SIGKILL")
       ->capture_default_str();
 
   app->add_option("--log-retention", flags->log_retention,
-                     "Delete the work-dir files (launch, log, result) of ended attempts older "
-                     "than this: 7d, 36h, 90m; 0: no age limit")
+                  "Delete the work-dir files (launch, log, result) of ended attempts older "
+                  "than this: 7d, 36h, 90m; 0: no age limit")
       ->capture_default_str();
   app->add_option("--log-budget", flags->log_budget,
-                     "Then delete ended attempts' files, oldest first, until the work dir's "
-                     "attempt files take at most this: 1GiB, 512MiB, bytes; 0: no size limit. "
-                     "Files of running attempts are never deleted")
+                  "Then delete ended attempts' files, oldest first, until the work dir's "
+                  "attempt files take at most this: 1GiB, 512MiB, bytes; 0: no size limit. "
+                  "Files of running attempts are never deleted")
       ->capture_default_str();
 }
 
@@ -134,7 +135,8 @@ absl::Status FinishFlags(AgentFlags* flags) {
   }
   absl::StatusOr<absl::Duration> retention = ParseRetention(flags->log_retention);
   if (!retention.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--log-retention: ", retention.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-retention: ", retention.status().message()));
   }
   absl::StatusOr<int64_t> budget = ParseByteSize(flags->log_budget);
   if (!budget.ok()) {
@@ -180,8 +182,9 @@ int main(int argc, char** argv) {
   // A write to a socket whose peer is gone (a gRPC channel) must fail with EPIPE instead of
   // killing the agent with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
-  CLI::App app{"substrax agent: registers this host's devices with the coordinator and runs the "
-               "processes of the jobs it assigns"};
+  CLI::App app{
+      "substrax agent: registers this host's devices with the coordinator and runs the "
+      "processes of the jobs it assigns"};
   substrax::AgentFlags flags;
   substrax::AddHostFlags(&app, &flags);
   substrax::AddJobFlags(&app, &flags);

@@ -37,9 +37,7 @@ struct BackoffOptions {
 class Backoff {
  public:
   explicit Backoff(BackoffOptions options = {}, absl::Time now = absl::Now())
-      : options_(options),
-        next_(options.initial),
-        deadline_(now + options.give_up_after) {}
+      : options_(options), next_(options.initial), deadline_(now + options.give_up_after) {}
 
   // The delay before the next try, or nullopt when waiting it would pass the deadline.
   std::optional<absl::Duration> Next(absl::Time now = absl::Now()) {

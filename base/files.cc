@@ -20,8 +20,7 @@ absl::Status ErrnoError(int error, absl::string_view what, absl::string_view pat
 
 }  // namespace
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
-                                 mode_t mode) {
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents, mode_t mode) {
   // A unique name per writer (mkstemp), so that two writers of one path never share a
   // temporary file.
   std::string tmp = path + ".tmp.XXXXXX";

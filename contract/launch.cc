@@ -35,17 +35,17 @@ absl::StatusOr<v1::ProgramLaunch> ReadLaunchFile(const std::string& path) {
   v1::ProgramLaunch launch;
   const auto parsed = google::protobuf::util::JsonStringToMessage(*contents, &launch, options);
   if (!parsed.ok() || !launch.has_assignment()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kLaunchEnv, " names ", path, ", which holds no launch of a substrax agent",
-        parsed.ok() ? " (no assignment)" : absl::StrCat(": ", parsed.ToString())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kLaunchEnv, " names ", path, ", which holds no launch of a substrax agent",
+                     parsed.ok() ? " (no assignment)" : absl::StrCat(": ", parsed.ToString())));
   }
   return launch;
 }
 
 std::string DescribeLaunch(const v1::ProgramLaunch& launch) {
   const v1::Assignment& a = launch.assignment();
-  return absl::StrCat("job ", a.job_id(), " attempt ", a.attempt(), " process ",
-                      a.process_index(), " of ", a.num_processes(), ", devices ",
+  return absl::StrCat("job ", a.job_id(), " attempt ", a.attempt(), " process ", a.process_index(),
+                      " of ", a.num_processes(), ", devices ",
                       absl::StrJoin(a.local_device_ids(), ","), ", rendezvous ",
                       a.rendezvous_prefix(), ", result ", launch.result_path());
 }
@@ -64,8 +64,8 @@ void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatus
     absl::StrAppend(&metrics, " ", name, "=", value);
   }
   std::fprintf(stderr, "substrax: result not written (%s); the exit status carries it%s%s\n",
-               written.ToString().c_str(), metrics.empty() ? "" : "; final metrics:",
-               metrics.c_str());
+               written.ToString().c_str(),
+               metrics.empty() ? "" : "; final metrics:", metrics.c_str());
   std::fflush(stderr);
 }
 

@@ -84,8 +84,8 @@ std::map<std::string, std::string> WrittenBack(const std::string& log, const std
     if (!absl::ConsumePrefix(&line, prefix)) continue;
     std::vector<std::string> words = absl::StrSplit(line, absl::ByAnyChar(" ,"), absl::SkipEmpty());
     for (size_t i = 0; i + 1 < words.size(); ++i) {
-      if (words[i] == "job" || words[i] == "attempt" || words[i] == "process" ||
-          words[i] == "of" || words[i] == "rendezvous" || words[i] == "result") {
+      if (words[i] == "job" || words[i] == "attempt" || words[i] == "process" || words[i] == "of" ||
+          words[i] == "rendezvous" || words[i] == "result") {
         fields[words[i]] = words[i + 1];
       }
     }
@@ -135,15 +135,14 @@ class LaunchContractTest : public ::testing::Test {
     EXPECT_TRUE(pid.ok()) << pid.status();
     if (!pid.ok()) return "";
     const std::optional<int> status = testing::WaitOrKill(*pid, absl::Now() + absl::Seconds(60));
-    EXPECT_TRUE(status.has_value()) << "the process of " << assignment.job_id()
-                                    << " did not end within 60 s";
+    EXPECT_TRUE(status.has_value())
+        << "the process of " << assignment.job_id() << " did not end within 60 s";
     return ReadFile(files->log);
   }
 
   // Compares what a process wrote back with the assignment, field by field.
-  void ExpectReadAsLaunched(const std::map<std::string, std::string>& read,
-                            const v1::Assignment& a, const AttemptFiles& files,
-                            const std::string& log) {
+  void ExpectReadAsLaunched(const std::map<std::string, std::string>& read, const v1::Assignment& a,
+                            const AttemptFiles& files, const std::string& log) {
     const std::map<std::string, std::string> launched = {
         {"job", a.job_id()},
         {"attempt", absl::StrCat(a.attempt())},
@@ -158,7 +157,8 @@ class LaunchContractTest : public ::testing::Test {
       EXPECT_TRUE(it != read.end() && it->second == want)
           << a.job_id() << ": " << field << " read as '"
           << (it == read.end() ? "(missing)" : it->second) << "', launched as '" << want
-          << "'; log:\n" << log;
+          << "'; log:\n"
+          << log;
     }
   }
 
