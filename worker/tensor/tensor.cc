@@ -2,34 +2,101 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
 
 namespace substrax {
 namespace {
 
-int64_t NumElements(const std::vector<int64_t>& shape) {
+// "(2, 3)", "(4,)", "()".
+std::string ShapeToText(const std::vector<int64_t>& shape) {
+  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+// How errors begin: "tensor 'conv_0/kernel': ", or nothing for a tensor without a name.
+std::string TensorPrefix(absl::string_view name) {
+  return name.empty() ? std::string() : absl::StrCat("tensor '", name, "': ");
+}
+
+// The number of elements of `shape`, or INVALID_ARGUMENT naming `name` for a negative dimension.
+absl::StatusOr<int64_t> NumElements(const std::vector<int64_t>& shape, absl::string_view name) {
   int64_t n = 1;
   for (int64_t d : shape) {
-    SUBSTRAX_CHECK(d >= 0, absl::StrCat("negative dimension in shape (", absl::StrJoin(shape, ", "), ")"));
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(TensorPrefix(name), "shape ", ShapeToText(shape),
+                       " has a negative dimension; every dimension must be >= 0"));
+    }
     n *= d;
   }
   return n;
 }
 
+absl::Status CountMismatch(absl::string_view name, const std::vector<int64_t>& shape,
+                           int64_t elements, size_t values) {
+  return absl::InvalidArgumentError(absl::StrCat(TensorPrefix(name), "shape ", ShapeToText(shape),
+                                                 " has ", elements, " elements, got ", values,
+                                                 " values"));
+}
+
+// The constructors cannot return a status: a bad shape or count given to them is a programming
+// error, reported without a source location of ours (the caller's code is at fault) and with
+// the way to get an error instead.
+[[noreturn]] void StopOnMisuse(const char* constructor, const absl::Status& status,
+                               const char* instead) {
+  std::fprintf(stderr, "%s: %s (%s returns this as an error status instead)\n", constructor,
+               std::string(status.message()).c_str(), instead);
+  std::abort();
+}
+
 }  // namespace
 
-Tensor::Tensor(std::vector<int64_t> shape)
-    : shape_(std::move(shape)), data_(NumElements(shape_), 0.0f) {}
+Tensor::Tensor(std::vector<int64_t> shape) : shape_(std::move(shape)) {
+  absl::StatusOr<int64_t> n = NumElements(shape_, "");
+  if (!n.ok()) StopOnMisuse("substrax::Tensor(shape)", n.status(), "substrax::Tensor::Zeros");
+  data_.assign(*n, 0.0f);
+}
 
 Tensor::Tensor(std::vector<int64_t> shape, std::vector<float> values)
     : shape_(std::move(shape)), data_(std::move(values)) {
-  SUBSTRAX_CHECK(static_cast<int64_t>(data_.size()) == NumElements(shape_),
-                 absl::StrCat(data_.size(), " values for shape ", ShapeString()));
+  absl::StatusOr<int64_t> n = NumElements(shape_, "");
+  constexpr char kConstructor[] = "substrax::Tensor(shape, values)";
+  if (!n.ok()) StopOnMisuse(kConstructor, n.status(), "substrax::Tensor::Create");
+  if (*n != size()) {
+    StopOnMisuse(kConstructor, CountMismatch("", shape_, *n, data_.size()),
+                 "substrax::Tensor::Create");
+  }
+}
+
+absl::StatusOr<Tensor> Tensor::Create(std::vector<int64_t> shape, std::vector<float> values,
+                                      absl::string_view name) {
+  absl::StatusOr<int64_t> n = NumElements(shape, name);
+  if (!n.ok()) return n.status();
+  if (*n != static_cast<int64_t>(values.size())) {
+    return CountMismatch(name, shape, *n, values.size());
+  }
+  return Tensor(std::move(shape), std::move(values));
+}
+
+absl::StatusOr<Tensor> Tensor::Zeros(std::vector<int64_t> shape, absl::string_view name) {
+  absl::Status valid = NumElements(shape, name).status();
+  if (!valid.ok()) return valid;
+  return Tensor(std::move(shape));
+}
+
+absl::Status Tensor::CopyFrom(absl::Span<const float> values, absl::string_view name) {
+  if (static_cast<int64_t>(values.size()) != size()) {
+    return CountMismatch(name, shape_, size(), values.size());
+  }
+  std::copy(values.begin(), values.end(), data_.begin());
+  return absl::OkStatus();
 }
 
 void Tensor::Fill(float value) { std::fill(data_.begin(), data_.end(), value); }
@@ -81,10 +148,7 @@ absl::StatusOr<Tensor> Tensor::Slice(absl::Span<const std::pair<int64_t, int64_t
   return out;
 }
 
-std::string Tensor::ShapeString() const {
-  if (shape_.size() == 1) return absl::StrCat("(", shape_[0], ",)");
-  return absl::StrCat("(", absl::StrJoin(shape_, ", "), ")");
-}
+std::string Tensor::ShapeString() const { return ShapeToText(shape_); }
 
 int64_t TreeSize(const TensorTree& tree) {
   int64_t n = 0;

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace substrax {
@@ -22,10 +24,24 @@ class Tensor {
  public:
   // A rank-0 tensor holding 0.
   Tensor() : data_(1, 0.0f) {}
-  // Zeros of `shape` (every dimension >= 0; checked).
+  // Zeros of `shape`. A negative dimension is a programming error: the process stops with a
+  // message naming the shape. For a shape that comes from data, use Tensor::Zeros.
   explicit Tensor(std::vector<int64_t> shape);
-  // `values` in row-major order; their count must match the shape (checked).
+  // `values` in row-major order, exactly as many as the shape has elements. A mismatch is a
+  // programming error: the process stops with a message naming the shape and both counts. For
+  // values or shapes that come from data (files, arguments, other programs), use
+  // Tensor::Create, which returns the mismatch as an error.
   Tensor(std::vector<int64_t> shape, std::vector<float> values);
+
+  // A tensor of `shape` holding `values` (row-major). `name` says which tensor in errors
+  // ("conv_0/kernel"; empty: the error names the shape only).
+  // Errors: INVALID_ARGUMENT if a dimension is negative or the count of values is not the number
+  // of elements of the shape, naming the tensor, the shape and both counts:
+  //   "tensor 'conv_0/kernel': shape (5, 5, 1, 16) has 400 elements, got 399 values".
+  static absl::StatusOr<Tensor> Create(std::vector<int64_t> shape, std::vector<float> values,
+                                       absl::string_view name = "");
+  // Zeros of `shape`. Errors: INVALID_ARGUMENT for a negative dimension, naming the tensor.
+  static absl::StatusOr<Tensor> Zeros(std::vector<int64_t> shape, absl::string_view name = "");
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
@@ -37,7 +53,12 @@ class Tensor {
   absl::Span<float> span() { return absl::MakeSpan(data_); }
   absl::Span<const float> span() const { return absl::MakeConstSpan(data_); }
 
+  // Every element set to `value`.
   void Fill(float value);
+  // Copies `values` (row-major) into the tensor; its shape stays. `name` as in Create.
+  // Errors: INVALID_ARGUMENT if values.size() != size(), naming the tensor, its shape and both
+  // counts; the tensor is then unchanged.
+  absl::Status CopyFrom(absl::Span<const float> values, absl::string_view name = "");
 
   // Rows [start, limit) of the leading dimension, copied. Errors: INVALID_ARGUMENT for a
   // rank-0 tensor or a range outside [0, dim(0)].
