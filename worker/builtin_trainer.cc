@@ -67,6 +67,17 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> OpenTensorBoard(
   return writer;
 }
 
+// The process's part of the job: prepared once, then each device's part inside the program's
+// RunOnDevices (its threads, connections and the last checkpoint's commit).
+absl::StatusOr<TrainResult> TrainOnProgram(ProgramImpl& program, TrainerOptions options) {
+  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<TrainingProcess> process,
+                            TrainingProcess::Prepare(std::move(options)));
+  SUBSTRAX_RETURN_IF_ERROR(program.RunOnDevices(
+      [&process](DeviceContext& ctx) { return process->RunDevice(ctx); },
+      process->local_device_options()));
+  return process->Result();
+}
+
 }  // namespace
 
 // The built-in trainer, run as a program on the SDK: Init's launch path connects it to its job,
@@ -99,10 +110,7 @@ absl::Status RunBuiltinTrainer(v1::ProgramLaunch launch) {
   trainer.process_of_position = program.process_of_position();
   trainer.process_index = program.process_index();
   trainer.store = program.store();
-  trainer.listen_host = launch.listen_host();
-  if (launch.has_collective_timeout()) {
-    trainer.collective_timeout = FromProtoDuration(launch.collective_timeout());
-  }
+  // (How the devices connect is the program's: its launch's listen host and collective timeout.)
   trainer.data_access = DataAccess::Confined(data_roots);
   trainer.checkpoint_roots = checkpoint_roots;
   trainer.on_resume = [&program](const v1::CheckpointResume& resume) {
@@ -133,7 +141,7 @@ absl::Status RunBuiltinTrainer(v1::ProgramLaunch launch) {
     }
     tensorboard_failed = !flushed.ok();
   };
-  absl::StatusOr<TrainResult> trained = Train(trainer);
+  absl::StatusOr<TrainResult> trained = TrainOnProgram(program, std::move(trainer));
   if (trained.ok()) program.SetFinalMetrics(trained->evaluation);
   // Waits for the last reports, then writes the result: in the normal case no final step is
   // lost.

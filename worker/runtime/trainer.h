@@ -1,8 +1,12 @@
-// Train: runs one process's part of a training job. One thread per local device, each connecting
-// its communicators (CPU devices: per group Gloo, a host-local communicator or both in levels,
-// see cpu_group_connector.h; NCCL on GPUs) to every device of the mesh, across processes,
-// building the device's backend and running the step loop (step_loop.h) on it. This is where
-// compute, collectives and data are joined.
+// Train: runs one process's part of a training job. A TrainingProcess prepares what the process's
+// devices share (the data, the checkpoints, the sharded update's group); then each device, on its
+// own thread with its communicators connected to every device of the mesh across processes (CPU
+// devices: per group Gloo, a host-local communicator or both in levels, see
+// cpu_group_connector.h; NCCL on GPUs), builds its backend and runs the step loop (step_loop.h).
+// The threads are RunOnLocalDevices' (local_devices.h), the fan-out behind the SDK's
+// Program::RunOnDevices: the built-in trainer (`substrax-job run`) runs TrainingProcess::RunDevice
+// inside its Program's RunOnDevices; Train runs it for a process without a Program
+// (`substrax-job train`, tests). This is where compute, collectives and data are joined.
 //
 // Every process of the job calls Train with the same spec, mesh and store; the parameters of
 // every process end identical (replicated), equal to training on one device with the same
@@ -18,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/mesh.h"
 #include "core/metric_reductions.h"
@@ -28,6 +34,9 @@
 #include "worker/collectives/store.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
+#include "worker/runtime/checkpointing.h"
+#include "worker/runtime/local_devices.h"
+#include "worker/runtime/cpu_backend.h"
 #include "worker/runtime/step_loop.h"
 #include "worker/tensor/tensor.h"
 
@@ -52,10 +61,9 @@ struct TrainerOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // How CPU devices' groups connect (cpu_group_connector.h): per topology, or flat Gloo.
   CpuCollectives cpu_collectives = CpuCollectives::kAuto;
-  // Each device thread (and the threads it starts: its input pipeline) on its own CPU, the i-th
-  // this process may use, when there are at least as many as devices; otherwise unpinned. For
-  // a process that has the host to itself (`substrax-job train`): processes that share a
-  // host would pin their first devices to the same CPUs.
+  // Each device thread (and the threads it starts: its input pipeline) on its own CPU
+  // (DeviceThreadOptions::pin_device_threads): for a process that has the host to itself
+  // (`substrax-job train`).
   bool pin_device_threads = false;
   // How data files are opened (safe_open.h). The default opens none (synthetic data only): a
   // runner confines reads to its daemon's data roots, `substrax-job train` reads any path.
@@ -77,16 +85,6 @@ struct TrainerOptions {
   std::function<void(const v1::CheckpointListing&)> on_checkpoint;
 };
 
-// Errors: INVALID_ARGUMENT (mesh, process table or spec unusable: the message names the field),
-// NOT_FOUND (data files), UNAVAILABLE / DEADLINE_EXCEEDED (a peer died or hung; names it),
-// FAILED_PRECONDITION (spec.backend does not match the devices), and for checkpoints:
-// INVALID_ARGUMENT (a directory outside the checkpoint roots; a checkpoint of another model),
-// NOT_FOUND (resume_from holds no whole checkpoint), UNAVAILABLE (a checkpoint could not be
-// written: a full disk; the message names the file and the reason), UNIMPLEMENTED (checkpoints
-// on CUDA devices). The devices' kind chooses the
-// backend (CPU: Gloo and cpu_backend.h; CUDA: NCCL and cuda_backend.h); both run step_loop.h.
-absl::StatusOr<TrainResult> Train(const TrainerOptions& options);
-
 // What every device of a process reads: the data set's splits, the order of its examples and
 // the number of steps. Errors: those of loading the data; INVALID_ARGUMENT when the labels do
 // not fit the model or the batch does not fit the data.
@@ -101,6 +99,57 @@ absl::StatusOr<TrainingData> LoadTrainingData(const v1::JobSpec& spec, const Dat
 
 // The ids of the mesh devices this process drives (options.process_of_position).
 std::vector<int> LocalDeviceIds(const TrainerOptions& options);
+
+// Errors: INVALID_ARGUMENT (mesh, process table or spec unusable: the message names the field),
+// NOT_FOUND (data files), UNAVAILABLE / DEADLINE_EXCEEDED (a peer died or hung; names it),
+// FAILED_PRECONDITION (spec.backend does not match the devices), and for checkpoints:
+// INVALID_ARGUMENT (a directory outside the checkpoint roots; a checkpoint of another model),
+// NOT_FOUND (resume_from holds no whole checkpoint), UNAVAILABLE (a checkpoint could not be
+// written: a full disk; the message names the file and the reason), UNIMPLEMENTED (checkpoints
+// on CUDA devices). The devices' kind chooses the
+// backend (CPU: Gloo and cpu_backend.h; CUDA: NCCL and cuda_backend.h); both run step_loop.h.
+absl::StatusOr<TrainResult> Train(const TrainerOptions& options);
+
+// One process's part of a training job: what its devices share, prepared once, and the body
+// each device runs. Thread-safe: RunDevice runs on every device thread at once.
+class TrainingProcess {
+ public:
+  // Checks the options and the spec against the devices, loads the data, finds where the
+  // attempt resumes from (told to on_resume), starts the checkpoint writer and makes the sharded
+  // update's group. Errors: as Train's, but those of connecting and training.
+  static absl::StatusOr<std::unique_ptr<TrainingProcess>> Prepare(TrainerOptions options);
+
+  // The body of one device's thread (RunOnLocalDevices, Program::RunOnDevices): builds the
+  // device's backend, restores it where the attempt resumes, and runs the step loop. Called once
+  // per local device, concurrently. Errors: as Train's.
+  absl::Status RunDevice(DeviceContext& ctx);
+
+  // How the device threads run: pinned or not (TrainerOptions::pin_device_threads), and the
+  // checkpoint writer to flush once every device has returned.
+  LocalDeviceOptions local_device_options() const;
+  // How the devices connect (pointing into this process's options).
+  ConnectionOptions connections() const;
+  // The result of this process's first device, once every RunDevice returned OK.
+  // Errors: FAILED_PRECONDITION when that device has not trained.
+  absl::StatusOr<TrainResult> Result();
+
+ private:
+  TrainingProcess(TrainerOptions options, TrainingData data)
+      : options_(std::move(options)), data_(std::move(data)) {}
+  absl::Status StartCheckpoints();
+
+  const TrainerOptions options_;
+  const TrainingData data_;
+  std::vector<int> local_devices_;
+  // Where the attempt resumes from (its reader is not thread-safe: one device reads at a time).
+  std::optional<ResumePoint> resume_;
+  absl::Mutex reader_mu_;
+  std::unique_ptr<Checkpointer> checkpoints_;
+  // The sharded update's group (spec.gradients.shard_update), or null.
+  std::shared_ptr<ShardedUpdateGroup> sharded_update_;
+  absl::Mutex mu_;
+  std::map<int, TrainResult> results_ ABSL_GUARDED_BY(mu_);  // by device id
+};
 
 }  // namespace substrax
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/device.h"
 #include "core/device_mesh_manager.h"
@@ -189,40 +190,22 @@ ConnectionOptions ProgramImpl::connection_options() const {
 }
 
 absl::Status ProgramImpl::RunOnDevices(const std::function<absl::Status(DeviceContext&)>& fn) {
+  LocalDeviceOptions local;
+  // The program's checkpoints (ConfigureCheckpoints) are committed before RunOnDevices returns.
+  local.checkpoints = checkpointer_.get();
+  return RunOnDevices(fn, local);
+}
+
+absl::Status ProgramImpl::RunOnDevices(const std::function<absl::Status(DeviceContext&)>& fn,
+                                       const LocalDeviceOptions& local) {
   if (ran_) return absl::FailedPreconditionError("Program::RunOnDevices was called before");
   ran_ = true;
   if (!fn) return absl::InvalidArgumentError("Program::RunOnDevices: no function given");
-  const ConnectionOptions connections = connection_options();
-  SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<PeerMonitor> monitor,
-                            StartPeerMonitor(connections));
-  const std::vector<int> local = local_device_ids();
-  std::vector<absl::Status> results(local.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < local.size(); ++i) {
-    threads.emplace_back([&, i] {
-      const int device_id = local[i];
-      absl::StatusOr<std::unique_ptr<DeviceConnection>> connection =
-          DeviceConnection::Connect(connections, device_id, monitor.get());
-      if (!connection.ok()) {
-        results[i] = Annotate(connection.status(), "connecting the device to the mesh");
-        return;
-      }
-      DeviceContext ctx;
-      ctx.mesh = &mesh_;
-      ctx.coords = *mesh_.CoordinatesOf(device_id);
-      ctx.device = mesh_.DeviceAt(ctx.coords);
-      ctx.comms = &(*connection)->comms();
-      results[i] = fn(ctx);
-    });
+  {
+    absl::MutexLock lock(&mu_);
+    printed_at_ = absl::Now();  // throughput counts from here
   }
-  for (std::thread& t : threads) t.join();
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (!results[i].ok()) {
-      const Device& d = mesh_.DeviceAt(*mesh_.CoordinatesOf(local[i]));
-      return Annotate(results[i], absl::StrCat(d.ToString(), ", process ", process_index_));
-    }
-  }
-  return absl::OkStatus();
+  return RunOnLocalDevices(connection_options(), local, fn);
 }
 
 void ProgramImpl::SetTotalSteps(int64_t total_steps) {
@@ -244,7 +227,7 @@ absl::Status ProgramImpl::ReportMetrics(const DeviceContext& ctx, int64_t step,
     if (name.empty()) return absl::InvalidArgumentError("ReportMetrics: an empty metric name");
   }
   if (standalone()) {
-    PrintWhenComplete(ctx.device.id, step, metrics);
+    PrintWhenComplete(ctx.device.id, step, metrics, timing);
     return absl::OkStatus();
   }
   v1::StepReport report;
@@ -271,15 +254,39 @@ void ProgramImpl::EnqueueStepReport(v1::StepReport report) {
   reporter_->Enqueue(std::move(report));
 }
 
-void ProgramImpl::PrintWhenComplete(int device_id, int64_t step, const Metrics& metrics) {
+double ProgramImpl::SamplesPerSecondLocked(int64_t step, double reported) {
+  const absl::Time now = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(now - printed_at_);
+  // The devices' own measurements where they give them; else the steps since the previous line
+  // times the global batch (JobSettings::global_batch_size).
+  double per_second = reported;
+  if (per_second <= 0 && settings_.global_batch_size > 0 && step > printed_step_ && seconds > 0) {
+    per_second =
+        static_cast<double>((step - printed_step_) * settings_.global_batch_size) / seconds;
+  }
+  if (per_second > 0 && seconds > 0) {
+    measured_samples_ += per_second * seconds;
+    measured_time_ += now - printed_at_;
+  }
+  printed_step_ = std::max(printed_step_, step);
+  printed_at_ = now;
+  return per_second;
+}
+
+void ProgramImpl::PrintWhenComplete(int device_id, int64_t step, const Metrics& metrics,
+                                    const ReportTiming& timing) {
   std::map<int, Metrics> devices;
   int64_t total = 0;
+  double samples_per_second = 0;
   {
     absl::MutexLock lock(&mu_);
     pending_[step][device_id] = metrics;
+    pending_samples_per_second_[step] += std::max(0.0, timing.samples_per_second);
     if (pending_[step].size() < local_device_ids().size()) return;
     devices = std::move(pending_[step]);
     pending_.erase(step);
+    samples_per_second = SamplesPerSecondLocked(step, pending_samples_per_second_[step]);
+    pending_samples_per_second_.erase(step);
     total = total_steps_;
   }
   StackedMetrics stacked;
@@ -299,7 +306,18 @@ void ProgramImpl::PrintWhenComplete(int device_id, int64_t step, const Metrics& 
   } else {
     for (const auto& [name, value] : *reduced) absl::StrAppend(&line, " ", name, "=", value);
   }
+  if (samples_per_second > 0) {
+    absl::StrAppend(&line, " samples/s=", absl::StrFormat("%.0f", samples_per_second));
+  }
   std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void ProgramImpl::PrintThroughput() {
+  absl::MutexLock lock(&mu_);
+  if (measured_time_ <= absl::ZeroDuration()) return;
+  std::fprintf(stderr, "substrax: samples/s=%.0f (this process, over its reports to step %lld)\n",
+               measured_samples_ / absl::ToDoubleSeconds(measured_time_),
+               static_cast<long long>(printed_step_));
 }
 
 void ProgramImpl::SetFinalMetrics(const Metrics& metrics) {
@@ -325,6 +343,7 @@ int ProgramImpl::Finish(const absl::Status& trained) {
       std::fprintf(stderr, "substrax: %s\n", flushed.ToString().c_str());
     }
   }
+  if (standalone()) PrintThroughput();
   v1::ReportAttemptStatusRequest result;
   if (status.ok()) {
     result.set_state(v1::RUNNER_STATE_SUCCEEDED);

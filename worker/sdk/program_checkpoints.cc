@@ -107,6 +107,10 @@ absl::Status ProgramImpl::ConfigureCheckpoints(const CheckpointOptions& options)
   SUBSTRAX_ASSIGN_OR_RETURN(resume_, FindResumePoint(directory, resume_from, process_index_,
                                                      store_.get(), kResumeTimeout));
   if (process_index_ == 0) ReportResume(resume_->report);
+  if (resume_->reader.has_value()) {
+    absl::MutexLock lock(&mu_);
+    printed_step_ = resume_->report.step();  // standalone throughput counts from there
+  }
   if (!directory.empty()) {
     CheckpointerOptions writer;
     writer.directory = directory;

@@ -24,6 +24,7 @@
 #include "core/model_catalog.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/device_connections.h"
+#include "worker/runtime/local_devices.h"
 #include "contract/launch.h"
 
 namespace substrax {
@@ -73,6 +74,11 @@ class ProgramImpl final : public Program {
   const std::shared_ptr<v1::CoordinatorService::StubInterface>& stub() const { return stub_; }
   // How this process's devices connect.
   ConnectionOptions connection_options() const;
+  // RunOnDevices as substrax's trainer runs it: the device threads as `local` says (pinned or
+  // not, and its own checkpoint writer flushed once every device returned). Errors: as
+  // RunOnDevices.
+  absl::Status RunOnDevices(const std::function<absl::Status(DeviceContext&)>& fn,
+                            const LocalDeviceOptions& local);
   // Queues one step report as it is (job and attempt are set by the reporter). No-op standalone.
   void EnqueueStepReport(v1::StepReport report);
   // Sends a checkpoint report (where the attempt resumed from, or the directory's listing after
@@ -86,8 +92,15 @@ class ProgramImpl final : public Program {
 
  private:
   ProgramImpl(Mesh mesh, JobSettings settings) : mesh_(std::move(mesh)), settings_(settings) {}
-  // Standalone: prints the step's metrics reduced over the local devices once all reported.
-  void PrintWhenComplete(int device_id, int64_t step, const Metrics& metrics);
+  // Standalone: prints the step's metrics reduced over the local devices once all reported, with
+  // the process's throughput since the previous line.
+  void PrintWhenComplete(int device_id, int64_t step, const Metrics& metrics,
+                         const ReportTiming& timing);
+  // Standalone: the process's samples per second since the previous printed report (0: not
+  // known), and the step and time that report counts from next.
+  double SamplesPerSecondLocked(int64_t step, double reported) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Standalone, at Finish: the throughput over the printed reports, on stderr.
+  void PrintThroughput();
   void WriteResult(v1::ReportAttemptStatusRequest result) const;
 
   Mesh mesh_;
@@ -112,8 +125,16 @@ class ProgramImpl final : public Program {
   absl::Mutex mu_;
   int64_t total_steps_ ABSL_GUARDED_BY(mu_) = 0;
   Metrics final_metrics_ ABSL_GUARDED_BY(mu_);
-  // Standalone: the metrics of each step until every local device reported it.
+  // Standalone: the metrics of each step until every local device reported it, and the sum of
+  // the devices' measured samples per second (ReportTiming).
   std::map<int64_t, std::map<int, Metrics>> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, double> pending_samples_per_second_ ABSL_GUARDED_BY(mu_);
+  // Standalone throughput: the step and time of the previous printed report (at first: where
+  // the run started, RunOnDevices and RestoreCheckpoint), and the samples and time measured.
+  int64_t printed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time printed_at_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  double measured_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration measured_time_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace substrax

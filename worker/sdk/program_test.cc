@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "substrax/substrax.h"
@@ -132,6 +133,35 @@ TEST(ProgramTest, ADeviceErrorNamesTheDeviceAndFinishReturnsOne) {
   EXPECT_THAT(run.message(), HasSubstr("train.idx not found"));
   EXPECT_THAT(run.message(), HasSubstr("device 0"));
   EXPECT_EQ(program->Finish(run), 1);
+}
+
+// Standalone, every printed report says the process's throughput: the devices' own measurements
+// where they give them (summed over the devices), else the steps since the previous line times
+// the global batch; Finish says it over the whole run.
+TEST(ProgramTest, StandaloneReportsAndFinishPrintSamplesPerSecond) {
+  InitOptions options;
+  options.standalone_devices = 2;
+  options.standalone_settings.global_batch_size = 64;
+  std::unique_ptr<Program> program = *Init(options);
+  ::testing::internal::CaptureStderr();
+  absl::Status run = program->RunOnDevices([&](DeviceContext& ctx) -> absl::Status {
+    absl::SleepFor(absl::Milliseconds(20));
+    // Step 1 without timing; step 2 with 1000 samples/s measured on each device.
+    if (absl::Status s = program->ReportMetrics(ctx, 1, {{"loss", 1.0}}); !s.ok()) return s;
+    absl::SleepFor(absl::Milliseconds(20));
+    ReportTiming timing;
+    timing.samples_per_second = 1000;
+    return program->ReportMetrics(ctx, 2, {{"loss", 0.5}}, timing);
+  });
+  const int exit_code = program->Finish(run);
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(run.ok()) << run;
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_THAT(printed, ::testing::ContainsRegex("step 1 loss=1 samples/s=[1-9][0-9]*\n"));
+  EXPECT_THAT(printed, HasSubstr("step 2 loss=0.5 samples/s=2000\n"));
+  EXPECT_THAT(printed, ::testing::ContainsRegex(
+                           "substrax: samples/s=[1-9][0-9]* \\(this process, over its reports "
+                           "to step 2\\)"));
 }
 
 TEST(ProgramTest, ReportMetricsRefusesDevicesOfOtherProcessesAndBadNames) {

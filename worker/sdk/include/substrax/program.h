@@ -123,10 +123,11 @@ class Program {
   // waits for all of them. Every device of the mesh (in every process) must make the same
   // collective calls in the same order. When a device's `fn` fails, the others are not stopped
   // by this call: a device blocked in a collective with it gets the collective's error (a peer
-  // that left, or the collective timeout). Call it once.
+  // that left, or the collective timeout). It returns once every device's `fn` has returned and
+  // this process's last checkpoint (SaveCheckpoint) is committed. Call it once.
   // Errors: the first failing device's error, annotated with the device and process; UNAVAILABLE
   // / DEADLINE_EXCEEDED when the communicators cannot connect (a peer process died or never
-  // came); FAILED_PRECONDITION when called twice.
+  // came); FAILED_PRECONDITION when called twice; a checkpoint's write error (as SaveCheckpoint).
   virtual absl::Status RunOnDevices(const std::function<absl::Status(DeviceContext&)>& fn) = 0;
 
   // The attempt's total steps, for progress (`substraxctl watch`); sent with the next reports.
