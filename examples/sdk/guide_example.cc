@@ -142,13 +142,21 @@ absl::StatusOr<LossAndGrads> ModelLossAndGrads(const TensorTree& params, const B
   LossAndGrads result;
   result.loss = loss_sum / n;
   result.accuracy = static_cast<double>(correct) / n;
-  auto to_tensor = [](std::vector<int64_t> shape, const std::vector<double>& values) {
-    return Tensor(std::move(shape), std::vector<float>(values.begin(), values.end()));
+  // Tensor::Create checks that the values fill the shape (INVALID_ARGUMENT naming the tensor).
+  auto add_grad = [&result](const char* name, std::vector<int64_t> shape,
+                            const std::vector<double>& values) {
+    absl::StatusOr<Tensor> grad = Tensor::Create(
+        std::move(shape), std::vector<float>(values.begin(), values.end()), name);
+    if (grad.ok()) result.grads[name] = *std::move(grad);
+    return grad.status();
   };
-  result.grads["dense_0/kernel"] = to_tensor({kFeatures, kHidden}, gw0);
-  result.grads["dense_0/bias"] = to_tensor({kHidden}, gb0);
-  result.grads["dense_1/kernel"] = to_tensor({kHidden, kClasses}, gw1);
-  result.grads["dense_1/bias"] = to_tensor({kClasses}, gb1);
+  for (const absl::Status& added :
+       {add_grad("dense_0/kernel", {kFeatures, kHidden}, gw0),
+        add_grad("dense_0/bias", {kHidden}, gb0),
+        add_grad("dense_1/kernel", {kHidden, kClasses}, gw1),
+        add_grad("dense_1/bias", {kClasses}, gb1)}) {
+    if (!added.ok()) return added;
+  }
   return result;
 }
 
