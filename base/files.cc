@@ -21,38 +21,42 @@ absl::Status ErrnoError(int error, absl::string_view what, absl::string_view pat
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents, mode_t mode) {
+  // Every error reads "cannot write <path>: <step>: <reason>".
+  auto failed = [&path](int error, absl::string_view step) {
+    return absl::ErrnoToStatus(
+        error, absl::StrCat("cannot write ", path, ": ", step, ": ", std::strerror(error)));
+  };
   // A unique name per writer (mkstemp), so that two writers of one path never share a
   // temporary file.
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, "cannot create a temporary file beside", path);
-  auto fail = [&](absl::string_view what) {
+  if (fd < 0) return failed(errno, "creating a temporary file beside it");
+  auto fail = [&](absl::string_view step) {
     const int error = errno;
     close(fd);
     unlink(tmp.c_str());
-    return ErrnoError(error, what, tmp);
+    return failed(error, absl::StrCat(step, " ", tmp));
   };
   // mkstemp creates 0600; the file gets its mode before a byte is written.
-  if (fchmod(fd, mode) != 0) return fail("cannot set the mode of");
+  if (fchmod(fd, mode) != 0) return fail("setting the mode of");
   size_t done = 0;
   while (done < contents.size()) {
     const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("cannot write");
+    if (n < 0) return fail("writing");
     done += static_cast<size_t>(n);
   }
   // A full disk may only show at fsync or close (delayed allocation, NFS).
-  if (fsync(fd) != 0) return fail("cannot sync");
+  if (fsync(fd) != 0) return fail("syncing");
   if (close(fd) != 0) {
     const int error = errno;
     unlink(tmp.c_str());
-    return ErrnoError(error, "cannot close", tmp);
+    return failed(error, absl::StrCat("closing ", tmp));
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     const int error = errno;
     unlink(tmp.c_str());
-    return absl::ErrnoToStatus(
-        error, absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(error)));
+    return failed(error, absl::StrCat("renaming ", tmp, " over it"));
   }
   // The rename is durable once the directory is synced; best effort (the data already is).
   const size_t slash = path.rfind('/');

@@ -20,8 +20,8 @@ namespace substrax {
 // Writes `contents` to `path` atomically: a temporary file beside it (created with `mode`, so a
 // key is never readable by others even for a moment), every byte written, fsync, rename over
 // `path`, then its directory synced (best effort). Errors (open, write, fsync, close or rename
-// failing, e.g. ENOSPC or EACCES) keep the errno's code (absl::ErrnoToStatus) and name the path,
-// the step and the system's reason; the temporary file is removed then.
+// failing, e.g. ENOSPC or EACCES) keep the errno's code (absl::ErrnoToStatus) and read "cannot
+// write <path>: <step>: <the system's reason>"; the temporary file is removed then.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
                                  mode_t mode = 0644);
 
