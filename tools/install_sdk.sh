@@ -32,4 +32,7 @@ cat <<MSG
 make sdk: installed the substrax SDK $version into $prefix
   pkg-config: PKG_CONFIG_PATH=$prefix/lib/pkgconfig g++ -std=c++17 prog.cc \$(pkg-config --cflags --libs substrax)
   CMake:      cmake -DCMAKE_PREFIX_PATH=$prefix ...   with find_package(substrax 1 REQUIRED)
+Programs built so find libsubstrax.so.1 in $prefix/lib through their run path. On worker hosts,
+install the SDK at the same PREFIX, or put lib/libsubstrax.so.1 beside the program and link with
+-Wl,-rpath,'\$ORIGIN' (docs/sdk.md, "3. Build it").
 MSG
