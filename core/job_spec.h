@@ -44,8 +44,6 @@ inline constexpr int kMaxRestarts = 100;
 inline constexpr int64_t kMaxCheckpointSeconds = 30 * 24 * 3600;
 inline constexpr int kMaxCheckpointsKept = 1000;
 inline constexpr int64_t kMaxBucketBytes = int64_t{1} << 30;
-// spec.gradients.bucket_bytes when left out.
-inline constexpr int64_t kDefaultBucketBytes = int64_t{1} << 20;
 // The longest path a spec may name (checkpoint.directory, resume_from, program.path).
 inline constexpr size_t kMaxSpecPathBytes = 4096;
 // The longest metric name a program job may declare in spec.metrics.

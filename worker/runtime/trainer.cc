@@ -16,6 +16,7 @@
 #include "worker/data/sampler.h"
 #include "worker/runtime/cpu_backend.h"
 #include "worker/runtime/cuda_backend.h"
+#include "substrax/spmd.h"
 #include "worker/runtime/step_loop.h"
 
 namespace substrax {
@@ -297,7 +298,7 @@ absl::Status TrainingProcess::RunDevice(DeviceContext& ctx) {
   loop.explicit_collectives = options_.explicit_collectives;
   loop.gradients.bucket_bytes = spec.gradients().bucket_bytes() > 0
                                     ? spec.gradients().bucket_bytes()
-                                    : kDefaultBucketBytes;
+                                    : kDefaultGradientBucketBytes;
   loop.overlap_gradients = OverlapGradients(options_);
   loop.on_progress = options_.on_progress;
   if (options_.on_device_report) {

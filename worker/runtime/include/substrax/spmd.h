@@ -74,10 +74,16 @@ absl::StatusOr<Tensor> AllGather(DeviceContext& ctx, const Tensor& tensor,
 // --- Gradients ------------------------------------------------------------------------------
 enum class ReduceType { kMean, kSum };
 
+// The gradient bucket size of every reduction that does not choose one: the SDK's
+// ReduceGradientTree and a job whose spec.gradients.bucket_bytes is left out. Small enough that
+// the last layers' buckets are reduced while the backward pass computes the first layers'
+// gradients, large enough that each is one long run (docs/performance.md#overlap).
+inline constexpr int64_t kDefaultGradientBucketBytes = int64_t{1} << 20;
+
 struct GradientReductionOptions {
   // Gradients are packed into buckets of at most this many bytes and all-reduced one bucket at
-  // a time: fewer, larger messages than one per tensor. PyTorch DDP's default.
-  int64_t bucket_bytes = int64_t{25} << 20;
+  // a time: fewer, larger messages than one per tensor.
+  int64_t bucket_bytes = kDefaultGradientBucketBytes;
 };
 
 // All-reduces every gradient over the data axis (mean or sum), in buckets. A mesh without a
