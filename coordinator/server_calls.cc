@@ -23,7 +23,12 @@ BlockingPool::~BlockingPool() { Stop(); }
 void BlockingPool::Run(std::function<void()> call) {
   absl::MutexLock lock(&mu_);
   queue_.push_back(std::move(call));
-  if (idle_ == 0 && static_cast<int>(threads_.size()) < max_threads_) {
+  // Every queued call needs an idle thread of its own: an idle thread woken for an earlier call
+  // still counts as idle until it takes that call, and a call may block until a later one runs
+  // (a Barrier waits for the other processes' Barrier calls), so queueing it behind another
+  // could hold it until its timeout.
+  if (static_cast<int>(queue_.size()) > idle_ &&
+      static_cast<int>(threads_.size()) < max_threads_) {
     threads_.emplace_back([this] { Loop(); });
   }
 }

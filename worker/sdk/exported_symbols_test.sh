@@ -37,7 +37,9 @@ for needed in 'substrax::internal::InitForVersion(' 'substrax::Tensor::Tensor(' 
     'substrax::SpmdTrainStep(' 'substrax::PlaceBatchOnShards(' 'substrax::Optimizer::Create(' \
     'substrax::CreateDataParallelSharding(' 'substrax::Mesh::AxisSize(' \
     'substrax::ExitWithError(' 'typeinfo for substrax::Program'; do
-  printf '%s\n' "$exported" | grep -qF "$needed" || {
+  # A here-string, not a pipe: grep -q stops at the first match, and a writer still writing
+  # into the pipe would die of SIGPIPE and fail the pipeline (pipefail).
+  grep -qF "$needed" <<<"$exported" || {
     echo "FAIL: libsubstrax.so does not export $needed, which programs call" >&2
     failed=1
   }
