@@ -32,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "substrax/device.h"
 #include "substrax/device_mesh_manager.h"
+#include "tests/proc.h"
 #include "tests/process.h"
 #include "tests/testing/poll.h"
 
@@ -120,6 +121,14 @@ class LaunchContractTest : public ::testing::Test {
     settings_.collective_timeout = absl::Seconds(2);
     settings_.programs_dirs = {programs_};
     settings_.job_binary = testing::Runfile("worker/substrax-job");
+  }
+
+  // No process this test started (or one of theirs) outlived it: none names its directory on
+  // its command line or in its SUBSTRAX_LAUNCH.
+  void TearDown() override {
+    EXPECT_TRUE(testing::PollUntil(
+        [&] { return testing::ProcessesMentioning(dir_).empty(); },
+        absl::Now() + absl::Seconds(10), "the test's processes to end"));
   }
 
   // Launches `assignment` as the agent does and waits for its process; returns its log.
