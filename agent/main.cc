@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "agent/daemon.h"
 #include "agent/work_files.h"
+#include "base/mutex_mode.h"
 #include "rpc/transport_flags.h"
 
 namespace substrax {
@@ -179,6 +180,7 @@ int RunAgent(WorkerDaemonOptions options) {
 }  // namespace substrax
 
 int main(int argc, char** argv) {
+  substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   // A write to a socket whose peer is gone (a gRPC channel) must fail with EPIPE instead of
   // killing the agent with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);

@@ -14,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/mutex_mode.h"
 #include "client/args.h"
 #include "client/certs_command.h"
 #include "client/commands.h"
@@ -448,6 +449,7 @@ int RunCommand(CommandLine& cl) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   CLI::App app{"substraxctl: submit, watch and inspect substrax training jobs"};
   CommandLine cl;
   AddGlobalFlags(app, cl);

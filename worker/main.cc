@@ -34,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "base/mutex_mode.h"
 #include "core/data_paths.h"
 #include "core/device_mesh_manager.h"
 #include "contract/devices.h"
@@ -221,6 +222,7 @@ int RunLaunched() {
 }  // namespace substrax
 
 int main(int argc, char** argv) {
+  substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   // A write to a socket whose peer is gone (a Gloo pair when another runner dies, a gRPC
   // channel) must fail with EPIPE, which the collectives turn into an error naming the dead
   // peer, instead of killing this process with SIGPIPE and hiding the root cause.

@@ -24,6 +24,7 @@
 #include "contract/cpu_features.h"
 #include "worker/sdk/coordinator_store.h"
 #include "base/files.h"
+#include "base/mutex_mode.h"
 #include "worker/sdk/program_impl.h"
 
 namespace substrax {
@@ -366,6 +367,8 @@ namespace internal {
 
 absl::StatusOr<std::unique_ptr<Program>> InitForVersion(int header_major, int header_minor,
                                                         const InitOptions& options) {
+  // A program built with -c opt gets the coordinator's and agent's mutex mode (base/mutex_mode.h).
+  base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   if (header_major != SUBSTRAX_VERSION_MAJOR || header_minor > SUBSTRAX_VERSION_MINOR) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this program was built against the substrax SDK ",
