@@ -84,6 +84,10 @@ inline constexpr size_t kMaxRpcMemoryBytes = size_t{1} << 30;
 inline constexpr int kMaxWorkerRpcThreads = 2048;
 inline constexpr size_t kMaxWorkerRpcMemoryBytes = size_t{1} << 30;
 inline constexpr int kBlockingCallThreads = 32;
+// Heartbeats are served on a completion queue of their own (server_heartbeats.cc): the threads
+// that take them, and the calls requested ahead (each waits there for a heartbeat to arrive).
+inline constexpr int kHeartbeatThreads = 2;
+inline constexpr int kHeartbeatCallsRequested = 64;
 // The longest a KeyValueGet or Barrier may wait, whatever the runner asks.
 inline constexpr int kMaxRendezvousWaitSeconds = 600;
 // How long unary calls get to finish when the coordinator shuts down (streams end at once).

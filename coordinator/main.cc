@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/mutex_mode.h"
 #include "coordinator/auth.h"
 #include "coordinator/cluster.h"
 #include "coordinator/limits.h"
@@ -242,6 +243,7 @@ int Serve(Flags& f, Authenticator* auth, const sigset_t& signals) {
 }  // namespace substrax
 
 int main(int argc, char** argv) {
+  substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   CLI::App app{"substrax coordinator: workers, jobs, meshes, rendezvous and metrics"};
   substrax::Flags flags;
   substrax::AddServingFlags(app, flags);

@@ -1,5 +1,6 @@
 #include "coordinator/server.h"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <memory>
@@ -76,7 +77,9 @@ struct CoordinatorServer::Impl {
   }
 
   ServerState state;
-  std::unique_ptr<v1::CoordinatorService::CallbackService> coordinator_service;
+  std::unique_ptr<server_internal::CoordinatorServiceBase> coordinator_service;
+  // Heartbeat calls of the server that hosts coordinator_service (built with it).
+  std::unique_ptr<server_internal::HeartbeatServer> heartbeats;
   std::unique_ptr<v1::JobService::CallbackService> job_service;
   std::unique_ptr<v1::MetricsService::CallbackService> metrics_service;
   std::atomic<bool> ticker_stopping{false};
@@ -158,10 +161,19 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> CoordinatorServer::Impl::Build(
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(state.authorizer.MakeInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(creators));
+  std::unique_ptr<grpc::ServerCompletionQueue> heartbeat_queue;
+  if (std::find(services.begin(), services.end(), coordinator_service.get()) != services.end()) {
+    heartbeat_queue = builder.AddCompletionQueue();
+  }
   std::unique_ptr<grpc::Server> built = builder.BuildAndStart();
   if (built == nullptr || *port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address,
                                                ": the address is in use or not local"));
+  }
+  if (heartbeat_queue != nullptr) {
+    heartbeats = std::make_unique<server_internal::HeartbeatServer>(
+        &state, coordinator_service.get(), std::move(heartbeat_queue));
+    heartbeats->Start();
   }
   return built;
 }
@@ -225,6 +237,8 @@ void CoordinatorServer::Shutdown() {
       std::chrono::system_clock::now() + std::chrono::seconds(limits::kShutdownGraceSeconds);
   if (worker_server_ != nullptr) worker_server_->Shutdown(deadline);
   if (server_ != nullptr) server_->Shutdown(deadline);
+  // The servers are down: no heartbeat arrives any more.
+  if (impl_->heartbeats != nullptr) impl_->heartbeats->Shutdown();
   if (health_server_ != nullptr) health_server_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
   // Calls still queued for the pools are answered (the servers wait for them) before this.

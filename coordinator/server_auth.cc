@@ -15,7 +15,7 @@ class CallAuthorizer::Interceptor final : public grpc::experimental::Interceptor
   Interceptor(CallAuthorizer* owner, grpc::experimental::ServerRpcInfo* info)
       : owner_(owner), info_(info) {}
   ~Interceptor() override {
-    if (recorded_) owner_->Forget(info_->server_context());
+    if (serial_ != 0) owner_->Forget(info_->server_context(), serial_);
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -39,8 +39,7 @@ class CallAuthorizer::Interceptor final : public grpc::experimental::Interceptor
           peer.authorization.emplace(header->second.data(), header->second.size());
         }
       }
-      owner_->Record(context, owner_->auth_->Authorize(peer, info_->method()));
-      recorded_ = true;
+      serial_ = owner_->Record(context, owner_->auth_->Authorize(peer, info_->method()));
     }
     methods->Proceed();
   }
@@ -48,7 +47,8 @@ class CallAuthorizer::Interceptor final : public grpc::experimental::Interceptor
  private:
   CallAuthorizer* const owner_;
   grpc::experimental::ServerRpcInfo* const info_;
-  bool recorded_ = false;
+  // What Record returned; 0 until then.
+  uint64_t serial_ = 0;
 };
 
 class CallAuthorizer::Factory final
@@ -76,7 +76,7 @@ absl::StatusOr<Caller> CallAuthorizer::Decision(const grpc::ServerContextBase* c
     return absl::PermissionDeniedError(
         "this call was not authorized (no decision recorded for it); refused");
   }
-  return it->second;
+  return it->second.decision;
 }
 
 size_t CallAuthorizer::calls() const {
@@ -84,15 +84,20 @@ size_t CallAuthorizer::calls() const {
   return decisions_.size();
 }
 
-void CallAuthorizer::Record(const grpc::ServerContextBase* context,
-                            absl::StatusOr<Caller> decision) {
+uint64_t CallAuthorizer::Record(const grpc::ServerContextBase* context,
+                                absl::StatusOr<Caller> decision) {
   absl::MutexLock lock(&mu_);
-  decisions_.insert_or_assign(context, std::move(decision));
+  const uint64_t serial = ++last_serial_;
+  decisions_.insert_or_assign(context, Entry{serial, std::move(decision)});
+  return serial;
 }
 
-void CallAuthorizer::Forget(const grpc::ServerContextBase* context) {
+void CallAuthorizer::Forget(const grpc::ServerContextBase* context, uint64_t serial) {
   absl::MutexLock lock(&mu_);
-  decisions_.erase(context);
+  auto it = decisions_.find(context);
+  // A context's address is reused: an async call's context may be freed, and the next call's
+  // decision recorded at the same address, before the old call's interceptor goes.
+  if (it != decisions_.end() && it->second.serial == serial) decisions_.erase(it);
 }
 
 }  // namespace substrax

@@ -12,6 +12,7 @@
 #ifndef SUBSTRAX_COORDINATOR_SERVER_AUTH_H_
 #define SUBSTRAX_COORDINATOR_SERVER_AUTH_H_
 
+#include <cstdint>
 #include <map>
 #include <memory>
 
@@ -42,13 +43,19 @@ class CallAuthorizer {
  private:
   class Interceptor;
   class Factory;
-  void Record(const grpc::ServerContextBase* context, absl::StatusOr<Caller> decision);
-  void Forget(const grpc::ServerContextBase* context);
+  struct Entry {
+    uint64_t serial;  // the Record() that made it
+    absl::StatusOr<Caller> decision;
+  };
+  // Returns the entry's serial, for Forget.
+  uint64_t Record(const grpc::ServerContextBase* context, absl::StatusOr<Caller> decision);
+  // Erases the entry of `context` if it is still the one Record returned `serial` for.
+  void Forget(const grpc::ServerContextBase* context, uint64_t serial);
 
   Authenticator* const auth_;
   mutable absl::Mutex mu_;
-  std::map<const grpc::ServerContextBase*, absl::StatusOr<Caller>> decisions_
-      ABSL_GUARDED_BY(mu_);
+  uint64_t last_serial_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<const grpc::ServerContextBase*, Entry> decisions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace substrax

@@ -164,7 +164,7 @@ absl::Status Into(absl::StatusOr<T> value, T* out) {
   return value.status();
 }
 
-class CoordinatorServiceImpl final : public v1::CoordinatorService::CallbackService {
+class CoordinatorServiceImpl final : public CoordinatorServiceBase {
  public:
   explicit CoordinatorServiceImpl(ServerState* state) : s_(state) {}
 
@@ -177,15 +177,7 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::CallbackServ
     });
   }
 
-  // Inline: a heartbeat waits for the disk only when it changed something (a runner missing).
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
-                                      const v1::HeartbeatRequest* request,
-                                      v1::HeartbeatResponse* response) override {
-    return s_->Inline(context, [&](const Caller& caller) {
-      SUBSTRAX_RETURN_IF_ERROR(ServerState::CheckWorker(caller, request->worker_id()));
-      return Into(s_->cluster->Heartbeat(*request), response);
-    });
-  }
+  // Heartbeat: HeartbeatServer (server_heartbeats.cc).
 
   grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>* WatchAssignments(
       grpc::CallbackServerContext* context, const v1::WatchAssignmentsRequest* request) override {
@@ -406,8 +398,7 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
 
 }  // namespace
 
-std::unique_ptr<v1::CoordinatorService::CallbackService> MakeCoordinatorService(
-    ServerState* state) {
+std::unique_ptr<CoordinatorServiceBase> MakeCoordinatorService(ServerState* state) {
   return std::make_unique<CoordinatorServiceImpl>(state);
 }
 

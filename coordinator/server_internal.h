@@ -118,9 +118,56 @@ struct ServerState {
   std::set<std::shared_ptr<StreamHandle>> streams ABSL_GUARDED_BY(streams_mu);
 };
 
+// The worker-facing service: every method on gRPC's callback API but Heartbeat, which is served
+// on a completion queue of its own (HeartbeatServer).
+// (CallbackService with Heartbeat async: wrapping CallbackService would not do, since
+// MarkMethodAsync keeps the callback handler, and gRPC registers a method with a handler as a
+// callback method. A method added to the proto must be added here, or it answers UNIMPLEMENTED.)
+using CoordinatorServiceBase = v1::CoordinatorService::WithCallbackMethod_RegisterWorker<
+    v1::CoordinatorService::WithAsyncMethod_Heartbeat<
+        v1::CoordinatorService::WithCallbackMethod_WatchAssignments<
+            v1::CoordinatorService::WithCallbackMethod_ReportSteps<
+                v1::CoordinatorService::WithCallbackMethod_ReportAttemptStatus<
+                    v1::CoordinatorService::WithCallbackMethod_KeyValueSet<
+                        v1::CoordinatorService::WithCallbackMethod_KeyValueGet<
+                            v1::CoordinatorService::WithCallbackMethod_Barrier<
+                                v1::CoordinatorService::WithCallbackMethod_ReportCheckpoints<
+                                    v1::CoordinatorService::WithCallbackMethod_ShipLogs<
+                                        v1::CoordinatorService::Service>>>>>>>>>>;
+
+// Serves the Heartbeat calls of `service` on `queue` (from the ServerBuilder that built the
+// server hosting `service`) with limits::kHeartbeatThreads threads. Why not the callback API:
+// its completions all go through one queue per process, shared with every open stream (10,000
+// agents hold 10,000 assignment streams), and a build of gRPC without NDEBUG (Debian's) scans
+// that queue's outstanding operations at every completion; a heartbeat's own queue holds only
+// the calls in flight. Each heartbeat takes the authorization step, the worker check, then
+// Cluster::Heartbeat, on the thread that took it (it waits for a commit only when it changed
+// something, as before).
+class HeartbeatServer {
+ public:
+  HeartbeatServer(ServerState* state, CoordinatorServiceBase* service,
+                  std::unique_ptr<grpc::ServerCompletionQueue> queue);
+  // Requests the first calls and starts the threads.
+  void Start();
+  // After the server's Shutdown: shuts the queue down, drains it and joins the threads.
+  void Shutdown();
+  ~HeartbeatServer();  // Shutdown()
+
+ private:
+  struct Call;
+  void Request();
+  void Loop();
+  void Answer(Call* call);
+
+  ServerState* const state_;
+  CoordinatorServiceBase* const service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> queue_;
+  std::vector<std::thread> threads_;
+  bool shut_down_ = false;
+};
+
 // The services; each method takes the authorization step first.
-std::unique_ptr<v1::CoordinatorService::CallbackService> MakeCoordinatorService(
-    ServerState* state);
+std::unique_ptr<CoordinatorServiceBase> MakeCoordinatorService(ServerState* state);
 std::unique_ptr<v1::JobService::CallbackService> MakeJobService(ServerState* state);
 std::unique_ptr<v1::MetricsService::CallbackService> MakeMetricsService(ServerState* state);
 
