@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/mutex_mode.h"
 #include "bench/host.h"
 #include "tests/load/load_harness.h"
 
@@ -247,6 +248,7 @@ int Main(const Options& o) {
 }  // namespace substrax::load
 
 int main(int argc, char** argv) {
+  substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   CLI::App app{"control-plane throughput of substrax-coordinator: heartbeats, submits, metric "
                "points"};
   substrax::load::Options o;

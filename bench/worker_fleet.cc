@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -41,6 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/mutex_mode.h"
 #include "bench/host.h"
 #include "tests/credentials.h"
 #include "tests/load/load_harness.h"
@@ -76,7 +78,17 @@ struct Result {
   std::string first_client_error;
   int64_t rss_mib = -1;
   absl::Duration registration;
+  // CPU time over the window: the coordinator's, and this process's (the fleet and clients).
+  absl::Duration coordinator_cpu, fleet_cpu;
+  absl::Duration window;
 };
+
+// This process's CPU time (user + system) so far.
+absl::Duration OwnCpuTime() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return absl::DurationFromTimeval(usage.ru_utime) + absl::DurationFromTimeval(usage.ru_stime);
+}
 
 // Raises the open-file limit to its hard limit (each worker and client is a connection here,
 // and one more in the coordinator, which inherits the limit).
@@ -275,7 +287,13 @@ Result Run(const Options& o, const std::string& binary, const std::string& label
       fleet.heartbeat_latency().Clear();
       window_ok = fleet.heartbeats_ok();
       window_failed = fleet.heartbeats_failed();
+      const absl::Duration coordinator_cpu = coordinator.CpuTime();
+      const absl::Duration fleet_cpu = OwnCpuTime();
+      const absl::Time window_start = absl::Now();
       absl::SleepFor(absl::Seconds(o.seconds));  // the measurement window
+      r.window = absl::Now() - window_start;
+      r.coordinator_cpu = coordinator.CpuTime() - coordinator_cpu;
+      r.fleet_cpu = OwnCpuTime() - fleet_cpu;
       r.client_streams_ended = clients.Ended(&r.first_client_error);
       absl::StatusOr<std::vector<v1::Worker>> workers = ListWorkers(*admin);
       if (workers.ok()) {
@@ -306,18 +324,24 @@ Result Run(const Options& o, const std::string& binary, const std::string& label
 }
 
 void Print(const std::vector<Result>& results) {
-  std::cout << absl::StrFormat("%-9s %-9s %8s %7s %10s %8s %9s %9s %9s %7s %8s %8s %7s\n",
-                               "transport", "coord", "refused", "reg_s", "hb_ok", "hb_fail",
-                               "p50_ms", "p99_ms", "max_ms", "expired", "streams", "clients",
-                               "rss_MiB");
+  std::cout << absl::StrFormat(
+      "%-9s %-9s %8s %7s %10s %8s %9s %9s %9s %7s %8s %8s %7s %7s %7s %7s\n", "transport",
+      "coord", "refused", "reg_s", "hb_ok", "hb_fail", "p50_ms", "p99_ms", "max_ms", "expired",
+      "streams", "clients", "rss_MiB", "coord%", "fleet%", "us/hb");
   for (const Result& r : results) {
+    // CPU as a percentage of one core over the window; the coordinator's CPU per heartbeat.
+    const double window_s = std::max(1e-9, absl::ToDoubleSeconds(r.window));
+    const double coordinator_s = absl::ToDoubleSeconds(r.coordinator_cpu);
     std::cout << absl::StrFormat(
-        "%-9s %-9s %8d %7.1f %10d %8d %9.1f %9.1f %9.1f %7s %8d %8d %7d\n", r.transport,
+        "%-9s %-9s %8d %7.1f %10d %8d %9.1f %9.1f %9.1f %7s %8d %8d %7d %7.0f %7.0f %7.0f\n",
+        r.transport,
         r.coordinator, r.refused, absl::ToDoubleSeconds(r.registration), r.heartbeats_ok,
         r.heartbeats_failed, absl::ToDoubleMilliseconds(r.p50), absl::ToDoubleMilliseconds(r.p99),
         absl::ToDoubleMilliseconds(r.max),
         r.false_expiries < 0 ? std::string("n/a") : absl::StrCat(r.false_expiries),
-        r.streams_ended, r.client_streams_ended, r.rss_mib);
+        r.streams_ended, r.client_streams_ended, r.rss_mib, 100 * coordinator_s / window_s,
+        100 * absl::ToDoubleSeconds(r.fleet_cpu) / window_s,
+        r.heartbeats_ok > 0 ? 1e6 * coordinator_s / r.heartbeats_ok : 0.0);
     if (!r.first_refusal.empty()) std::cout << "  first refusal: " << r.first_refusal << "\n";
     if (!r.first_client_error.empty()) {
       std::cout << "  first client stream ended: " << r.first_client_error << "\n";
@@ -376,6 +400,7 @@ int Main(const Options& o) {
 }  // namespace substrax::load
 
 int main(int argc, char** argv) {
+  substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   CLI::App app{"heartbeats of a 10,000-worker fleet against one substrax-coordinator"};
   substrax::load::Options o;
   app.add_option("--coordinator_binary", o.coordinator_binary,

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <system_error>
 #include <fstream>
 #include <sstream>
 
@@ -54,6 +55,15 @@ std::string ReadFile(const std::string& path) {
 std::vector<std::string> InsecureFlags() { return {"--insecure"}; }
 
 std::string Runfile(const std::string& path) {
+  // `bazel test` and `bazel run` start in the runfiles tree; a binary started by hand
+  // (bazel-bin/bench/worker_fleet) finds it beside itself, in <binary>.runfiles/substrax.
+  if (std::filesystem::exists(path)) return std::filesystem::absolute(path).string();
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::filesystem::path beside = self.string() + ".runfiles/substrax/" + path;
+    if (std::filesystem::exists(beside)) return beside.string();
+  }
   return std::filesystem::absolute(path).string();
 }
 

@@ -13,7 +13,8 @@
 
 namespace substrax::testing {
 
-// A path inside the test's runfiles tree ("coordinator/substrax-coordinator").
+// A path inside the test's runfiles tree ("coordinator/substrax-coordinator"): relative to the
+// working directory (bazel test and bazel run start there), else in <this binary>.runfiles.
 std::string Runfile(const std::string& path);
 // A fresh directory under TEST_TMPDIR.
 std::string TempDir(const std::string& name);

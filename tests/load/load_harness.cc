@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/job_spec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -24,16 +26,11 @@ namespace {
 
 using testing::ReadFile;
 
+}  // namespace
+
 std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
 }
-
-std::string RandomIncarnation() {
-  absl::BitGen gen;
-  return absl::StrCat("sim-", absl::Uniform<uint64_t>(gen));
-}
-
-}  // namespace
 
 // --- LatencyRecorder ---
 
@@ -107,6 +104,10 @@ CoordinatorProcess::~CoordinatorProcess() {
 }
 
 absl::Status CoordinatorProcess::Start(absl::Duration timeout) {
+  if (!std::filesystem::exists(binary_)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no coordinator binary at ", binary_, " (build it, or name one)"));
+  }
   const std::string address_file = dir_ + "/address";
   std::remove(address_file.c_str());
   std::vector<std::string> argv = {binary_,
@@ -185,6 +186,22 @@ int64_t CoordinatorProcess::RssBytes() const {
     if (absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kib)) return kib * 1024;
   }
   return -1;
+}
+
+absl::Duration CoordinatorProcess::CpuTime() const {
+  // /proc/PID/stat: the command (field 2) is in parentheses and may hold spaces; utime and stime
+  // are fields 14 and 15, in clock ticks.
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid(), "/stat"));
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return absl::ZeroDuration();
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(stat).substr(close + 2), ' ', absl::SkipEmpty());
+  int64_t utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime)) {
+    return absl::ZeroDuration();
+  }
+  return absl::Seconds(static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK));
 }
 
 std::string CoordinatorProcess::Logs() const {
@@ -280,330 +297,6 @@ absl::StatusOr<std::vector<v1::Worker>> ListWorkers(v1::JobService::Stub& jobs) 
   const grpc::Status status = jobs.ListWorkers(&context, request, &response);
   if (!status.ok()) return absl::UnavailableError(status.error_message());
   return std::vector<v1::Worker>(response.workers().begin(), response.workers().end());
-}
-
-// --- SimulatedFleet ---
-
-struct SimulatedFleet::HeartbeatCall {
-  int worker = 0;
-  absl::Time sent;
-  grpc::ClientContext context;
-  v1::HeartbeatRequest request;
-  v1::HeartbeatResponse response;
-};
-
-// One worker's assignment stream. Deletes itself when the stream is done.
-class SimulatedFleet::Watch : public grpc::ClientReadReactor<v1::WatchAssignmentsResponse> {
- public:
-  Watch(SimulatedFleet* fleet, int w, const v1::WatchAssignmentsRequest& request)
-      : fleet_(fleet), worker_(w), request_(request) {}
-
-  void Begin() {
-    fleet_->stub(worker_).async()->WatchAssignments(&context_, &request_, this);
-    StartRead(&event_);
-    StartCall();
-  }
-  void Cancel() { context_.TryCancel(); }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // the stream is ending; OnDone follows
-    fleet_->OnEvent(worker_, event_);
-    StartRead(&event_);
-  }
-  void OnDone(const grpc::Status& status) override {
-    fleet_->OnWatchDone(worker_, this, status);
-    delete this;
-  }
-
- private:
-  SimulatedFleet* const fleet_;
-  const int worker_;
-  grpc::ClientContext context_;
-  v1::WatchAssignmentsRequest request_;
-  v1::WatchAssignmentsResponse event_;
-};
-
-SimulatedFleet::SimulatedFleet(const std::string& address, FleetOptions options)
-    : options_(std::move(options)) {
-  const int channels = std::max(1, std::min(options_.channels, options_.workers));
-  for (int c = 0; c < channels; ++c) {
-    // Distinct channel arguments keep gRPC from sharing one connection between the channels.
-    grpc::ChannelArguments args;
-    args.SetInt("substrax.load.channel", c);
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    std::shared_ptr<grpc::ChannelCredentials> credentials =
-        options_.channel_credentials.empty()
-            ? grpc::InsecureChannelCredentials()
-            : options_.channel_credentials[c % options_.channel_credentials.size()];
-    stubs_.push_back(
-        v1::CoordinatorService::NewStub(grpc::CreateCustomChannel(address, credentials, args)));
-  }
-  absl::MutexLock lock(&mu_);
-  workers_.resize(options_.workers);
-  for (int w = 0; w < options_.workers; ++w) {
-    workers_[w].id = absl::StrCat(options_.id_prefix, "-", w);
-    workers_[w].incarnation = RandomIncarnation();
-    workers_[w].channel = w % channels;
-  }
-}
-
-SimulatedFleet::~SimulatedFleet() { Stop(); }
-
-v1::CoordinatorService::Stub& SimulatedFleet::stub(int w) const {
-  return *stubs_[w % stubs_.size()];
-}
-
-absl::Status SimulatedFleet::Register() {
-  struct Call {
-    grpc::ClientContext context;
-    v1::RegisterWorkerRequest request;
-    v1::RegisterWorkerResponse response;
-  };
-  // Shared with the callbacks, which may still be unlocking it when Register returns.
-  struct Window {
-    absl::Mutex mu;
-    int in_flight ABSL_GUARDED_BY(mu) = 0;
-    absl::Status first_error ABSL_GUARDED_BY(mu);
-  };
-  auto window = std::make_shared<Window>();
-  const int parallelism = std::max(1, options_.register_parallelism);
-  for (int w = 0; w < options_.workers; ++w) {
-    auto* call = new Call;
-    v1::RegisterWorkerRequest& request = call->request;
-    request.set_worker_id(worker_id(w));
-    request.set_host(absl::StrCat(options_.id_prefix, "-host-", w));
-    request.set_incarnation(incarnation(w));
-    request.set_address(absl::StrCat("127.0.0.1:", 20000 + w));
-    for (int d = 0; d < options_.devices_per_worker; ++d) {
-      v1::Device* device = request.add_devices();
-      device->set_local_index(d);
-      device->set_kind(options_.device_kind);
-      device->set_name(options_.device_kind == v1::DEVICE_KIND_CUDA ? "simulated gpu" : "cpu");
-      device->set_memory_bytes(int64_t{1} << 30);
-    }
-    call->context.set_deadline(Deadline(absl::Seconds(30)));
-    {
-      absl::MutexLock lock(&window->mu);
-      auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(window->mu) {
-        return window->in_flight < parallelism;
-      };
-      window->mu.Await(absl::Condition(&room));
-      ++window->in_flight;
-    }
-    const std::string id = worker_id(w);
-    stub(w).async()->RegisterWorker(
-        &call->context, &call->request, &call->response,
-        [this, window, id, w, call](grpc::Status status) {
-          delete call;
-          if (!status.ok()) registrations_refused_.fetch_add(1);
-          if (status.ok()) {
-            absl::MutexLock lock(&mu_);
-            workers_[w].registered = true;
-          }
-          absl::MutexLock lock(&window->mu);
-          if (!status.ok() && window->first_error.ok()) {
-            window->first_error = absl::UnavailableError(
-                absl::StrCat("RegisterWorker ", id, ": ", status.error_message()));
-          }
-          --window->in_flight;
-        });
-  }
-  absl::MutexLock lock(&window->mu);
-  auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(window->mu) { return window->in_flight == 0; };
-  window->mu.Await(absl::Condition(&idle));
-  return window->first_error;
-}
-
-void SimulatedFleet::Start() {
-  if (options_.watch_assignments) {
-    absl::MutexLock lock(&mu_);
-    for (int w = 0; w < options_.workers; ++w) {
-      if (workers_[w].registered) OpenWatch(w);
-    }
-  }
-  heartbeats_ = std::thread([this] { HeartbeatLoop(); });
-}
-
-void SimulatedFleet::Stop() {
-  if (stopping_.exchange(true)) return;
-  if (heartbeats_.joinable()) heartbeats_.join();
-  absl::MutexLock lock(&mu_);
-  for (auto& [w, watch] : watches_) watch->Cancel();
-  // Callbacks run on gRPC's threads and touch this object: wait until every one has run.
-  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return watches_.empty() && outstanding_heartbeats_ == 0;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(60));
-}
-
-void SimulatedFleet::OpenWatch(int w) {
-  SimWorker& worker = workers_[w];
-  v1::WatchAssignmentsRequest request;
-  request.set_worker_id(worker.id);
-  request.set_incarnation(worker.incarnation);
-  request.set_epoch(worker.epoch);
-  request.set_cursor(worker.cursor);
-  auto* watch = new Watch(this, w, request);
-  watches_[w] = watch;
-  worker.watching = true;
-  watch->Begin();
-}
-
-void SimulatedFleet::HeartbeatLoop() {
-  const int n = options_.workers;
-  const absl::Duration interval = options_.heartbeat_interval;
-  const absl::Time start = absl::Now();
-  for (int64_t round = 0; !stopping_.load(); ++round) {
-    for (int w = 0; w < n && !stopping_.load(); ++w) {
-      // Worker w's slot in this round: the fleet's heartbeats spread over the interval.
-      const absl::Time due = start + interval * round + interval * w / n;
-      const absl::Duration wait = due - absl::Now();
-      if (wait > absl::ZeroDuration()) absl::SleepFor(wait);  // pacing, not waiting for state
-      SendHeartbeat(w);
-    }
-    // A stream that ended (the coordinator restarted, say) is reopened once per round.
-    absl::MutexLock lock(&mu_);
-    if (!options_.watch_assignments || stopping_.load()) continue;
-    for (int w = 0; w < n; ++w) {
-      if (!workers_[w].watching && workers_[w].registered) OpenWatch(w);
-    }
-  }
-}
-
-void SimulatedFleet::SendHeartbeat(int w) {
-  auto* call = new HeartbeatCall;
-  call->worker = w;
-  {
-    absl::MutexLock lock(&mu_);
-    SimWorker& worker = workers_[w];
-    if (!worker.registered) {
-      delete call;
-      return;
-    }
-    if (worker.heartbeat_outstanding) {
-      heartbeats_skipped_.fetch_add(1);
-      delete call;
-      return;
-    }
-    worker.heartbeat_outstanding = true;
-    ++outstanding_heartbeats_;
-    call->request.set_worker_id(worker.id);
-    call->request.set_incarnation(worker.incarnation);
-    for (const auto& [job, attempt, process] : worker.runners) {
-      v1::RunnerRef* runner = call->request.add_runners();
-      runner->set_job_id(job);
-      runner->set_attempt(attempt);
-      runner->set_process_index(process);
-    }
-  }
-  call->context.set_deadline(Deadline(options_.heartbeat_deadline));
-  call->sent = absl::Now();
-  stub(w).async()->Heartbeat(&call->context, &call->request, &call->response,
-                             [this, call](grpc::Status status) { OnHeartbeatDone(call, status); });
-}
-
-void SimulatedFleet::OnHeartbeatDone(HeartbeatCall* call, const grpc::Status& status) {
-  const absl::Duration latency = absl::Now() - call->sent;
-  if (status.ok()) {
-    heartbeat_latency_.Add(latency);
-    heartbeats_ok_.fetch_add(1);
-  } else {
-    heartbeats_failed_.fetch_add(1);
-  }
-  absl::MutexLock lock(&mu_);
-  if (status.error_code() == grpc::StatusCode::ABORTED ||
-      status.error_code() == grpc::StatusCode::NOT_FOUND) {
-    workers_[call->worker].declared_dead = true;
-  }
-  if (!status.ok() && errors_.size() < 10) {
-    errors_.push_back(absl::StrCat(workers_[call->worker].id, ": code ", status.error_code(),
-                                   ": ", status.error_message()));
-  }
-  for (const v1::StopAttempt& stop : call->response.stop()) {
-    RemoveRunnerLocked(call->worker, stop.job_id(), stop.attempt());
-  }
-  workers_[call->worker].heartbeat_outstanding = false;
-  --outstanding_heartbeats_;
-  delete call;
-}
-
-void SimulatedFleet::OnEvent(int w, const v1::WatchAssignmentsResponse& event) {
-  absl::MutexLock lock(&mu_);
-  workers_[w].epoch = event.epoch();
-  workers_[w].cursor = event.cursor();
-  if (event.has_start()) {
-    assignments_.push_back({w, workers_[w].id, event.start()});
-  } else if (event.has_stop()) {
-    RemoveRunnerLocked(w, event.stop().job_id(), event.stop().attempt());
-  }
-}
-
-void SimulatedFleet::OnWatchDone(int w, Watch* watch, const grpc::Status& status) {
-  absl::MutexLock lock(&mu_);
-  if (!stopping_.load()) streams_ended_.fetch_add(1);
-  auto it = watches_.find(w);
-  if (it != watches_.end() && it->second == watch) watches_.erase(it);
-  workers_[w].watching = false;
-  if (!stopping_.load() && errors_.size() < 10) {
-    errors_.push_back(absl::StrCat(workers_[w].id, ": stream ended: code ", status.error_code(),
-                                   ": ", status.error_message()));
-  }
-}
-
-std::optional<WorkerAssignment> SimulatedFleet::NextAssignment(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto any = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !assignments_.empty(); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&any), timeout)) return std::nullopt;
-  WorkerAssignment next = std::move(assignments_.front());
-  assignments_.pop_front();
-  return next;
-}
-
-void SimulatedFleet::AddRunner(int w, const std::string& job_id, int attempt, int process) {
-  absl::MutexLock lock(&mu_);
-  workers_[w].runners.emplace_back(job_id, attempt, process);
-}
-
-void SimulatedFleet::RemoveRunner(int w, const std::string& job_id, int attempt, int process) {
-  absl::MutexLock lock(&mu_);
-  auto& runners = workers_[w].runners;
-  runners.erase(std::remove(runners.begin(), runners.end(),
-                            std::make_tuple(job_id, attempt, process)),
-                runners.end());
-}
-
-void SimulatedFleet::RemoveRunnerLocked(int w, const std::string& job_id, int attempt) {
-  auto& runners = workers_[w].runners;
-  runners.erase(std::remove_if(runners.begin(), runners.end(),
-                               [&](const auto& r) {
-                                 return std::get<0>(r) == job_id && std::get<1>(r) == attempt;
-                               }),
-                runners.end());
-}
-
-grpc::Status SimulatedFleet::ReportStatus(const WorkerAssignment& a, v1::RunnerState state) {
-  grpc::ClientContext context;
-  context.set_deadline(Deadline(absl::Seconds(30)));
-  v1::ReportAttemptStatusRequest request;
-  request.set_job_id(a.assignment.job_id());
-  request.set_attempt(a.assignment.attempt());
-  request.set_worker_id(a.worker_id);
-  request.set_process_index(a.assignment.process_index());
-  request.set_state(state);
-  if (state == v1::RUNNER_STATE_SUCCEEDED) (*request.mutable_final_metrics())["test_accuracy"] = 1;
-  v1::ReportAttemptStatusResponse response;
-  return stub(a.worker).ReportAttemptStatus(&context, request, &response);
-}
-
-int64_t SimulatedFleet::workers_declared_dead() const {
-  absl::MutexLock lock(&mu_);
-  return std::count_if(workers_.begin(), workers_.end(),
-                       [](const SimWorker& w) { return w.declared_dead; });
-}
-
-std::vector<std::string> SimulatedFleet::heartbeat_errors() const {
-  absl::MutexLock lock(&mu_);
-  return errors_;
 }
 
 // --- ReportLoop ---

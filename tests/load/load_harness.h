@@ -3,8 +3,9 @@
 // watch their assignments and report like real daemons and runners, but run nothing), and
 // latency recording. Not testonly, so that //bench:control_plane can use it too.
 //
-// Threads: a fleet uses gRPC's callback API, so 500 simulated workers cost one pacing thread plus
-// gRPC's own small pool, not a thread each; a 2-core machine holds them.
+// Threads: a fleet's streams use gRPC's callback API and its heartbeats a completion queue of
+// their own, so 10,000 simulated workers cost a few pacing threads, one thread for the answers
+// and gRPC's own small pool, not a thread each; a 2-core machine holds them.
 #ifndef SUBSTRAX_TESTS_LOAD_LOAD_HARNESS_H_
 #define SUBSTRAX_TESTS_LOAD_LOAD_HARNESS_H_
 
@@ -63,8 +64,8 @@ class CoordinatorProcess {
                      bool insecure = true);
   ~CoordinatorProcess();
 
-  // Starts it and waits (up to `timeout`) for its address file. Errors: DEADLINE_EXCEEDED
-  // (no address in time; the log is in the message).
+  // Starts it and waits (up to `timeout`) for its address file. Errors: FAILED_PRECONDITION
+  // (no binary at its path), DEADLINE_EXCEEDED (no address in time; the log is in the message).
   absl::Status Start(absl::Duration timeout = absl::Seconds(60));
   // SIGTERM, then waits for the exit. Errors: DEADLINE_EXCEEDED, INTERNAL (non-zero exit).
   absl::Status Stop(absl::Duration timeout = absl::Seconds(60));
@@ -77,6 +78,8 @@ class CoordinatorProcess {
   absl::Time started() const { return started_; }
   // The process's resident memory (VmRSS) now; -1 when it cannot be read.
   int64_t RssBytes() const;
+  // The CPU time (user + system) the process has used so far; zero when it cannot be read.
+  absl::Duration CpuTime() const;
   // Every run's log, for failure messages.
   std::string Logs() const;
 
@@ -113,6 +116,9 @@ absl::StatusOr<std::vector<v1::Job>> ListAllJobs(v1::JobService::Stub& jobs, int
 absl::StatusOr<std::vector<v1::Worker>> ListWorkers(v1::JobService::Stub& jobs);
 
 std::shared_ptr<grpc::Channel> Connect(const std::string& address);
+
+// A gRPC deadline `timeout` from now.
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout);
 
 struct FleetOptions {
   // Worker ids are "<id_prefix>-<index>", hosts "<id_prefix>-host-<index>".
@@ -209,10 +215,18 @@ class SimulatedFleet {
     bool registered = false;
   };
 
-  void HeartbeatLoop();
+  // Paces the heartbeats of workers first, first + stride, ... (one of kPacingThreads).
+  void HeartbeatLoop(int first, int stride);
+  // Threads that send heartbeats: one cannot start 10,000 TLS calls a second.
+  static constexpr int kPacingThreads = 4;
   void SendHeartbeat(int w) ABSL_LOCKS_EXCLUDED(mu_);
   void OpenWatch(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnHeartbeatDone(HeartbeatCall* call, const grpc::Status& status);
+  // A heartbeat's answer, from a call or a stream.
+  void OnHeartbeatAnswer(int w, absl::Duration latency, const grpc::Status& status,
+                         const v1::HeartbeatResponse& response) ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordAnswerLocked(int w, const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the heartbeats' answers off heartbeat_queue_ until it is shut down.
+  void HeartbeatAnswers();
   void OnEvent(int w, const v1::WatchAssignmentsResponse& event);
   void OnWatchDone(int w, Watch* watch, const grpc::Status& status);
   void RemoveRunnerLocked(int w, const std::string& job_id, int attempt)
@@ -220,7 +234,13 @@ class SimulatedFleet {
 
   const FleetOptions options_;
   std::vector<std::unique_ptr<v1::CoordinatorService::Stub>> stubs_;
-  std::thread heartbeats_;
+  std::vector<std::thread> heartbeats_;
+  // The heartbeat calls, on a completion queue of their own (a real agent's blocking call has
+  // one too): with gRPC's callback API they would share the process's one callback queue with
+  // the 10,000 assignment streams, and a debug build of gRPC (Debian's) scans that queue's
+  // outstanding operations at every completion.
+  grpc::CompletionQueue heartbeat_queue_;
+  std::thread answers_;
   std::atomic<bool> stopping_{false};
   LatencyRecorder heartbeat_latency_;
   std::atomic<int64_t> heartbeats_ok_{0};
