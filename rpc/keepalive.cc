@@ -12,6 +12,8 @@ grpc::ChannelArguments KeepaliveChannelArguments() {
   // may take, and a short one fails handshakes on a busy host.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  // No BDP pings after each answer received (see the header).
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   return args;
 }
 

@@ -75,6 +75,8 @@ SimulatedFleet::SimulatedFleet(const std::string& address, FleetOptions options)
     // table of every timer in the process (10,000 channels' worth): the simulator's cost, not
     // the coordinator's, which a real agent (one channel) does not have.
     args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, INT_MAX);
+    // As a real agent's channel (rpc/keepalive.h): no BDP pings.
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     std::shared_ptr<grpc::ChannelCredentials> credentials =
         options_.channel_credentials.empty()
             ? grpc::InsecureChannelCredentials()
