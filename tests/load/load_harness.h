@@ -221,10 +221,9 @@ class SimulatedFleet {
   static constexpr int kPacingThreads = 4;
   void SendHeartbeat(int w) ABSL_LOCKS_EXCLUDED(mu_);
   void OpenWatch(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A heartbeat's answer, from a call or a stream.
+  // A heartbeat call's answer.
   void OnHeartbeatAnswer(int w, absl::Duration latency, const grpc::Status& status,
                          const v1::HeartbeatResponse& response) ABSL_LOCKS_EXCLUDED(mu_);
-  void RecordAnswerLocked(int w, const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the heartbeats' answers off heartbeat_queue_ until it is shut down.
   void HeartbeatAnswers();
   void OnEvent(int w, const v1::WatchAssignmentsResponse& event);

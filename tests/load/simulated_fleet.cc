@@ -268,15 +268,8 @@ void SimulatedFleet::HeartbeatAnswers() {
 void SimulatedFleet::OnHeartbeatAnswer(int w, absl::Duration latency, const grpc::Status& status,
                                        const v1::HeartbeatResponse& response) {
   if (status.ok()) heartbeat_latency_.Add(latency);
-  absl::MutexLock lock(&mu_);
-  RecordAnswerLocked(w, status);
-  for (const v1::StopAttempt& stop : response.stop()) {
-    RemoveRunnerLocked(w, stop.job_id(), stop.attempt());
-  }
-}
-
-void SimulatedFleet::RecordAnswerLocked(int w, const grpc::Status& status) {
   (status.ok() ? heartbeats_ok_ : heartbeats_failed_).fetch_add(1);
+  absl::MutexLock lock(&mu_);
   if (status.error_code() == grpc::StatusCode::ABORTED ||
       status.error_code() == grpc::StatusCode::NOT_FOUND) {
     workers_[w].declared_dead = true;
@@ -284,6 +277,9 @@ void SimulatedFleet::RecordAnswerLocked(int w, const grpc::Status& status) {
   if (!status.ok() && errors_.size() < 10) {
     errors_.push_back(absl::StrCat(workers_[w].id, ": code ", status.error_code(), ": ",
                                    status.error_message()));
+  }
+  for (const v1::StopAttempt& stop : response.stop()) {
+    RemoveRunnerLocked(w, stop.job_id(), stop.attempt());
   }
   workers_[w].heartbeat_outstanding = false;
   --outstanding_heartbeats_;
