@@ -328,6 +328,9 @@ void WorkerDaemon::HeartbeatLoop() {
     {
       absl::MutexLock lock(&mu_);
       request.set_incarnation(incarnation_);
+      // Acknowledges the assignment events received so far (the coordinator drops them).
+      request.set_watch_epoch(watch_epoch_);
+      request.set_watch_cursor(watch_cursor_);
       for (const auto& [key, runner] : runners_) {
         v1::RunnerRef* ref = request.add_runners();
         ref->set_job_id(runner.job_id);

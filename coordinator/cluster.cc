@@ -148,12 +148,17 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
     entry.proto.clear_job_ids();
     entry.proto.clear_seconds_since_heartbeat();
     entry.last_heartbeat = now;
+    // Its retention counts from the load: when it died is not stored.
+    if (worker.state() != v1::WORKER_STATE_ALIVE) entry.dead_since = now;
     for (const v1::Device& device : worker.devices()) {
       device_ids_[{worker.worker_id(), device.local_index()}] = device.id();
       next_device_id_ = std::max(next_device_id_, device.id() + 1);
     }
   }
 
+  // Ids already handed out are never handed out again: the stored counter, or (for a store
+  // written before the counter was) past every stored id.
+  next_job_number_ = std::max(next_job_number_, snapshot.next_job_number);
   for (const v1::Job& job : snapshot.jobs) {
     JobEntry& entry = jobs_[job.id()];
     if (entry.job.id().empty()) {
@@ -166,6 +171,15 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
     int64_t number = 0;
     if (dash != std::string::npos && absl::SimpleAtoi(job.id().substr(dash + 1), &number)) {
       next_job_number_ = std::max(next_job_number_, number + 1);
+    }
+    if (!job.request_id().empty()) submit_requests_[{job.owner(), job.request_id()}] = job.id();
+    if (job.has_next_attempt_time()) {
+      entry.next_attempt_at = RebaseLocked(FromProtoTime(job.next_attempt_time()));
+    }
+    if (job.transitions_size() > 0) {
+      const absl::Time last = RebaseLocked(FromProtoTime(job.transitions().rbegin()->time()));
+      if (IsTerminalJobState(job.state())) entry.ended_at = last;
+      if (job.state() == v1::JOB_STATE_PENDING) entry.pending_since = last;
     }
     for (const v1::Device& device : job.mesh().devices()) {
       next_device_id_ = std::max(next_device_id_, device.id() + 1);
@@ -180,7 +194,7 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
     }
     for (const v1::JobTransition& t : job.transitions()) {
       if (t.to() == v1::JOB_STATE_RUNNING) {
-        entry.first_start = FromProtoTime(t.time());
+        entry.first_start = RebaseLocked(FromProtoTime(t.time()));
         break;
       }
     }
@@ -235,6 +249,10 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers
+
+absl::Time Cluster::RebaseLocked(absl::Time wall) const {
+  return lease_clock_() + (wall - clock_());
+}
 
 std::string Cluster::DescribeWorkerLocked(const std::string& worker_id) const {
   auto it = workers_.find(worker_id);
@@ -304,9 +322,9 @@ uint64_t Cluster::EnqueueLocked() {
   for (const std::string& id : unstamped_workers_) {
     auto worker = workers_.find(id);
     if (worker == workers_.end()) continue;
-    for (uint64_t& t : worker->second.event_tickets) {
-      if (t == kUnstamped) t = ticket;
-    }
+    // Only the newest events are unstamped: stop at the first stamped one from the back.
+    auto& tickets = worker->second.event_tickets;
+    for (auto t = tickets.rbegin(); t != tickets.rend() && *t == kUnstamped; ++t) *t = ticket;
     unreleased_workers_.insert(id);
   }
   unstamped_workers_.clear();

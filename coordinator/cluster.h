@@ -49,14 +49,28 @@
 // there, without the lock; memory holds each running attempt's two newest steps.
 //
 // Retention. Ended jobs expire after finished_job_ttl and beyond max_finished_jobs (Tick), or
-// when deleted (DeleteJob); their metric points go with them. Assignment queues and lease times live only in memory: loaded workers
+// when deleted (DeleteJob); their metric points go with them. Dead workers are forgotten after
+// dead_worker_retention, and the longest dead at once when a new worker would pass
+// limits::kMaxWorkers. A worker's assignment events are dropped once its daemon has them (its
+// next PollAssignments starts after them). Job ids are "<name>-<n>" with n from a counter stored
+// with each submitted job: never handed out twice, not even after a delete and a restart.
+//
+// Idempotent submits. A SubmitJob with a request_id is remembered (with the job, so as long as
+// the job exists, over restarts) per owner: the same owner and request id with the same spec
+// returns that job; with another spec it gets ALREADY_EXISTS naming the job.
+//
+// Clocks. `clock` stamps what is recorded and shown (transitions, times); every duration the
+// Cluster measures runs on `lease_clock` (monotonic in production): leases, progress timeouts,
+// restart backoffs, max_duration_seconds, finished_job_ttl, dead_worker_retention and the
+// scheduling wait. Instants loaded from the store (wall times) are re-based once at load: an
+// instant t becomes lease_now - (wall_now - t); from then on a step of the wall clock moves
+// nothing. Assignment queues and lease times live only in memory: loaded workers
 // start with a fresh lease at now(), and a loaded RUNNING job keeps its devices while its
 // workers keep their leases; its start events are queued again (in a new stream epoch), and
 // the daemons, whose launches are idempotent, start only what they do not run yet. Which
 // processes of a running attempt have succeeded is stored with the job (succeeded_processes)
 // before the report is acknowledged. Stop events are not stored: a restarted coordinator
-// derives them from the stored job states through heartbeat reconciliation. Leases and
-// progress timeouts are measured on `lease_clock` (monotonic in production).
+// derives them from the stored job states through heartbeat reconciliation.
 //
 // Exactly once. Each assignment event carries (epoch, cursor): a reopened stream resumes after
 // the last event the daemon received. Heartbeats reconcile: they list the daemon's runners; a
@@ -118,6 +132,9 @@ struct ClusterOptions {
   // An attempt fails as stalled when a process reports no new step for this long, unless the
   // spec sets progress_timeout_seconds.
   absl::Duration default_progress_timeout = absl::Minutes(5);
+  // A dead worker is forgotten (with its device ids) this long after it died; one that comes
+  // back later registers as new. Zero: only when room is needed at limits::kMaxWorkers.
+  absl::Duration dead_worker_retention = absl::Hours(limits::kDefaultDeadWorkerRetentionHours);
   // The wait before restart n (1, 2, ...) of a job is restart_backoff * 2^(n-1), at most
   // max_restart_backoff. Zero: restart at once.
   absl::Duration restart_backoff = absl::Seconds(1);
@@ -296,8 +313,14 @@ class Cluster {
   // free. OK once the queued job is stored (a failed write of what scheduling then changed is
   // retried at the next Tick). Errors: AdmitJobSpec's (UNIMPLEMENTED, INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED), UNAVAILABLE (the state store failed; the job was not queued). `owner`
-  // (the submitter's identity) is kept in Job.owner.
-  absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec, const std::string& owner = "");
+  // (the submitter's identity) is kept in Job.owner. `request_id` (SubmitJobRequest.request_id;
+  // empty: none) makes the submit idempotent per owner while its job exists: the same spec
+  // again returns that job as it is now; more errors: INVALID_ARGUMENT (a request id longer
+  // than limits::kMaxRequestIdBytes or not of [A-Za-z0-9_-]), ALREADY_EXISTS (the request id
+  // made job J from another spec: the message names J), UNAVAILABLE (a submit with the same
+  // request id is still being stored: retry).
+  absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec, const std::string& owner = "",
+                                    const std::string& request_id = "");
   // Errors: NOT_FOUND.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
   // Newest first; an empty filter means every state. Skips `offset` matching jobs and returns
@@ -358,8 +381,12 @@ class Cluster {
     // worker_id, host, address, incarnation, state, devices; the rest is filled in on output.
     v1::Worker proto;
     absl::Time last_heartbeat;
-    // Assignment events of the current incarnation; event i has cursor i + 1.
+    // When it was declared dead (or loaded dead), on the lease clock.
+    absl::Time dead_since = absl::InfinitePast();
+    // Assignment events of the current incarnation not yet acknowledged: events[i] has cursor
+    // acked + i + 1. A poll from cursor c acknowledges (drops) every event up to c.
     std::vector<v1::WatchAssignmentsResponse> events;
+    int64_t acked = 0;
     // event_tickets[i]: the writer's ticket that must be committed before event i is sent
     // (what the event announces is stored first); kUnstamped until the call that pushed it
     // hands its changes to the writer.
@@ -388,8 +415,13 @@ class Cluster {
     // The running attempt's mesh and processes (empty unless RUNNING).
     std::optional<Mesh> mesh;
     std::vector<Process> processes;
-    // When the first attempt started (for max_duration_seconds); InfinitePast before.
+    // On the lease clock: when the first attempt started (for max_duration_seconds;
+    // InfinitePast before), when the job ended (for finished_job_ttl), when its restart backoff
+    // ends (InfinitePast: none) and when it last went PENDING (for Placement::waited).
     absl::Time first_start = absl::InfinitePast();
+    absl::Time ended_at = absl::InfinitePast();
+    absl::Time next_attempt_at = absl::InfinitePast();
+    absl::Time pending_since = absl::InfinitePast();
     // (attempt, highest step) at the last metric prune.
     std::pair<int, int64_t> pruned{0, 0};
     // Its place in the submission order (the key of pending_).
@@ -411,6 +443,12 @@ class Cluster {
   Cluster(const ClusterOptions& options, Clock clock, Clock lease_clock, StateStore* state);
 
   absl::Status LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer to a SubmitJob whose (owner, request id) made `job_id` ("" while being stored):
+  // that job if `fingerprint` is its spec's, else ALREADY_EXISTS; UNAVAILABLE while stored.
+  absl::StatusOr<v1::Job> RepeatedSubmitLocked(const std::string& job_id,
+                                               const std::string& request_id,
+                                               const std::string& fingerprint) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The submit policy applied to the alive workers as they are now.
   absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -489,6 +527,12 @@ class Cluster {
   void FailAttemptsOfWorkerLocked(const std::string& worker_id, const std::string& cause,
                                   EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLeasesLocked(EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets dead workers past dead_worker_retention (and, with `room_for_one`, the longest dead
+  // one when the cluster knows limits::kMaxWorkers); false when no room could be made.
+  bool ForgetDeadWorkersLocked(bool room_for_one) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A stored wall time as an instant of the lease clock: as far from the lease clock's now as
+  // it is from the wall clock's (see the class comment).
+  absl::Time RebaseLocked(absl::Time wall) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps pending_ in step with the entry's state (after every state change).
   void NotePendingLocked(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -542,6 +586,9 @@ class Cluster {
   // Device id -> the job whose running attempt holds it.
   std::map<int, std::string> busy_devices_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
+  // (owner, request id) -> the job it made (SubmitJob); "" while that submit is being stored.
+  std::map<std::pair<std::string, std::string>, std::string> submit_requests_
+      ABSL_GUARDED_BY(mu_);
   static constexpr uint64_t kUnstamped = ~uint64_t{0};
   // Workers with events pushed since the last EnqueueLocked.
   std::set<std::string> unstamped_workers_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,6 +15,8 @@
 #include "coordinator/cluster_internal.h"
 #include "coordinator/limits.h"
 #include "coordinator/submit_policy.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "core/model_catalog.h"
@@ -55,7 +58,11 @@ void Cluster::TransitionLocked(JobEntry& entry, v1::JobState to, const std::stri
   }
   entry.job.set_state(to);
   NotePendingLocked(entry);
-  if (to == v1::JOB_STATE_PENDING) entry.pending_reason = reason;
+  if (to == v1::JOB_STATE_PENDING) {
+    entry.pending_reason = reason;
+    entry.pending_since = lease_clock_();
+  }
+  if (IsTerminalJobState(to)) entry.ended_at = lease_clock_();
   // An ended job's progress is final and stored with it; its recent points are not needed.
   if (IsTerminalJobState(to)) metrics_.Forget(entry.job.id());
   MarkJobChangedLocked(entry);
@@ -101,6 +108,8 @@ void Cluster::FailAttemptLocked(JobEntry& entry, const std::string& culprit,
     std::string reason = absl::StrCat(error, "; restarting (restart ", restarts_used + 1, " of ",
                                       job.spec().max_restarts(), ")");
     if (backoff > absl::ZeroDuration()) {
+      // Waited on the lease clock; the wall time is what users see.
+      entry.next_attempt_at = lease_clock_() + backoff;
       *job.mutable_next_attempt_time() = ToProtoTime(clock_() + backoff);
       absl::StrAppend(&reason, " after a backoff of ", absl::FormatDuration(backoff));
     }
@@ -130,14 +139,13 @@ std::string Cluster::SuspendedNoteLocked(const JobEntry& entry, int except) cons
 }
 
 void Cluster::CheckProgressLocked(EndedAttempts* ended) {
-  const absl::Time now = clock_();
   const absl::Time lease_now = lease_clock_();
   for (const std::string& id : job_order_) {
     JobEntry& entry = jobs_.at(id);
     const v1::JobSpec& spec = entry.job.spec();
     if (IsTerminalJobState(entry.job.state())) continue;
     if (spec.max_duration_seconds() > 0 && entry.first_start != absl::InfinitePast() &&
-        now - entry.first_start > absl::Seconds(spec.max_duration_seconds())) {
+        lease_now - entry.first_start > absl::Seconds(spec.max_duration_seconds())) {
       const std::string why =
           absl::StrCat("the job ran longer than its max_duration_seconds (",
                        spec.max_duration_seconds(), " s) over ", entry.job.attempt(),
@@ -147,6 +155,7 @@ void Cluster::CheckProgressLocked(EndedAttempts* ended) {
       }
       entry.job.set_error(why);
       entry.job.clear_next_attempt_time();
+      entry.next_attempt_at = absl::InfinitePast();
       TransitionLocked(entry, v1::JOB_STATE_FAILED, why);
       continue;
     }
@@ -456,17 +465,92 @@ absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
                                 programs_dirs, options_.refuse_jobs_that_cannot_fit);
 }
 
-absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner) {
+namespace {
+
+absl::Status CheckRequestId(const std::string& request_id) {
+  if (request_id.size() > limits::kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("request_id: ", request_id.size(),
+                                                   " bytes, more than the limit of ",
+                                                   limits::kMaxRequestIdBytes));
+  }
+  for (char c : request_id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') {
+      return absl::InvalidArgumentError(
+          "request_id: only letters, digits, '-' and '_' are allowed (substraxctl draws one at "
+          "random)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// 64-bit FNV-1a of the spec's deterministic serialization, in hex: a retry sends the same
+// bytes, and a different spec under the same owner and request id is what it tells apart.
+std::string SpecFingerprint(const v1::JobSpec& spec) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    spec.SerializeToCodedStream(&coded);
+  }
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return absl::StrCat(absl::Hex(hash, absl::kZeroPad16));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Job> Cluster::RepeatedSubmitLocked(const std::string& job_id,
+                                                      const std::string& request_id,
+                                                      const std::string& fingerprint) const {
+  if (job_id.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "a submit with request id ", request_id,
+        " is still being stored; retry with the same request id to get its job"));
+  }
+  const JobEntry& entry = jobs_.at(job_id);
+  if (entry.job.request_fingerprint() != fingerprint) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "request id ", request_id, " already made job ", job_id,
+        " from another spec; submit a changed spec with a new request id"));
+  }
+  return JobViewLocked(entry);
+}
+
+absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner,
+                                           const std::string& request_id) {
   if (submitted.ByteSizeLong() > limits::kMaxSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", submitted.ByteSizeLong(),
                                                    " bytes, more than the limit of ",
                                                    limits::kMaxSpecBytes));
   }
+  SUBSTRAX_RETURN_IF_ERROR(CheckRequestId(request_id));
+  const std::pair<std::string, std::string> request_key{owner, request_id};
+  std::string fingerprint;
+  if (!request_id.empty()) {
+    fingerprint = SpecFingerprint(submitted);
+    absl::MutexLock lock(&mu_);
+    auto made = submit_requests_.find(request_key);
+    if (made != submit_requests_.end()) {
+      return RepeatedSubmitLocked(made->second, request_id, fingerprint);
+    }
+  }
   SUBSTRAX_ASSIGN_OR_RETURN(v1::JobSpec spec, AdmitJobSpec(std::move(submitted)));
   const int64_t total_steps = TotalSteps(spec);
   v1::Job job;
+  StateBatch batch;
   {
     absl::MutexLock lock(&mu_);
+    if (!request_id.empty()) {
+      // A retry may have arrived while this one was admitted.
+      auto made = submit_requests_.find(request_key);
+      if (made != submit_requests_.end()) {
+        return RepeatedSubmitLocked(made->second, request_id, fingerprint);
+      }
+    }
     const int active = ActiveJobsLocked() + submits_in_flight_;
     if (active >= options_.max_active_jobs) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -475,10 +559,15 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::str
           "); wait for some to end, or cancel some"));
     }
     ++submits_in_flight_;
+    if (!request_id.empty()) submit_requests_[request_key] = "";  // being stored
     const absl::Time now = clock_();
-    // A number burnt by a failed write is never handed out again.
+    // A number burnt by a failed write is never handed out again; the counter is stored with
+    // the job, so a restart never hands out the number of a job deleted since.
+    batch.next_job_number = next_job_number_ + 1;
     job.set_id(absl::StrCat(spec.name(), "-", next_job_number_++));
     job.set_owner(owner);
+    job.set_request_id(request_id);
+    job.set_request_fingerprint(fingerprint);
     *job.mutable_spec() = std::move(spec);
     job.set_state(v1::JOB_STATE_PENDING);
     *job.mutable_create_time() = ToProtoTime(now);
@@ -493,17 +582,23 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::str
   // Stored before it exists in memory, so a failed write leaves no job behind (the client's
   // retry makes the only one). Written here, without the lock; the store serializes it with the
   // writer's commits.
-  absl::Status stored = Annotate(state_->PutJob(job), "the job was not queued");
+  batch.jobs.push_back(job);
+  absl::Status stored = Annotate(state_->Commit(batch), "the job was not queued");
   uint64_t ticket = 0;
   v1::Job view;
   {
     absl::MutexLock lock(&mu_);
     --submits_in_flight_;
-    if (!stored.ok()) return stored;
+    if (!stored.ok()) {
+      if (!request_id.empty()) submit_requests_.erase(request_key);
+      return stored;
+    }
     const std::string id = job.id();
+    if (!request_id.empty()) submit_requests_[request_key] = id;
     JobEntry& entry = jobs_[id];
     entry.job = std::move(job);
     entry.pending_reason = "submitted";
+    entry.pending_since = lease_clock_();
     entry.order = next_order_++;
     NotePendingLocked(entry);
     job_order_.push_back(id);
@@ -600,7 +695,12 @@ absl::Status Cluster::DeleteJob(const std::string& job_id) {
 uint64_t Cluster::DeleteJobsLocked(const std::set<std::string>& job_ids) {
   uint64_t ticket = 0;
   for (const std::string& id : job_ids) {
-    if (auto found = jobs_.find(id); found != jobs_.end()) pending_.erase({found->second.order, id});
+    if (auto found = jobs_.find(id); found != jobs_.end()) {
+      pending_.erase({found->second.order, id});
+      // Its request id may make a new job from now on.
+      const v1::Job& job = found->second.job;
+      if (!job.request_id().empty()) submit_requests_.erase({job.owner(), job.request_id()});
+    }
     jobs_.erase(id);
     dirty_jobs_.erase(id);
     metrics_.Forget(id);
@@ -622,7 +722,8 @@ uint64_t Cluster::DeleteJobsLocked(const std::set<std::string>& job_ids) {
 }
 
 void Cluster::ExpireFinishedJobsLocked() {
-  const absl::Time now = clock_();
+  // On the lease clock: a step of the wall clock expires nothing.
+  const absl::Time now = lease_clock_();
   std::vector<std::string> finished;  // oldest first
   for (const std::string& id : job_order_) {
     if (IsTerminalJobState(jobs_.at(id).job.state())) finished.push_back(id);
@@ -632,10 +733,8 @@ void Cluster::ExpireFinishedJobsLocked() {
                       : 0;
   std::set<std::string> expired;
   for (const std::string& id : finished) {
-    const v1::Job& job = jobs_.at(id).job;
-    const absl::Time ended = FromProtoTime(job.transitions(job.transitions_size() - 1).time());
-    const bool too_old =
-        options_.finished_job_ttl > absl::ZeroDuration() && now - ended > options_.finished_job_ttl;
+    const bool too_old = options_.finished_job_ttl > absl::ZeroDuration() &&
+                         now - jobs_.at(id).ended_at > options_.finished_job_ttl;
     if (excess > 0 || too_old) {
       expired.insert(id);
       if (excess > 0) --excess;

@@ -1,6 +1,7 @@
 // Membership: registration, heartbeats and leases of worker daemons, their assignment queues,
 // and what a lost or restarted worker does to the attempts it takes part in.
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -77,11 +78,13 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
   uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
+    // Churn never fills the cluster: the longest dead worker makes room for a new one.
     if (workers_.count(worker_id) == 0 &&
-        static_cast<int>(workers_.size()) >= limits::kMaxWorkers) {
+        static_cast<int>(workers_.size()) >= limits::kMaxWorkers &&
+        !ForgetDeadWorkersLocked(/*room_for_one=*/true)) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "the coordinator knows ", workers_.size(), " workers, its limit; worker ", worker_id,
-          " cannot join"));
+          "the coordinator knows ", workers_.size(), " workers, its limit, all of them alive; "
+          "worker ", worker_id, " cannot join"));
     }
     auto [it, is_new] = workers_.try_emplace(worker_id);
     WorkerEntry& worker = it->second;
@@ -100,6 +103,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
       // A new process, or one declared dead: nothing of its old queue applies any more.
       worker.events.clear();
       worker.event_tickets.clear();
+      worker.acked = 0;
+      worker.dead_since = absl::InfinitePast();
       ++version_;
       changes_.Mark(ChangeFeed::WorkerTopic(worker_id));
       v1::Worker& proto = worker.proto;
@@ -157,6 +162,15 @@ absl::StatusOr<v1::HeartbeatResponse> Cluster::Heartbeat(const v1::HeartbeatRequ
     SUBSTRAX_ASSIGN_OR_RETURN(WorkerEntry * worker,
                               LiveWorkerLocked(worker_id, request.incarnation()));
     worker->last_heartbeat = lease_clock_();
+    // The daemon has every event up to its cursor and never asks for them again.
+    if (request.watch_epoch() == epoch_ && request.watch_cursor() > worker->acked) {
+      const int64_t n = std::min<int64_t>(request.watch_cursor() - worker->acked,
+                                          static_cast<int64_t>(worker->events.size()));
+      worker->events.erase(worker->events.begin(), worker->events.begin() + n);
+      worker->event_tickets.erase(worker->event_tickets.begin(),
+                                  worker->event_tickets.begin() + n);
+      worker->acked += n;
+    }
     // (job, attempt, process) the daemon lists.
     std::set<std::tuple<std::string, int, int>> listed;
     for (const v1::RunnerRef& runner : request.runners()) {
@@ -221,6 +235,7 @@ void Cluster::Tick() {
   {
     absl::MutexLock lock(&mu_);
     ExpireLeasesLocked(&ended);
+    ForgetDeadWorkersLocked(/*room_for_one=*/false);
     CheckProgressLocked(&ended);
     ExpireFinishedJobsLocked();
     ScheduleLocked();
@@ -245,21 +260,25 @@ absl::StatusOr<std::vector<v1::WatchAssignmentsResponse>> Cluster::PollAssignmen
   if (epoch != epoch_) *cursor = 0;
   // Only events whose changes are on disk: a daemon never acts on what a coordinator restart
   // could forget (a start of an attempt, a stop of a cancelled job).
+  // Positions in worker->events: event i has cursor acked + i + 1. Events up to acked were
+  // acknowledged (dropped); a cursor before them (never sent by a daemon that acknowledged
+  // them) resumes after them.
   const uint64_t committed = writer_->committed();
+  const int64_t first = std::max<int64_t>(*cursor - worker->acked, 0);
   int64_t size = static_cast<int64_t>(worker->events.size());
-  for (int64_t i = std::max<int64_t>(*cursor, 0); i < size; ++i) {
+  for (int64_t i = first; i < size; ++i) {
     if (worker->event_tickets[i] > committed) {
       size = i;
       break;
     }
   }
   std::vector<v1::WatchAssignmentsResponse> events;
-  for (int64_t i = std::max<int64_t>(*cursor, 0); i < size; ++i) {
+  for (int64_t i = first; i < size; ++i) {
     events.push_back(worker->events[i]);
     events.back().set_epoch(epoch_);
-    events.back().set_cursor(i + 1);
+    events.back().set_cursor(worker->acked + i + 1);
   }
-  *cursor = std::max(*cursor, size);
+  *cursor = std::max(*cursor, worker->acked + size);
   return events;
 }
 
@@ -283,6 +302,7 @@ void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
       continue;
     }
     worker.proto.set_state(v1::WORKER_STATE_DEAD);
+    worker.dead_since = now;
     dirty_workers_.insert(worker_id);
     // Its stream ends (PollAssignments answers ABORTED from now on).
     changes_.Mark(ChangeFeed::WorkerTopic(worker_id));
@@ -293,6 +313,47 @@ void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
                      ": it died, was preempted or lost the network; check its log"),
         ended);
   }
+}
+
+bool Cluster::ForgetDeadWorkersLocked(bool room_for_one) {
+  const absl::Time now = lease_clock_();
+  const absl::Duration retention = options_.dead_worker_retention;
+  std::set<std::string> forget;
+  const std::string* longest_dead = nullptr;
+  for (const std::string& worker_id : worker_order_) {
+    const WorkerEntry& worker = workers_.at(worker_id);
+    if (worker.proto.state() == v1::WORKER_STATE_ALIVE) continue;
+    if (retention > absl::ZeroDuration() && now - worker.dead_since > retention) {
+      forget.insert(worker_id);
+    } else if (longest_dead == nullptr ||
+               worker.dead_since < workers_.at(*longest_dead).dead_since) {
+      longest_dead = &worker_id;
+    }
+  }
+  if (room_for_one && forget.empty() &&
+      static_cast<int>(workers_.size()) >= limits::kMaxWorkers) {
+    if (longest_dead == nullptr) return false;
+    forget.insert(*longest_dead);
+  }
+  if (forget.empty()) return true;
+  for (const std::string& worker_id : forget) {
+    // A dead worker runs no attempt (they failed when it died): nothing refers to it but the
+    // records of ended attempts, which describe an unknown worker as such.
+    workers_.erase(worker_id);
+    dirty_workers_.erase(worker_id);
+    unstamped_workers_.erase(worker_id);
+    unreleased_workers_.erase(worker_id);
+    writer_->DeleteWorker(worker_id);
+    for (auto it = device_ids_.lower_bound({worker_id, std::numeric_limits<int>::min()});
+         it != device_ids_.end() && it->first.first == worker_id;) {
+      it = device_ids_.erase(it);
+    }
+  }
+  worker_order_.erase(std::remove_if(worker_order_.begin(), worker_order_.end(),
+                                     [&](const std::string& id) { return forget.count(id) > 0; }),
+                      worker_order_.end());
+  ++version_;
+  return true;
 }
 
 }  // namespace substrax

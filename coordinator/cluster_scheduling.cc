@@ -81,22 +81,21 @@ void Cluster::PushStartEventsLocked(JobEntry& entry) {
 
 void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& reason) {
   v1::Job& job = entry.job;
-  // Schedulable since its PENDING transition (the last one), or since its backoff ended.
-  absl::Time schedulable = job.transitions_size() > 0
-                               ? FromProtoTime(job.transitions(job.transitions_size() - 1).time())
-                               : clock_();
-  if (job.has_next_attempt_time()) {
-    schedulable = std::max(schedulable, FromProtoTime(job.next_attempt_time()));
-  }
+  // Schedulable since it went PENDING, or since its backoff ended (on the lease clock).
+  const absl::Time now = lease_clock_();
+  const absl::Time schedulable = std::max(
+      entry.pending_since == absl::InfinitePast() ? now : entry.pending_since,
+      entry.next_attempt_at);
   if (placements_.size() >= kMaxUndrainedPlacements) placements_.erase(placements_.begin());
   placements_.push_back({job.id(), job.attempt() + 1, /*restart=*/job.attempt() > 0,
-                         std::max(absl::ZeroDuration(), clock_() - schedulable)});
+                         std::max(absl::ZeroDuration(), now - schedulable)});
   job.set_attempt(job.attempt() + 1);
   job.clear_error();
   job.clear_next_attempt_time();
+  entry.next_attempt_at = absl::InfinitePast();
   job.clear_succeeded_processes();
   job.set_resumed_from_step(0);  // the attempt's process 0 reports where it resumed from
-  if (entry.first_start == absl::InfinitePast()) entry.first_start = clock_();
+  if (entry.first_start == absl::InfinitePast()) entry.first_start = now;
   v1::JobProgress* progress = job.mutable_progress();
   const int64_t total = progress->total_steps();  // computed at submit
   progress->Clear();
@@ -149,6 +148,7 @@ void Cluster::ScheduleLocked() {
   const AliveDevices everything = AliveDevicesLocked();
   const std::vector<Device>& all_alive = everything.devices;
   const size_t alive_workers = everything.workers;
+  const absl::Time lease_now = lease_clock_();
   std::vector<Device> all_free;
   for (const Device& device : all_alive) {
     if (busy_devices_.count(device.id) == 0) all_free.push_back(device);
@@ -170,8 +170,7 @@ void Cluster::ScheduleLocked() {
     // Only devices of the kind the job's backend runs on.
     const std::vector<Device> alive = DevicesForBackend(SchedulingBackend(spec), all_alive);
     std::vector<Device> free = DevicesForBackend(SchedulingBackend(spec), all_free);
-    if (entry.job.has_next_attempt_time() &&
-        FromProtoTime(entry.job.next_attempt_time()) > clock_()) {
+    if (entry.next_attempt_at > lease_now) {
       // Backing off after a failed attempt; it does not block younger jobs meanwhile.
       SetWaitingLocked(entry, absl::StrCat("the restart backoff to end (at ",
                                            absl::FormatTime("%H:%M:%E3S",

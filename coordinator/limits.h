@@ -36,6 +36,8 @@ inline constexpr int kMaxReportsPerRequest = 4096;
 inline constexpr int kMaxValuesPerReport = 64;
 // A job spec, serialized.
 inline constexpr size_t kMaxSpecBytes = 64 * 1024;
+// SubmitJobRequest.request_id: 1 to this many of [A-Za-z0-9_-] (or empty: no idempotency).
+inline constexpr size_t kMaxRequestIdBytes = 64;
 // Rendezvous: key and value sizes, keys per attempt, concurrent waiters (Get and Barrier) over
 // the whole coordinator.
 inline constexpr size_t kMaxKeyBytes = 1024;
@@ -69,6 +71,9 @@ inline constexpr int kDefaultMaxFinishedJobs = 10000;
 inline constexpr int64_t kDefaultMetricsRawSteps = 10000;
 inline constexpr int64_t kDefaultMetricsHistoryEvery = 1000;
 inline constexpr int64_t kDefaultLogMaxBytesPerProcess = int64_t{8} << 20;
+// A dead worker is forgotten this long after it died (--dead-worker-retention); at
+// kMaxWorkers, the longest dead goes first to make room for a new one.
+inline constexpr int kDefaultDeadWorkerRetentionHours = 24;
 // Attempts started and not yet taken by the server's tick (Cluster::TakePlacements); beyond,
 // the oldest are dropped. Attempts of a job whose workers the Cluster remembers, so that logs
 // shipped after an attempt ended are still checked.

@@ -9,8 +9,8 @@
 // transitions, metric points) lives in SQLite under --state-dir, so a restart loses nothing
 // that was acknowledged. SIGTERM or SIGINT shut it down cleanly.
 //
-// Exit status: 0 after a clean shutdown; 1 cannot start (address in use, state unreadable);
-// 2 bad command line.
+// Exit status: 0 after a clean shutdown; 1 cannot start (address in use, state unreadable,
+// --state-dir locked by another coordinator); 2 bad command line.
 #include <pthread.h>
 #include <signal.h>
 
@@ -31,6 +31,7 @@
 #include "coordinator/limits.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/server.h"
+#include "coordinator/state_dir.h"
 #include "coordinator/state_store.h"
 #include "rpc/transport_flags.h"
 
@@ -50,6 +51,8 @@ struct Flags {
   std::string restart_backoff = "1s";
   std::string max_restart_backoff = "2m";
   std::string finished_job_ttl = absl::StrCat(limits::kDefaultFinishedJobTtlHours, "h");
+  std::string dead_worker_retention =
+      absl::StrCat(limits::kDefaultDeadWorkerRetentionHours, "h");
   ClusterOptions cluster;
 };
 
@@ -84,7 +87,9 @@ void AddServingFlags(CLI::App& app, Flags& f) {
   app.add_option("--metrics-listen", f.server.metrics_listen,
                  "Prometheus /metrics address host:port; empty to disable")
       ->capture_default_str();
-  app.add_option("--state-dir", f.state_dir, "Directory of the SQLite state")
+  app.add_option("--state-dir", f.state_dir,
+                 "Directory of the SQLite state (0700, its files 0600); one coordinator at a "
+                 "time: it holds an exclusive lock on DIR/coordinator.lock")
       ->capture_default_str();
   app.add_option("--address-file", f.address_file,
                  "Write the address clients should dial here once serving");
@@ -133,6 +138,10 @@ void AddClusterFlags(CLI::App& app, Flags& f) {
   app.add_option("--finished-job-ttl", f.finished_job_ttl,
                  "Ended jobs are deleted this long after they ended; 0: never by age")
       ->capture_default_str();
+  app.add_option("--dead-worker-retention", f.dead_worker_retention,
+                 "A dead worker is forgotten this long after it died (the longest dead also "
+                 "when a new worker would pass the worker limit); 0: only then")
+      ->capture_default_str();
   app.add_option("--metrics-raw-steps", f.cluster.metrics_raw_steps,
                  "Every metric point of an attempt's last N steps is kept; 0: keep all")
       ->capture_default_str()
@@ -172,6 +181,12 @@ bool FinishClusterFlags(Flags& f) {
               << "' is not a duration such as 168h (0: never by age)\n";
     return false;
   }
+  if (!absl::ParseDuration(f.dead_worker_retention, &c.dead_worker_retention) ||
+      c.dead_worker_retention < absl::ZeroDuration()) {
+    std::cerr << "substrax-coordinator: --dead-worker-retention: '" << f.dead_worker_retention
+              << "' is not a duration such as 24h (0: only to make room)\n";
+    return false;
+  }
   if (c.heartbeat_timeout <= c.heartbeat_interval) {
     std::cerr << "substrax-coordinator: --heartbeat-timeout must be longer than "
                  "--heartbeat-interval\n";
@@ -183,6 +198,12 @@ bool FinishClusterFlags(Flags& f) {
 // Loads the state, serves until SIGTERM or SIGINT (blocked in `signals`), shuts down. The exit
 // status.
 int Serve(Flags& f, Authenticator* auth, const sigset_t& signals) {
+  // Held until the process exits: a second coordinator on this directory fails here.
+  auto lock = StateDirLock::Acquire(f.state_dir);
+  if (!lock.ok()) {
+    std::cerr << "substrax-coordinator: " << lock.status().message() << "\n";
+    return 1;
+  }
   auto state = SqliteStateStore::Open(f.state_dir);
   if (!state.ok()) {
     std::cerr << "substrax-coordinator: " << state.status().message() << "\n";

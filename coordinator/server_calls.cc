@@ -302,7 +302,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       const v1::SubmitJobRequest* request,
                                       v1::SubmitJobResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
-      SUBSTRAX_ASSIGN_OR_RETURN(v1::Job job, s_->cluster->SubmitJob(request->spec(), caller.name));
+      SUBSTRAX_ASSIGN_OR_RETURN(
+          v1::Job job, s_->cluster->SubmitJob(request->spec(), caller.name, request->request_id()));
       if (s_->jobs_submitted != nullptr) s_->jobs_submitted->Increment();
       *response->mutable_job() = std::move(job);
       return absl::OkStatus();

@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/state_dir.h"
 #include "core/status.h"
 
 namespace substrax {
@@ -93,6 +93,12 @@ absl::Status InMemoryStateStore::Commit(const StateBatch& batch) {
   }
   for (const v1::Job& j : batch.jobs) {
     Upsert(data_.jobs, j, [](const v1::Job& x) { return x.id(); });
+  }
+  data_.next_job_number = std::max(data_.next_job_number, batch.next_job_number);
+  for (const std::string& id : batch.deleted_workers) {
+    data_.workers.erase(std::remove_if(data_.workers.begin(), data_.workers.end(),
+                                       [&](const v1::Worker& w) { return w.worker_id() == id; }),
+                        data_.workers.end());
   }
   for (const std::string& id : batch.deleted_jobs) {
     data_.jobs.erase(std::remove_if(data_.jobs.begin(), data_.jobs.end(),
@@ -210,9 +216,9 @@ absl::StatusOr<std::vector<LogChunk>> InMemoryStateStore::ReadLogChunks(
 
 namespace {
 
-// 1: workers, jobs, step_reports. 2: log_chunks. A file of an older version gets the tables it
-// lacks (CREATE ... IF NOT EXISTS) and the new version number.
-constexpr int kSchemaVersion = 2;
+// 1: workers, jobs, step_reports. 2: log_chunks. 3: meta (the job counter). A file of an older
+// version gets the tables it lacks (CREATE ... IF NOT EXISTS) and the new version number.
+constexpr int kSchemaVersion = 3;
 
 // The upserts keep the rowid of the first insert, so ORDER BY rowid is the order of first Put.
 constexpr char kSchema[] = R"sql(
@@ -235,7 +241,15 @@ CREATE TABLE IF NOT EXISTS log_chunks (
   data BLOB NOT NULL,
   eof INTEGER NOT NULL,
   PRIMARY KEY (job_id, attempt, process_index, offset));
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 )sql";
+
+// The job counter only grows: concurrent submits commit theirs in any order.
+constexpr char kPutJobCounter[] =
+    "INSERT INTO meta (key, value) VALUES ('next_job_number', ?1) "
+    "ON CONFLICT (key) DO UPDATE SET value = MAX(value, excluded.value)";
+constexpr char kGetJobCounter[] = "SELECT value FROM meta WHERE key = 'next_job_number'";
+constexpr char kDeleteWorker[] = "DELETE FROM workers WHERE worker_id = ?1";
 
 constexpr char kPutWorker[] =
     "INSERT INTO workers (worker_id, proto) VALUES (?1, ?2) "
@@ -343,12 +357,12 @@ int StepToDone(sqlite3_stmt* stmt) {
 absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
     const std::string& directory) {
   const std::string path = (std::filesystem::path(directory) / "substrax.db").string();
-  std::error_code ec;
-  std::filesystem::create_directories(directory, ec);
-  if (ec) {
-    return absl::UnavailableError(absl::StrCat("state store ", path, ": cannot create directory ",
-                                               directory, ": ", ec.message(),
-                                               "; check --state-dir and its permissions"));
+  SUBSTRAX_RETURN_IF_ERROR(MakePrivateDirectory(directory, "state store"));
+  // SQLite creates files 0644 and gives the -wal and -shm files the database's mode: the
+  // database is created (or narrowed) to 0600 first, and so are the other two if they exist.
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    SUBSTRAX_RETURN_IF_ERROR(
+        MakePrivateFile(path + suffix, /*create=*/suffix[0] == '\0', "state store"));
   }
   // Our own mutexes serialize every use of each connection, so SQLite's are not needed.
   auto open = [&](int flags, sqlite3** db) -> absl::Status {
@@ -443,8 +457,14 @@ absl::Status SqliteStateStore::Commit(const StateBatch& batch) {
 
 absl::Status SqliteStateStore::CommitLocked(const StateBatch& batch) {
   Statement put_worker, put_job, delete_job, delete_reports, delete_logs, append, prune,
-      append_log, bound_log;
+      append_log, bound_log, put_counter, delete_worker;
   int rc = SQLITE_OK;
+  if (batch.next_job_number > 0) {
+    rc = put_counter.Prepare(db_, kPutJobCounter);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(put_counter.get(), 1, batch.next_job_number);
+    if (rc == SQLITE_OK) rc = StepToDone(put_counter.get());
+    if (rc != SQLITE_OK) return Error(db_, rc, "writing the job counter");
+  }
   for (const v1::Worker& w : batch.workers) {
     if (put_worker.get() == nullptr) rc = put_worker.Prepare(db_, kPutWorker);
     if (rc == SQLITE_OK) rc = BindText(put_worker.get(), 1, w.worker_id());
@@ -500,6 +520,12 @@ absl::Status SqliteStateStore::CommitLocked(const StateBatch& batch) {
     if (rc == SQLITE_OK) rc = StepToDone(delete_logs.get());
     if (rc != SQLITE_OK) return Error(db_, rc, absl::StrCat("deleting job ", id));
   }
+  for (const std::string& id : batch.deleted_workers) {
+    if (delete_worker.get() == nullptr) rc = delete_worker.Prepare(db_, kDeleteWorker);
+    if (rc == SQLITE_OK) rc = BindText(delete_worker.get(), 1, id);
+    if (rc == SQLITE_OK) rc = StepToDone(delete_worker.get());
+    if (rc != SQLITE_OK) return Error(db_, rc, absl::StrCat("deleting worker ", id));
+  }
   for (const v1::StepReport& r : batch.reports) {
     if (append.get() == nullptr) rc = append.Prepare(db_, kAppendReport);
     sqlite3_stmt* s = append.get();
@@ -547,6 +573,16 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load() {
                                                     table.what,
                                                     " does not parse: the file is damaged"))
                  : Error(db_, table.rc, absl::StrCat("reading ", table.what));
+  }
+  if (status.ok()) {
+    Statement counter;
+    int rc = counter.Prepare(db_, kGetJobCounter);
+    if (rc == SQLITE_OK) rc = sqlite3_step(counter.get());
+    if (rc == SQLITE_ROW) {
+      snapshot.next_job_number = sqlite3_column_int64(counter.get(), 0);
+    } else if (rc != SQLITE_DONE) {
+      status = Error(db_, rc, "reading the job counter");
+    }
   }
   ExecLocked("COMMIT").IgnoreError();  // a read-only transaction has nothing to lose
   if (!status.ok()) return status;

@@ -60,6 +60,12 @@ struct StateBatch {
   std::vector<v1::Job> jobs;
   // Jobs deleted with their metric points.
   std::vector<std::string> deleted_jobs;
+  // Workers deleted (dead past their retention).
+  std::vector<std::string> deleted_workers;
+  // When positive, the stored job counter becomes at least this (it never goes down): a
+  // restarted coordinator numbers new jobs from it, so an id is never handed out twice, not
+  // even after its job was deleted.
+  int64_t next_job_number = 0;
   // Metric points appended.
   std::vector<v1::StepReport> reports;
   // Metric retention: the points of (job_id, attempt) at steps before `before_step` are
@@ -76,8 +82,8 @@ struct StateBatch {
   std::vector<LogChunk> log_chunks;
 
   bool empty() const {
-    return workers.empty() && jobs.empty() && deleted_jobs.empty() && reports.empty() &&
-           prunes.empty() && log_chunks.empty();
+    return workers.empty() && jobs.empty() && deleted_jobs.empty() && deleted_workers.empty() &&
+           reports.empty() && prunes.empty() && log_chunks.empty() && next_job_number <= 0;
   }
 };
 
@@ -85,8 +91,8 @@ class StateStore {
  public:
   virtual ~StateStore() = default;
 
-  // Writes the batch in one transaction: upserts and log chunks first, then deletions (a job's
-  // log chunks go with it), reports and prunes. A
+  // Writes the batch in one transaction: upserts, the job counter and log chunks first, then
+  // deletions (a job's log chunks go with it), reports and prunes. A
   // job keeps the position of its first upsert in Load's order. Errors: UNAVAILABLE (the write
   // failed, nothing of it is stored; the same batch may be committed again), DATA_LOSS.
   virtual absl::Status Commit(const StateBatch& batch) = 0;
@@ -103,6 +109,8 @@ class StateStore {
     std::vector<v1::Worker> workers;
     // In submission order (first Put).
     std::vector<v1::Job> jobs;
+    // The highest StateBatch::next_job_number committed; 0 when none was.
+    int64_t next_job_number = 0;
   };
   // Errors: UNAVAILABLE (read failed), DATA_LOSS (a stored record does not parse: the file is
   // damaged).
@@ -163,6 +171,10 @@ class InMemoryStateStore final : public StateStore {
 
 // One SQLite database, <directory>/substrax.db, in WAL mode.
 //
+// Privacy: the database holds every job's spec (its env included); it is created 0600, and
+// SQLite gives its -wal and -shm files the database's mode. Open also narrows an existing
+// database (and its -wal, -shm) to 0600, and the directory to 0700.
+//
 // Durability: synchronous=FULL. In WAL mode NORMAL is safe against a crash of the coordinator
 // process but may lose the last commits on a power loss or kernel crash (the WAL is not synced
 // at each commit). The coordinator promises that every acknowledged job, transition and metric
@@ -175,8 +187,8 @@ class InMemoryStateStore final : public StateStore {
 // keyed by (job_id, attempt, process_index, offset), the bytes as a BLOB.
 class SqliteStateStore final : public StateStore {
  public:
-  // Opens <directory>/substrax.db, creating the directory and the database when missing.
-  // Errors: UNAVAILABLE with the path and SQLite's (or the file system's) message;
+  // Opens <directory>/substrax.db, creating the directory (0700) and the database (0600) when
+  // missing. Errors: UNAVAILABLE with the path and SQLite's (or the file system's) message;
   // FAILED_PRECONDITION when the file was written by a newer schema.
   static absl::StatusOr<std::unique_ptr<SqliteStateStore>> Open(const std::string& directory);
   ~SqliteStateStore() override;

@@ -24,6 +24,7 @@ StateWriter::~StateWriter() {
 uint64_t StateWriter::PutWorker(const v1::Worker& worker) {
   absl::MutexLock lock(&mu_);
   workers_[worker.worker_id()] = worker;
+  deleted_workers_.erase(worker.worker_id());
   return next_ticket_++;
 }
 
@@ -44,6 +45,13 @@ uint64_t StateWriter::DeleteJob(const std::string& job_id) {
                              [&](const LogChunk& c) { return c.job_id == job_id; }),
               logs_.end());
   deleted_jobs_.push_back(job_id);
+  return next_ticket_++;
+}
+
+uint64_t StateWriter::DeleteWorker(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  workers_.erase(worker_id);
+  deleted_workers_.insert(worker_id);
   return next_ticket_++;
 }
 
@@ -123,6 +131,8 @@ void StateWriter::Run() {
     for (auto& [id, worker] : workers_) batch.workers.push_back(std::move(worker));
     for (auto& [id, job] : jobs_) batch.jobs.push_back(std::move(job));
     batch.deleted_jobs = std::move(deleted_jobs_);
+    batch.deleted_workers.assign(deleted_workers_.begin(), deleted_workers_.end());
+    deleted_workers_.clear();
     batch.reports = std::move(reports_);
     batch.prunes = std::move(prunes_);
     batch.log_chunks = std::move(logs_);
@@ -154,7 +164,12 @@ void StateWriter::Run() {
     failure_ = status;
     ++failed_commits_;
     // Back in the queue, behind nothing: what was enqueued meanwhile is newer and wins.
-    for (v1::Worker& w : batch.workers) workers_.emplace(w.worker_id(), std::move(w));
+    for (v1::Worker& w : batch.workers) {
+      if (deleted_workers_.count(w.worker_id()) == 0) workers_.emplace(w.worker_id(), std::move(w));
+    }
+    for (const std::string& id : batch.deleted_workers) {
+      if (workers_.count(id) == 0) deleted_workers_.insert(id);
+    }
     for (v1::Job& j : batch.jobs) {
       const bool deleted_since = std::find(deleted_jobs_.begin(), deleted_jobs_.end(), j.id()) !=
                                  deleted_jobs_.end();

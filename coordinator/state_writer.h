@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +49,8 @@ class StateWriter {
   uint64_t PutWorker(const v1::Worker& worker);
   uint64_t PutJob(const v1::Job& job);
   uint64_t DeleteJob(const std::string& job_id);
+  // A worker Put after its deletion is stored again (the newest change wins).
+  uint64_t DeleteWorker(const std::string& worker_id);
   uint64_t AppendReports(std::vector<v1::StepReport> reports);
   uint64_t Prune(StateBatch::Prune prune);
   // Log chunks ride in the same group commits as everything else: no commit (and no fsync) of
@@ -82,6 +85,7 @@ class StateWriter {
   std::map<std::string, v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> deleted_jobs_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> deleted_workers_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StepReport> reports_ ABSL_GUARDED_BY(mu_);
   std::vector<StateBatch::Prune> prunes_ ABSL_GUARDED_BY(mu_);
   std::vector<LogChunk> logs_ ABSL_GUARDED_BY(mu_);
