@@ -103,10 +103,12 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& o
   std::unique_ptr<Cluster> cluster(
       new Cluster(options, std::move(clock), std::move(lease_clock), state));
   if (options.max_active_jobs <= 0 || options.max_finished_jobs < 0 ||
-      options.metrics_raw_steps < 0 || options.metrics_history_every <= 0) {
+      options.metrics_raw_steps < 0 || options.metrics_history_every <= 0 ||
+      options.max_workers <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "max_active_jobs (", options.max_active_jobs, ") and metrics_history_every (",
-        options.metrics_history_every, ") must be positive, max_finished_jobs (",
+        "max_active_jobs (", options.max_active_jobs, "), max_workers (", options.max_workers,
+        ") and metrics_history_every (", options.metrics_history_every,
+        ") must be positive, max_finished_jobs (",
         options.max_finished_jobs, ") and metrics_raw_steps (", options.metrics_raw_steps,
         ") not negative"));
   }

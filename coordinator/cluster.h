@@ -51,7 +51,7 @@
 // Retention. Ended jobs expire after finished_job_ttl and beyond max_finished_jobs (Tick), or
 // when deleted (DeleteJob); their metric points go with them. Dead workers are forgotten after
 // dead_worker_retention, and the longest dead at once when a new worker would pass
-// limits::kMaxWorkers. A worker's assignment events are dropped once its daemon has them (its
+// max_workers. A worker's assignment events are dropped once its daemon has them (its
 // next PollAssignments starts after them). Job ids are "<name>-<n>" with n from a counter stored
 // with each submitted job: never handed out twice, not even after a delete and a restart.
 //
@@ -133,8 +133,11 @@ struct ClusterOptions {
   // spec sets progress_timeout_seconds.
   absl::Duration default_progress_timeout = absl::Minutes(5);
   // A dead worker is forgotten (with its device ids) this long after it died; one that comes
-  // back later registers as new. Zero: only when room is needed at limits::kMaxWorkers.
+  // back later registers as new. Zero: only when room is needed at max_workers.
   absl::Duration dead_worker_retention = absl::Hours(limits::kDefaultDeadWorkerRetentionHours);
+  // Workers known at most (alive or dead); a new one beyond makes room by forgetting the longest
+  // dead, else is refused (RESOURCE_EXHAUSTED).
+  int max_workers = limits::kMaxWorkers;
   // The wait before restart n (1, 2, ...) of a job is restart_backoff * 2^(n-1), at most
   // max_restart_backoff. Zero: restart at once.
   absl::Duration restart_backoff = absl::Seconds(1);
@@ -528,7 +531,7 @@ class Cluster {
                                   EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLeasesLocked(EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets dead workers past dead_worker_retention (and, with `room_for_one`, the longest dead
-  // one when the cluster knows limits::kMaxWorkers); false when no room could be made.
+  // one when the cluster knows max_workers); false when no room could be made.
   bool ForgetDeadWorkersLocked(bool room_for_one) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A stored wall time as an instant of the lease clock: as far from the lease clock's now as
   // it is from the wall clock's (see the class comment).

@@ -80,7 +80,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
     absl::MutexLock lock(&mu_);
     // Churn never fills the cluster: the longest dead worker makes room for a new one.
     if (workers_.count(worker_id) == 0 &&
-        static_cast<int>(workers_.size()) >= limits::kMaxWorkers &&
+        static_cast<int>(workers_.size()) >= options_.max_workers &&
         !ForgetDeadWorkersLocked(/*room_for_one=*/true)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the coordinator knows ", workers_.size(), " workers, its limit, all of them alive; "
@@ -331,7 +331,7 @@ bool Cluster::ForgetDeadWorkersLocked(bool room_for_one) {
     }
   }
   if (room_for_one && forget.empty() &&
-      static_cast<int>(workers_.size()) >= limits::kMaxWorkers) {
+      static_cast<int>(workers_.size()) >= options_.max_workers) {
     if (longest_dead == nullptr) return false;
     forget.insert(*longest_dead);
   }

@@ -2,11 +2,13 @@
 // workers poll.
 #include "coordinator/cluster.h"
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "coordinator/cluster_test_util.h"
 #include "coordinator/state_store.h"
@@ -212,6 +214,106 @@ TEST_F(ClusterTest, RegistrationRefusesDataRootsThatAreNotNormalizedAbsolutePath
     EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(response.status().message(), HasSubstr("worker w-1: data_roots[0]")) << bad;
   }
+}
+
+// A heartbeat of w-1 (incarnation inc-1) that acknowledges the events up to (epoch, cursor).
+absl::Status Acknowledge(Cluster& cluster, const std::string& epoch, int64_t cursor) {
+  v1::HeartbeatRequest request;
+  request.set_worker_id("w-1");
+  request.set_incarnation("inc-1");
+  request.set_watch_epoch(epoch);
+  request.set_watch_cursor(cursor);
+  return cluster.Heartbeat(request).status();
+}
+
+TEST_F(ClusterTest, AssignmentEventsAreDroppedOnceAcknowledged) {
+  Register("w-1", "a", 2);
+  // Churn: 100 jobs, each started and cancelled (200 events); the daemon acknowledges as it
+  // goes, in its heartbeats.
+  int64_t cursor = 0;
+  for (int i = 0; i < 100; ++i) {
+    const std::string job = Submit(Spec("churn", 2));
+    ASSERT_TRUE(cluster_->CancelJob(job, "").ok());
+    auto events = cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &cursor);
+    ASSERT_TRUE(events.ok());
+    ASSERT_THAT(*events, SizeIs(2));
+    ASSERT_TRUE(Acknowledge(*cluster_, cluster_->epoch(), cursor).ok());
+  }
+  EXPECT_EQ(cursor, 200);
+  // Nothing acknowledged is kept: from the start of the queue there is nothing left to send.
+  int64_t from_start = 0;
+  EXPECT_THAT(*cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &from_start),
+              IsEmpty());
+  EXPECT_EQ(from_start, 200);
+  // The queue goes on numbering after what it dropped.
+  Submit(Spec("next", 2));
+  int64_t resumed = cursor;
+  auto next = cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &resumed);
+  ASSERT_THAT(*next, SizeIs(1));
+  EXPECT_EQ((*next)[0].cursor(), 201);
+  // An acknowledgement of another coordinator run, or past the queue, drops nothing it should
+  // not: the unacknowledged event is still served from the start.
+  ASSERT_TRUE(Acknowledge(*cluster_, "another-epoch", 201).ok());
+  int64_t again = 0;
+  EXPECT_THAT(*cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &again), SizeIs(1));
+  ASSERT_TRUE(Acknowledge(*cluster_, cluster_->epoch(), 1000).ok());
+  again = 0;
+  EXPECT_THAT(*cluster_->PollAssignments("w-1", "inc-1", cluster_->epoch(), &again), IsEmpty());
+}
+
+TEST_F(ClusterTest, DeadWorkersAreForgottenAfterTheirRetention) {
+  options_.dead_worker_retention = absl::Minutes(1);
+  cluster_ = MakeCluster(state_);
+  RegisterTwoWorkers();
+  RunFor(absl::Seconds(30), {"w-1"});  // w-2 misses heartbeats: dead after 10 s
+  ASSERT_THAT(cluster_->ListWorkers(), SizeIs(2));
+  EXPECT_EQ(cluster_->ListWorkers()[1].state(), v1::WORKER_STATE_DEAD);
+  RunFor(absl::Seconds(40), {"w-1"});  // dead for less than a minute
+  EXPECT_THAT(cluster_->ListWorkers(), SizeIs(2));
+  RunFor(absl::Seconds(5), {"w-1"});
+  ASSERT_THAT(cluster_->ListWorkers(), SizeIs(1));
+  EXPECT_EQ(cluster_->ListWorkers()[0].worker_id(), "w-1");
+  // Gone from the store too, so a restart does not bring it back.
+  absl::StatusOr<StateStore::Snapshot> stored = state_.Load();
+  ASSERT_TRUE(stored.ok());
+  ASSERT_THAT(stored->workers, SizeIs(1));
+  EXPECT_EQ(stored->workers[0].worker_id(), "w-1");
+  // Coming back, it registers as a new worker, with new device ids.
+  v1::RegisterWorkerResponse back = Register("w-2", "b", 2, "inc-2");
+  ASSERT_THAT(back.devices(), SizeIs(2));
+  EXPECT_EQ(back.devices(0).id(), 4);
+}
+
+TEST_F(ClusterTest, AtTheWorkerLimitTheLongestDeadWorkerMakesRoom) {
+  options_.dead_worker_retention = absl::ZeroDuration();  // forgotten only to make room
+  options_.max_workers = 20;  // limits::kMaxWorkers in production
+  cluster_ = MakeCluster(state_);
+  std::vector<std::string> alive;
+  for (int i = 0; i < options_.max_workers; ++i) {
+    alive.push_back(absl::StrCat("w-", i));
+    Register(alive.back(), absl::StrCat("h-", i), 1);
+  }
+  v1::RegisterWorkerRequest late;
+  late.set_worker_id("late");
+  late.set_host("h-late");
+  late.set_incarnation("inc-1");
+  late.add_devices()->set_kind(v1::DEVICE_KIND_CPU);
+  absl::StatusOr<v1::RegisterWorkerResponse> refused = cluster_->RegisterWorker(late);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("all of them alive"));
+
+  // w-7 dies, then w-3: w-7 has been dead longest.
+  alive.erase(std::find(alive.begin(), alive.end(), "w-7"));
+  RunFor(absl::Seconds(11), alive);
+  alive.erase(std::find(alive.begin(), alive.end(), "w-3"));
+  RunFor(absl::Seconds(11), alive);
+  ASSERT_TRUE(cluster_->RegisterWorker(late).ok());
+  std::vector<std::string> known;
+  for (const v1::Worker& w : cluster_->ListWorkers()) known.push_back(w.worker_id());
+  EXPECT_EQ(known.size(), static_cast<size_t>(options_.max_workers));
+  EXPECT_EQ(std::count(known.begin(), known.end(), "w-7"), 0);
+  EXPECT_EQ(std::count(known.begin(), known.end(), "w-3"), 1);
+  EXPECT_EQ(known.back(), "late");
 }
 
 }  // namespace

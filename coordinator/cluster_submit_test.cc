@@ -20,6 +20,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::SizeIs;
 
 TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
   options_.refuse_jobs_that_cannot_fit = true;
@@ -211,6 +212,75 @@ TEST_F(ClusterTest, RegistrationRefusesProgramsDirsThatAreNotNormalizedAbsoluteP
     EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(response.status().message(), HasSubstr("worker w-1: programs_dirs[0]")) << bad;
   }
+}
+
+TEST_F(ClusterTest, JobIdsAreNotReusedAfterADeleteAndARestart) {
+  Register("w-1", "a", 2);
+  const std::string first = Submit(Spec("again", 2));
+  ASSERT_EQ(first, "again-1");
+  ASSERT_TRUE(cluster_->CancelJob(first, "").ok());
+  ASSERT_TRUE(cluster_->DeleteJob(first).ok());
+  // No job is left to derive the counter from: it is stored on its own.
+  cluster_.reset();
+  cluster_ = MakeCluster(state_);
+  EXPECT_EQ(Submit(Spec("again", 2)), "again-2");
+}
+
+TEST_F(ClusterTest, ARequestIdMakesTheSubmitIdempotentPerOwner) {
+  Register("w-1", "a", 2);
+  absl::StatusOr<v1::Job> made = cluster_->SubmitJob(Spec("once", 2), "alice", "req-1");
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(made->request_id(), "req-1");
+  // A retry (the answer was lost): the same job, as it is now, and no second one.
+  absl::StatusOr<v1::Job> again = cluster_->SubmitJob(Spec("once", 2), "alice", "req-1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), made->id());
+  EXPECT_EQ(again->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(cluster_->ListJobs({}).size(), 1u);
+  // The same request id with another spec names the job it made.
+  absl::StatusOr<v1::Job> changed = cluster_->SubmitJob(Spec("once", 1), "alice", "req-1");
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(changed.status().message(),
+              HasSubstr("request id req-1 already made job once-1 from another spec"));
+  // Request ids are per owner.
+  absl::StatusOr<v1::Job> bobs = cluster_->SubmitJob(Spec("once", 2), "bob", "req-1");
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  EXPECT_NE(bobs->id(), made->id());
+
+  // Remembered over a restart, as long as the job exists.
+  cluster_.reset();
+  cluster_ = MakeCluster(state_);
+  again = cluster_->SubmitJob(Spec("once", 2), "alice", "req-1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), made->id());
+  ASSERT_TRUE(cluster_->CancelJob(made->id(), "").ok());
+  ASSERT_TRUE(cluster_->DeleteJob(made->id()).ok());
+  absl::StatusOr<v1::Job> after_delete = cluster_->SubmitJob(Spec("once", 2), "alice", "req-1");
+  ASSERT_TRUE(after_delete.ok()) << after_delete.status();
+  EXPECT_NE(after_delete->id(), made->id());
+}
+
+TEST_F(ClusterTest, RequestIdsAreBoundedToAPlainCharset) {
+  for (const std::string& bad : {std::string(65, 'a'), std::string("a b"), std::string("x/y"),
+                                 std::string("\xff")}) {
+    absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(Spec("r", 1), "alice", bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("request_id: ")) << bad;
+  }
+  EXPECT_TRUE(cluster_->SubmitJob(Spec("r", 1), "alice", std::string(64, 'Z')).ok());
+  EXPECT_TRUE(cluster_->SubmitJob(Spec("r", 1), "alice", "a-B_9").ok());
+  EXPECT_THAT(cluster_->ListJobs({}), SizeIs(2));
+}
+
+TEST_F(ClusterTest, AFailedSubmitForgetsItsRequestId) {
+  Register("w-1", "a", 2);
+  state_.FailNextCommits(1);
+  EXPECT_EQ(cluster_->SubmitJob(Spec("flaky", 2), "alice", "req-9").status().code(),
+            absl::StatusCode::kUnavailable);
+  // The retry makes the only job.
+  absl::StatusOr<v1::Job> retried = cluster_->SubmitJob(Spec("flaky", 2), "alice", "req-9");
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_THAT(cluster_->ListJobs({}), SizeIs(1));
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ v1::ReportStepsRequest Steps(const std::string& job, int attempt, int64_t step,
 void ClusterTest::SetUp() { cluster_ = MakeCluster(state_); }
 
 std::unique_ptr<Cluster> ClusterTest::MakeCluster(StateStore& state) {
-  auto cluster = Cluster::Create(options_, [this] { return now_; }, &state);
+  auto cluster = Cluster::Create(
+      options_, [this] { return now_; }, &state,
+      [this] { return split_clocks_ ? lease_now_ : now_; });
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   if (!cluster.ok()) return nullptr;
   (*cluster)->SetAttemptEndedCallback(
@@ -108,6 +110,7 @@ absl::Status ClusterTest::ReportStatus(const std::string& job_id, int attempt,
 void ClusterTest::RunFor(absl::Duration d, const std::vector<std::string>& alive) {
   for (absl::Duration t; t < d; t += absl::Seconds(1)) {
     now_ += absl::Seconds(1);
+    lease_now_ += absl::Seconds(1);
     for (const std::string& w : alive) EXPECT_TRUE(cluster_->Heartbeat(w, "inc-1").ok()) << w;
     cluster_->Tick();
   }

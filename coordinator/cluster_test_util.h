@@ -56,7 +56,8 @@ class ClusterTest : public ::testing::Test {
   absl::Status ReportStatus(const std::string& job_id, int attempt, const std::string& worker,
                             int process, v1::RunnerState state);
 
-  // Heartbeats every worker in `alive` every second for `d`, then ticks.
+  // Heartbeats every worker in `alive` every second for `d` (advancing both clocks), then
+  // ticks.
   void RunFor(absl::Duration d, const std::vector<std::string>& alive);
 
   // The states a job went through, in order.
@@ -70,6 +71,10 @@ class ClusterTest : public ::testing::Test {
     return options;
   }();
   absl::Time now_ = absl::FromUnixSeconds(1700000000);
+  // With split_clocks_ (set before MakeCluster), the lease clock (durations) is lease_now_, not
+  // now_ (the wall clock); RunFor advances both.
+  bool split_clocks_ = false;
+  absl::Time lease_now_ = absl::FromUnixSeconds(5000);
   InMemoryStateStore state_;
   std::unique_ptr<Cluster> cluster_;
   std::map<std::string, int64_t> cursors_;

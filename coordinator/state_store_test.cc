@@ -149,6 +149,24 @@ TEST_P(StateStoreTest, DeletionsAndPrunesInOneCommit) {
   EXPECT_EQ(*store->CountReports(), 0);
 }
 
+TEST_P(StateStoreTest, TheJobCounterOnlyGrowsAndWorkersCanBeDeleted) {
+  auto store = Make();
+  Fill(*store);
+  EXPECT_EQ(store->Load()->next_job_number, 0);
+  StateBatch batch;
+  batch.next_job_number = 5;
+  batch.deleted_workers = {"w-1"};
+  ASSERT_TRUE(store->Commit(batch).ok());
+  StateBatch older;  // a concurrent submit's, committed later
+  older.next_job_number = 3;
+  ASSERT_TRUE(store->Commit(older).ok());
+  absl::StatusOr<StateStore::Snapshot> snapshot = store->Load();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->next_job_number, 5);
+  ASSERT_EQ(snapshot->workers.size(), 1u);
+  EXPECT_EQ(snapshot->workers[0].worker_id(), "w-2");
+}
+
 TEST_P(StateStoreTest, PutLoadRoundTripWithUpserts) {
   auto store = Make();
   Fill(*store);
@@ -277,6 +295,42 @@ TEST(SqliteStateStoreTest, AVersionOneFileGetsTheLogTable) {
   batch.log_chunks = {Chunk("demo-1", 0, 0, "x\n")};
   EXPECT_TRUE((*store)->Commit(batch).ok());
   EXPECT_EQ((*store)->LogExtents("demo-1", 1)->size(), 1u);
+}
+
+TEST(SqliteStateStoreTest, TheDatabaseAndItsDirectoryArePrivate) {
+  const std::string dir = TempDir("private");
+  // An older coordinator left its files readable by everyone (open, so that the -wal and
+  // -shm files exist: a last close removes them).
+  auto older = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(older.ok()) << older.status();
+  ASSERT_TRUE((*older)->PutJob(MakeJob("demo-1", v1::JOB_STATE_PENDING)).ok());
+  for (const char* file : {"", "/substrax.db", "/substrax.db-wal", "/substrax.db-shm"}) {
+    std::filesystem::permissions(dir + file, std::filesystem::perms::all);
+  }
+  auto store = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->PutJob(MakeJob("demo-2", v1::JOB_STATE_PENDING)).ok());
+  auto mode = [](const std::string& path) {
+    return std::filesystem::status(path).permissions() & std::filesystem::perms::all;
+  };
+  EXPECT_EQ(mode(dir), std::filesystem::perms::owner_all);
+  for (const char* file : {"/substrax.db", "/substrax.db-wal", "/substrax.db-shm"}) {
+    ASSERT_TRUE(std::filesystem::exists(dir + file)) << file;
+    EXPECT_EQ(mode(dir + file),
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+        << file;
+  }
+  // A fresh directory: created private.
+  const std::string fresh = TempDir("private-fresh") + "/state";
+  auto created = SqliteStateStore::Open(fresh);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE((*created)->PutJob(MakeJob("demo-1", v1::JOB_STATE_PENDING)).ok());
+  EXPECT_EQ(mode(fresh), std::filesystem::perms::owner_all);
+  for (const char* file : {"/substrax.db", "/substrax.db-wal", "/substrax.db-shm"}) {
+    EXPECT_EQ(mode(fresh + file),
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+        << file;
+  }
 }
 
 TEST(SqliteStateStoreTest, UsesWalMode) {
