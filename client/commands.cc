@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "base/backoff.h"
 #include "client/plot.h"
 #include "client/progress.h"
 #include "client/tensorboard_export.h"
@@ -19,11 +21,15 @@
 #include "core/input_shape.h"
 #include "core/job_spec.h"
 #include "core/plan.h"
+#include "rpc/pki.h"
 #include "substrax/v1/job_service.grpc.pb.h"
 #include "substrax/v1/metrics_service.grpc.pb.h"
 
 namespace substrax::ctl {
 namespace {
+
+// How many times `submit` sends its request before it reports the error.
+constexpr int kSubmitAttempts = 4;
 
 // Prints a flag error as the command line parser would and returns the usage exit code.
 int UsageError(const CommandContext& ctx, const absl::Status& status) {
@@ -159,9 +165,29 @@ int SubmitCommand(const CommandContext& ctx, const std::string& path, bool watch
   }
   // A directory on the workers: the coordinator checks it against their checkpoint roots.
   if (!resume_from.empty()) request.mutable_spec()->set_resume_from(resume_from);
+  // Drawn once per invocation and sent again on every retry below: a submit whose answer was
+  // lost returns the job it made rather than making a second one.
+  request.set_request_id(pki::RandomToken(16));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(ctx, ctx.coordinator);
+  if (!channel.ok()) return ReportCredentialError(ctx, channel.status());
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(*channel);
   v1::SubmitJobResponse response;
-  if (int rc = CallJobService(ctx, &v1::JobService::Stub::SubmitJob, request, &response)) {
-    return rc;
+  // Retries what may go better a moment later and is safe to repeat with the request id:
+  // UNAVAILABLE (the coordinator restarting or unreachable, its state store failing, the same
+  // request still being stored) and DEADLINE_EXCEEDED (the answer may have been lost), a few
+  // times with exponential backoff and jitter; anything else is the user's to fix.
+  Backoff backoff({.initial = absl::Milliseconds(250), .max = absl::Seconds(2)});
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext context;
+    SetDeadline(&context, ctx.timeout);
+    const grpc::Status status = stub->SubmitJob(&context, request, &response);
+    if (status.ok()) break;
+    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!retryable || attempt == kSubmitAttempts) {
+      return ReportRpcError(ctx, status, channel->get());
+    }
+    absl::SleepFor(*backoff.Next());
   }
   PrintResult(ctx, response.job(), [&] { return response.job().id() + "\n"; });
   return watch ? WatchCommand(ctx, response.job().id()) : kExitOk;

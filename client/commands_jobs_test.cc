@@ -26,6 +26,42 @@ TEST_F(CommandsTest, SubmitSendsTheParsedSpecAndPrintsTheId) {
   EXPECT_EQ(jobs_.last_spec().report_every_steps(), 50);  // defaults applied locally
 }
 
+TEST_F(CommandsTest, SubmitRetriesWithTheSameRequestIdAndEachInvocationDrawsItsOwn) {
+  const std::string path = WriteFile("good.yaml", GoodSpecYaml());
+  // The coordinator is restarting: the first two tries fail, the third makes the job.
+  jobs_.FailNextSubmits(2);
+  EXPECT_EQ(SubmitCommand(ctx_, path, false), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "demo-1\n");
+  EXPECT_EQ(jobs_.submits(), 3);
+  std::vector<std::string> ids = jobs_.request_ids();
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids[1], ids[0]);
+  EXPECT_EQ(ids[2], ids[0]);
+  // Of the coordinator's charset and length (limits::kMaxRequestIdBytes).
+  EXPECT_GE(ids[0].size(), 16u);
+  EXPECT_LE(ids[0].size(), 64u);
+  EXPECT_EQ(ids[0].find_first_not_of(
+                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"),
+            std::string::npos)
+      << ids[0];
+  // Another invocation is another submission.
+  EXPECT_EQ(SubmitCommand(ctx_, path, false), kExitOk) << err_.str();
+  ids = jobs_.request_ids();
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_NE(ids[3], ids[0]);
+}
+
+TEST_F(CommandsTest, SubmitGivesUpAfterItsRetriesAndNeverRetriesARefusal) {
+  const std::string path = WriteFile("good.yaml", GoodSpecYaml());
+  jobs_.FailNextSubmits(10);
+  EXPECT_EQ(SubmitCommand(ctx_, path, false), kExitUnreachable);
+  EXPECT_EQ(jobs_.submits(), 4);
+  EXPECT_THAT(err_.str(), HasSubstr("the coordinator is restarting"));
+  jobs_.FailNextSubmits(1, grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(SubmitCommand(ctx_, path, false), kExitError);
+  EXPECT_EQ(jobs_.submits(), 5);
+}
+
 TEST_F(CommandsTest, SubmitOfABadSpecSendsNothingAndNamesFileLineColumn) {
   std::string bad = GoodSpecYaml();
   bad.replace(bad.find("data_parallel_size: 2"), 21, "data_parallel_size: 0");

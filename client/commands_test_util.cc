@@ -52,6 +52,11 @@ grpc::Status FakeJobService::SubmitJob(grpc::ServerContext*, const v1::SubmitJob
   absl::MutexLock lock(&mu_);
   ++submits_;
   last_spec_ = request->spec();
+  request_ids_.push_back(request->request_id());
+  if (fail_submits_ > 0) {
+    --fail_submits_;
+    return grpc::Status(fail_code_, "the coordinator is restarting (a failure the test asked for)");
+  }
   if (request->spec().name() == "too-big") {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         "the mesh needs 64 devices; the cluster has 4");

@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -59,6 +60,17 @@ class FakeJobService final : public v1::JobService::Service {
     absl::MutexLock lock(&mu_);
     return submits_;
   }
+  // The next `n` SubmitJob calls fail with `code` (as a coordinator that is restarting would).
+  void FailNextSubmits(int n, grpc::StatusCode code = grpc::StatusCode::UNAVAILABLE) {
+    absl::MutexLock lock(&mu_);
+    fail_submits_ = n;
+    fail_code_ = code;
+  }
+  // SubmitJobRequest.request_id of every SubmitJob so far.
+  std::vector<std::string> request_ids() {
+    absl::MutexLock lock(&mu_);
+    return request_ids_;
+  }
   v1::JobSpec last_spec() {
     absl::MutexLock lock(&mu_);
     return last_spec_;
@@ -75,6 +87,9 @@ class FakeJobService final : public v1::JobService::Service {
  private:
   absl::Mutex mu_;
   int submits_ ABSL_GUARDED_BY(mu_) = 0;
+  int fail_submits_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::StatusCode fail_code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::UNAVAILABLE;
+  std::vector<std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   v1::JobSpec last_spec_ ABSL_GUARDED_BY(mu_);
   v1::ListJobsRequest last_list_ ABSL_GUARDED_BY(mu_);
   v1::CancelJobRequest last_cancel_ ABSL_GUARDED_BY(mu_);
