@@ -183,7 +183,7 @@ struct Placement {
   // for devices. A first attempt waited from its submission (its PENDING transition; for a job
   // loaded by a restarted coordinator that includes the time the coordinator was down).
   bool restart = false;
-  // Never negative (a wall clock stepped back counts as no wait).
+  // On the lease clock; never negative.
   absl::Duration waited;
 };
 

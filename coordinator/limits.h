@@ -1,5 +1,6 @@
 // Every fixed limit the coordinator's rpcs enforce, in one place (docs/operations.md lists them
 // with the configurable ones: --max-active-jobs, --max-finished-jobs, --finished-job-ttl,
+// --dead-worker-retention,
 // --metrics-raw-steps, --metrics-history-every, --max-rpc-threads, --max-worker-rpc-threads,
 // --blocking-call-threads); the configurable ones' defaults are here too. A request past a limit is
 // refused with INVALID_ARGUMENT (a malformed request: too long, too many) or RESOURCE_EXHAUSTED

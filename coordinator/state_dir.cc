@@ -16,10 +16,19 @@
 
 namespace substrax {
 
+// The file at `path` (not following a symlink) belongs to this process's user.
+bool OwnedByMe(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0 && st.st_uid == geteuid();
+}
+
 absl::Status MakePrivateDirectory(const std::string& directory, const std::string& what) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
-  if (!ec) {
+  // A directory of another user (a volume's mount point that Kubernetes' fsGroup made
+  // group-writable) keeps its mode: only its owner could change it, and the files in it are
+  // private anyway.
+  if (!ec && OwnedByMe(directory)) {
     std::filesystem::permissions(directory, std::filesystem::perms::owner_all,
                                  std::filesystem::perm_options::replace, ec);
   }
@@ -81,6 +90,7 @@ absl::StatusOr<std::unique_ptr<StateDirLock>> StateDirLock::Acquire(const std::s
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(directory, ec)) {
     if (entry.is_symlink(ec) || !entry.is_regular_file(ec)) continue;
+    if (!OwnedByMe(entry.path().string())) continue;  // not ours to change (nor ours at all)
     SUBSTRAX_RETURN_IF_ERROR(MakePrivateFile(entry.path().string(), false, "--state-dir"));
   }
   if (ec) {

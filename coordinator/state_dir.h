@@ -8,7 +8,9 @@
 //
 // Modes: the directory is 0700 and every file in it 0600 (the database holds every job's spec
 // and env, rendezvous.key signs the attempts' rendezvous secrets); files made by an older
-// coordinator are narrowed when the lock is taken.
+// coordinator are narrowed when the lock is taken. A directory or file of another user (a
+// volume's mount point under Kubernetes' fsGroup) is left as it is: only its owner could
+// change it.
 #ifndef SUBSTRAX_COORDINATOR_STATE_DIR_H_
 #define SUBSTRAX_COORDINATOR_STATE_DIR_H_
 
@@ -20,8 +22,9 @@
 
 namespace substrax {
 
-// Creates `directory` (and its parents) when missing and sets its mode to 0700. `what` starts
-// the error ("state store"). Errors: UNAVAILABLE naming the directory and the cause.
+// Creates `directory` (and its parents) when missing and sets its mode to 0700 if this user
+// owns it. `what` starts the error ("state store"). Errors: UNAVAILABLE naming the directory
+// and the cause.
 absl::Status MakePrivateDirectory(const std::string& directory, const std::string& what);
 
 // Sets `path`'s mode to 0600; with `create`, creates it empty (0600) when missing; without, a
