@@ -1,7 +1,8 @@
 // The Cluster's creation and loading, its small shared helpers and change notification. The
 // rest of the state machine is split by concern: cluster_membership.cc (registration, leases),
-// cluster_scheduling.cc (the gang scheduler and attempts' start), cluster_jobs.cc (submission,
-// job lifecycle, runner reports, queries); the submit policy is submit_policy.cc.
+// cluster_scheduling.cc (the gang scheduler and attempts' start), cluster_submit.cc
+// (submission), cluster_jobs.cc (job lifecycle, runner reports, queries); the submit policy is
+// submit_policy.cc.
 #include "coordinator/cluster.h"
 
 #include <algorithm>

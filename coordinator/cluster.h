@@ -530,6 +530,9 @@ class Cluster {
   void FailAttemptsOfWorkerLocked(const std::string& worker_id, const std::string& cause,
                                   EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLeasesLocked(EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Room for one more worker (`worker_id`, not known yet): OK below max_workers, or once the
+  // longest dead worker is forgotten; else RESOURCE_EXHAUSTED.
+  absl::Status MakeRoomLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets dead workers past dead_worker_retention (and, with `room_for_one`, the longest dead
   // one when the cluster knows max_workers); false when no room could be made.
   bool ForgetDeadWorkersLocked(bool room_for_one) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -78,14 +78,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
   uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
-    // Churn never fills the cluster: the longest dead worker makes room for a new one.
-    if (workers_.count(worker_id) == 0 &&
-        static_cast<int>(workers_.size()) >= options_.max_workers &&
-        !ForgetDeadWorkersLocked(/*room_for_one=*/true)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the coordinator knows ", workers_.size(), " workers, its limit, all of them alive; "
-          "worker ", worker_id, " cannot join"));
-    }
+    if (workers_.count(worker_id) == 0) SUBSTRAX_RETURN_IF_ERROR(MakeRoomLocked(worker_id));
     auto [it, is_new] = workers_.try_emplace(worker_id);
     WorkerEntry& worker = it->second;
     const bool retry = !is_new && worker.proto.incarnation() == request.incarnation();
@@ -313,6 +306,17 @@ void Cluster::ExpireLeasesLocked(EndedAttempts* ended) {
                      ": it died, was preempted or lost the network; check its log"),
         ended);
   }
+}
+
+absl::Status Cluster::MakeRoomLocked(const std::string& worker_id) {
+  // Churn never fills the cluster: the longest dead worker makes room for a new one.
+  if (static_cast<int>(workers_.size()) < options_.max_workers ||
+      ForgetDeadWorkersLocked(/*room_for_one=*/true)) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the coordinator knows ", workers_.size(), " workers, its limit, all of them "
+                   "alive; worker ", worker_id, " cannot join"));
 }
 
 bool Cluster::ForgetDeadWorkersLocked(bool room_for_one) {

@@ -1,0 +1,194 @@
+// Job submission: the submit policy against the cluster as it is, ids from the stored counter,
+// and idempotent submits by request id.
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/cluster.h"
+#include "coordinator/limits.h"
+#include "coordinator/submit_policy.h"
+#include "core/job_spec.h"
+#include "core/status.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "rpc/proto_time.h"
+
+namespace substrax {
+
+absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
+  AliveDevices alive;
+  std::vector<std::string> data_roots, checkpoint_roots, programs_dirs;
+  {
+    absl::MutexLock lock(&mu_);
+    alive = AliveDevicesLocked();
+    // Every known worker's roots, alive or not: a dead worker may come back, and a job whose
+    // data it holds waits for it like one that waits for devices.
+    std::set<std::string> data, checkpoints, programs;
+    for (const auto& [id, worker] : workers_) {
+      data.insert(worker.proto.data_roots().begin(), worker.proto.data_roots().end());
+      checkpoints.insert(worker.proto.checkpoint_roots().begin(),
+                         worker.proto.checkpoint_roots().end());
+      programs.insert(worker.proto.programs_dirs().begin(), worker.proto.programs_dirs().end());
+    }
+    data_roots.assign(data.begin(), data.end());
+    checkpoint_roots.assign(checkpoints.begin(), checkpoints.end());
+    programs_dirs.assign(programs.begin(), programs.end());
+  }
+  // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
+  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots,
+                                programs_dirs, options_.refuse_jobs_that_cannot_fit);
+}
+
+namespace {
+
+absl::Status CheckRequestId(const std::string& request_id) {
+  if (request_id.size() > limits::kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("request_id: ", request_id.size(),
+                                                   " bytes, more than the limit of ",
+                                                   limits::kMaxRequestIdBytes));
+  }
+  for (char c : request_id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') {
+      return absl::InvalidArgumentError(
+          "request_id: only letters, digits, '-' and '_' are allowed (substraxctl draws one at "
+          "random)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// 64-bit FNV-1a of the spec's deterministic serialization, in hex: a retry sends the same
+// bytes, and a different spec under the same owner and request id is what it tells apart.
+std::string SpecFingerprint(const v1::JobSpec& spec) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    spec.SerializeToCodedStream(&coded);
+  }
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return absl::StrCat(absl::Hex(hash, absl::kZeroPad16));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Job> Cluster::RepeatedSubmitLocked(const std::string& job_id,
+                                                      const std::string& request_id,
+                                                      const std::string& fingerprint) const {
+  if (job_id.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "a submit with request id ", request_id,
+        " is still being stored; retry with the same request id to get its job"));
+  }
+  const JobEntry& entry = jobs_.at(job_id);
+  if (entry.job.request_fingerprint() != fingerprint) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "request id ", request_id, " already made job ", job_id,
+        " from another spec; submit a changed spec with a new request id"));
+  }
+  return JobViewLocked(entry);
+}
+
+absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner,
+                                           const std::string& request_id) {
+  if (submitted.ByteSizeLong() > limits::kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: ", submitted.ByteSizeLong(),
+                                                   " bytes, more than the limit of ",
+                                                   limits::kMaxSpecBytes));
+  }
+  SUBSTRAX_RETURN_IF_ERROR(CheckRequestId(request_id));
+  const std::pair<std::string, std::string> request_key{owner, request_id};
+  std::string fingerprint;
+  if (!request_id.empty()) {
+    fingerprint = SpecFingerprint(submitted);
+    absl::MutexLock lock(&mu_);
+    auto made = submit_requests_.find(request_key);
+    if (made != submit_requests_.end()) {
+      return RepeatedSubmitLocked(made->second, request_id, fingerprint);
+    }
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(v1::JobSpec spec, AdmitJobSpec(std::move(submitted)));
+  const int64_t total_steps = TotalSteps(spec);
+  v1::Job job;
+  StateBatch batch;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!request_id.empty()) {
+      // A retry may have arrived while this one was admitted.
+      auto made = submit_requests_.find(request_key);
+      if (made != submit_requests_.end()) {
+        return RepeatedSubmitLocked(made->second, request_id, fingerprint);
+      }
+    }
+    const int active = ActiveJobsLocked() + submits_in_flight_;
+    if (active >= options_.max_active_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator holds ", active, " pending or running jobs, its limit (",
+          "--max-active-jobs ", options_.max_active_jobs,
+          "); wait for some to end, or cancel some"));
+    }
+    ++submits_in_flight_;
+    if (!request_id.empty()) submit_requests_[request_key] = "";  // being stored
+    const absl::Time now = clock_();
+    // A number burnt by a failed write is never handed out again; the counter is stored with
+    // the job, so a restart never hands out the number of a job deleted since.
+    batch.next_job_number = next_job_number_ + 1;
+    job.set_id(absl::StrCat(spec.name(), "-", next_job_number_++));
+    job.set_owner(owner);
+    job.set_request_id(request_id);
+    job.set_request_fingerprint(fingerprint);
+    *job.mutable_spec() = std::move(spec);
+    job.set_state(v1::JOB_STATE_PENDING);
+    *job.mutable_create_time() = ToProtoTime(now);
+    *job.mutable_update_time() = ToProtoTime(now);
+    job.mutable_progress()->set_total_steps(total_steps);
+    v1::JobTransition* t = job.add_transitions();
+    t->set_from(v1::JOB_STATE_UNSPECIFIED);
+    t->set_to(v1::JOB_STATE_PENDING);
+    *t->mutable_time() = ToProtoTime(now);
+    t->set_reason("submitted");
+  }
+  // Stored before it exists in memory, so a failed write leaves no job behind (the client's
+  // retry makes the only one). Written here, without the lock; the store serializes it with the
+  // writer's commits.
+  batch.jobs.push_back(job);
+  absl::Status stored = Annotate(state_->Commit(batch), "the job was not queued");
+  uint64_t ticket = 0;
+  v1::Job view;
+  {
+    absl::MutexLock lock(&mu_);
+    --submits_in_flight_;
+    if (!stored.ok()) {
+      if (!request_id.empty()) submit_requests_.erase(request_key);
+      return stored;
+    }
+    const std::string id = job.id();
+    if (!request_id.empty()) submit_requests_[request_key] = id;
+    JobEntry& entry = jobs_[id];
+    entry.job = std::move(job);
+    entry.pending_reason = "submitted";
+    entry.pending_since = lease_clock_();
+    entry.order = next_order_++;
+    NotePendingLocked(entry);
+    job_order_.push_back(id);
+    ++version_;
+    ScheduleLocked();
+    ticket = EnqueueLocked();
+    view = JobViewLocked(jobs_.at(id));
+  }
+  // The job is stored (acknowledged); what scheduling changed is retried by the writer if this
+  // commit fails.
+  writer_->Wait(ticket).IgnoreError();
+  return view;
+}
+
+}  // namespace substrax
