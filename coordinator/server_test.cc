@@ -383,8 +383,20 @@ TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
   EXPECT_EQ(list.jobs_size(), 0);
   v1::SubmitJobRequest submit;
   *submit.mutable_spec() = good;
+  submit.set_request_id("retry-me");
   v1::SubmitJobResponse response;
   EXPECT_TRUE(jobs_->SubmitJob(Context().get(), submit, &response).ok());
+  // The same request again (its answer lost): the same job; another spec under it: refused.
+  v1::SubmitJobResponse again;
+  ASSERT_TRUE(jobs_->SubmitJob(Context().get(), submit, &again).ok());
+  EXPECT_EQ(again.job().id(), response.job().id());
+  submit.mutable_spec()->set_max_restarts(3);
+  grpc::Status changed = jobs_->SubmitJob(Context().get(), submit, &again);
+  EXPECT_EQ(changed.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(changed.error_message(), HasSubstr("already made job " + response.job().id()));
+  submit.set_request_id("not/plain");
+  EXPECT_EQ(jobs_->SubmitJob(Context().get(), submit, &again).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(ServerTest, AFollowedLogGetsLinesAsShippedAndEndsWhenEveryLogIsComplete) {

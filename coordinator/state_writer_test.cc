@@ -176,6 +176,26 @@ TEST(StateWriterTest, ADeletedJobTakesItsQueuedRecordsAlong) {
   EXPECT_EQ(*store.CountReports(), 0);
 }
 
+TEST(StateWriterTest, TheNewestOfAWorkersPutAndDeletionWins) {
+  InMemoryStateStore store;
+  StateWriter writer(&store);
+  v1::Worker w1;
+  w1.set_worker_id("w-1");
+  v1::Worker w2;
+  w2.set_worker_id("w-2");
+  ASSERT_TRUE(writer.Wait(writer.PutWorker(w1)).ok());
+  ASSERT_TRUE(writer.Wait(writer.PutWorker(w2)).ok());
+  // w-1: deleted, then registered again; w-2: changed, then deleted (in one batch or two).
+  writer.DeleteWorker("w-1");
+  writer.PutWorker(w1);
+  writer.PutWorker(w2);
+  ASSERT_TRUE(writer.Wait(writer.DeleteWorker("w-2")).ok());
+  auto snapshot = store.Load();
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_EQ(snapshot->workers.size(), 1u);
+  EXPECT_EQ(snapshot->workers[0].worker_id(), "w-1");
+}
+
 TEST(StateWriterTest, PrunesKeepTheRecentWindowAndTheHistoryStride) {
   InMemoryStateStore store;
   StateWriter writer(&store);
