@@ -71,7 +71,16 @@ v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
   launch.set_listen_host(settings.listen_host);
   *launch.mutable_collective_timeout() = ToProtoDuration(settings.collective_timeout);
   for (const std::string& root : settings.data_roots) launch.add_data_roots(root);
-  for (const std::string& root : settings.checkpoint_roots) launch.add_checkpoint_roots(root);
+  // A job bound to its owner's directory gets that directory of each root as its roots: the
+  // process's own checks (symbolic links resolved) then keep it there.
+  // A name that could leave the root (a '/', "..") gets none: the process can then write no
+  // checkpoint at all, and says so.
+  const std::string& owner_dir = assignment.checkpoint_owner_directory();
+  const std::vector<std::string> checkpoint_roots =
+      owner_dir.empty()                 ? settings.checkpoint_roots
+      : IsDirectoryEntryName(owner_dir) ? OwnerCheckpointRoots(settings.checkpoint_roots, owner_dir)
+                                        : std::vector<std::string>{};
+  for (const std::string& root : checkpoint_roots) launch.add_checkpoint_roots(root);
   launch.set_result_path(files.result);
   launch.set_started_path(files.started);
   return launch;

@@ -100,6 +100,24 @@ TEST(LaunchTest, TheLaunchFileNamesEverythingTheProcessNeeds) {
   EXPECT_FALSE(fs::exists(dir + "/prog-1-attempt-2-process-1.assignment"));
 }
 
+TEST(LaunchTest, AJobBoundToItsOwnerGetsTheOwnersDirectoryOfEachRootAsItsRoots) {
+  LaunchSettings settings = Settings("/opt/p");
+  settings.checkpoint_roots = {"/ckpt", "/scratch"};
+  v1::Assignment a = ProgramAssignment("/opt/p/train");
+  const AttemptFiles files = FilesOfAttempt("/work", a);
+  EXPECT_THAT(MakeProgramLaunch(settings, a, files).checkpoint_roots(),
+              ElementsAre("/ckpt", "/scratch"));
+  a.set_checkpoint_owner_directory("alice");
+  EXPECT_THAT(MakeProgramLaunch(settings, a, files).checkpoint_roots(),
+              ElementsAre("/ckpt/alice", "/scratch/alice"));
+  // A name that would leave the roots (the coordinator never sends one) gets no root at all.
+  for (const char* bad : {"..", "../bob", "a/b"}) {
+    a.set_checkpoint_owner_directory(bad);
+    EXPECT_THAT(MakeProgramLaunch(settings, a, files).checkpoint_roots(), ::testing::IsEmpty())
+        << bad;
+  }
+}
+
 TEST(LaunchTest, AProgramRunsWithItsArgumentsAndEnvironmentAndTheLaunchFile) {
   const std::string dir = TempDir("program_command");
   WriteScript(dir + "/train");

@@ -296,8 +296,12 @@ class Cluster {
   // free. OK once the queued job is stored (a failed write of what scheduling then changed is
   // retried at the next Tick). Errors: AdmitJobSpec's (UNIMPLEMENTED, INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED), UNAVAILABLE (the state store failed; the job was not queued). `owner`
-  // (the submitter's identity) is kept in Job.owner.
-  absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec, const std::string& owner = "");
+  // (the submitter's identity) is kept in Job.owner; unless `admin` or `owner` is empty, the
+  // job's checkpoint, resume and TensorBoard paths must lie in the owner's directory under a
+  // checkpoint root (Job.checkpoint_owner_directory; INVALID_ARGUMENT naming the field and the
+  // allowed directories, or an owner name too long for a directory).
+  absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec, const std::string& owner = "",
+                                    bool admin = false);
   // Errors: NOT_FOUND.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
   // Newest first; an empty filter means every state. Skips `offset` matching jobs and returns
@@ -413,7 +417,8 @@ class Cluster {
   absl::Status LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The submit policy applied to the alive workers as they are now.
-  absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec) const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const std::string& owner_dir) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   AliveDevices AliveDevicesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker, if the caller's incarnation is its current one and it is alive.
   absl::StatusOr<WorkerEntry*> LiveWorkerLocked(const std::string& worker_id,

@@ -14,6 +14,7 @@
 #include "coordinator/cluster_internal.h"
 #include "coordinator/limits.h"
 #include "coordinator/submit_policy.h"
+#include "core/data_paths.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "core/model_catalog.h"
@@ -432,7 +433,8 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
 // ---------------------------------------------------------------------------------------------
 // Client-facing
 
-absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
+absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec,
+                                                  const std::string& owner_dir) const {
   AliveDevices alive;
   std::vector<std::string> data_roots, checkpoint_roots, programs_dirs;
   {
@@ -452,17 +454,27 @@ absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
     programs_dirs.assign(programs.begin(), programs.end());
   }
   // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
-  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots,
+  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots, owner_dir,
                                 programs_dirs, options_.refuse_jobs_that_cannot_fit);
 }
 
-absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner) {
+absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner,
+                                           bool admin) {
   if (submitted.ByteSizeLong() > limits::kMaxSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", submitted.ByteSizeLong(),
                                                    " bytes, more than the limit of ",
                                                    limits::kMaxSpecBytes));
   }
-  SUBSTRAX_ASSIGN_OR_RETURN(v1::JobSpec spec, AdmitJobSpec(std::move(submitted)));
+  // Checkpoints belong to their owner: another submitter must not read a job's weights, poison
+  // its next resume or rotate its checkpoints away. Admins may write anywhere under the roots.
+  const std::string owner_dir = admin ? "" : OwnerDirectoryName(owner);
+  if (owner_dir.size() > kMaxDirectoryNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the submitter's name '", BoundedText(owner, 64), "' makes a directory name of ",
+        owner_dir.size(), " bytes, more than a file system allows (", kMaxDirectoryNameBytes,
+        "): checkpoint directories are named after their owner; use a shorter name"));
+  }
+  SUBSTRAX_ASSIGN_OR_RETURN(v1::JobSpec spec, AdmitJobSpec(std::move(submitted), owner_dir));
   const int64_t total_steps = TotalSteps(spec);
   v1::Job job;
   {
@@ -479,6 +491,7 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::str
     // A number burnt by a failed write is never handed out again.
     job.set_id(absl::StrCat(spec.name(), "-", next_job_number_++));
     job.set_owner(owner);
+    job.set_checkpoint_owner_directory(owner_dir);
     *job.mutable_spec() = std::move(spec);
     job.set_state(v1::JOB_STATE_PENDING);
     *job.mutable_create_time() = ToProtoTime(now);

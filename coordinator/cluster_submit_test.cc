@@ -20,6 +20,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
   options_.refuse_jobs_that_cannot_fit = true;
@@ -46,6 +47,45 @@ TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
   // Fits, though busy: admitted, and waits.
   EXPECT_EQ(Get(Submit(Spec("first", 4))).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get(Submit(Spec("second", 4))).state(), v1::JOB_STATE_PENDING);
+}
+
+TEST_F(ClusterTest, CheckpointsBelongToTheirOwner) {
+  Register("w-1", "a", 2, "inc-1", {}, {"/ckpt"});
+  v1::JobSpec spec = Spec("owned", 2);
+  spec.mutable_checkpoint()->set_directory("/ckpt/alice/run");
+  absl::StatusOr<v1::Job> alices = cluster_->SubmitJob(spec, "alice");
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  EXPECT_EQ(alices->checkpoint_owner_directory(), "alice");
+  // Its attempt's assignment carries the owner's directory: the agent narrows the roots to it.
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-1");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].start().checkpoint_owner_directory(), "alice");
+  ASSERT_TRUE(cluster_->CancelJob(alices->id(), "test").ok());
+
+  // Another submitter may neither write into alice's directory nor resume from it.
+  absl::StatusOr<v1::Job> bobs = cluster_->SubmitJob(spec, "bob");
+  EXPECT_EQ(bobs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bobs.status().message(),
+              HasSubstr("spec.checkpoint.directory: '/ckpt/alice/run' is not in the submitter's "
+                        "own directory: a job writes and resumes checkpoints only under "
+                        "/ckpt/bob"));
+  spec.mutable_checkpoint()->set_directory("/ckpt/bob/run");
+  spec.set_resume_from("/ckpt/alice/run");
+  bobs = cluster_->SubmitJob(spec, "bob");
+  EXPECT_EQ(bobs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bobs.status().message(), HasSubstr("spec.resume_from: '/ckpt/alice/run'"));
+  EXPECT_THAT(bobs.status().message(), Not(HasSubstr("spec.checkpoint.directory")));
+  // A name that is no safe directory name gets its escaped form.
+  absl::StatusOr<v1::Job> dotted = cluster_->SubmitJob(spec, "..");
+  EXPECT_THAT(dotted.status().message(), HasSubstr("only under /ckpt/%2E."));
+  EXPECT_EQ(cluster_->SubmitJob(spec, std::string(200, '/')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // An admin may name any path under the roots; its job is bound to none.
+  absl::StatusOr<v1::Job> admins = cluster_->SubmitJob(spec, "root", /*admin=*/true);
+  ASSERT_TRUE(admins.ok()) << admins.status();
+  EXPECT_EQ(admins->checkpoint_owner_directory(), "");
+  // Only what was admitted was kept.
+  EXPECT_EQ(cluster_->ListJobs({}).size(), 2u);
 }
 
 TEST_F(ClusterTest, BadSpecIsRejectedWithTheFieldAndTheClusterStillWorks) {

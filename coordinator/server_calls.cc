@@ -302,7 +302,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       const v1::SubmitJobRequest* request,
                                       v1::SubmitJobResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
-      SUBSTRAX_ASSIGN_OR_RETURN(v1::Job job, s_->cluster->SubmitJob(request->spec(), caller.name));
+      // An admin's job may use any checkpoint path under the roots; everyone else's stays in
+      // their own directory. On an --insecure cluster every caller is "anonymous", and all
+      // jobs share its directory (docs/checkpoints.md).
+      const bool admin = !caller.unrestricted && caller.Has(Role::kAdmin);
+      SUBSTRAX_ASSIGN_OR_RETURN(v1::Job job,
+                                s_->cluster->SubmitJob(request->spec(), caller.name, admin));
       if (s_->jobs_submitted != nullptr) s_->jobs_submitted->Increment();
       *response->mutable_job() = std::move(job);
       return absl::OkStatus();

@@ -14,6 +14,7 @@ namespace substrax {
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          const std::vector<std::string>& data_roots,
                                          const std::vector<std::string>& checkpoint_roots,
+                                         const std::string& checkpoint_owner_dir,
                                          const std::vector<std::string>& programs_dirs,
                                          bool refuse_jobs_that_cannot_fit) {
   for (const auto& [field, value] :
@@ -31,7 +32,8 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& a
   SUBSTRAX_RETURN_IF_ERROR(CheckDataPathsUnderRoots(spec.data(), data_roots));
   // Checkpoints are written and read only beneath the workers' --checkpoint-root directories;
   // the runner checks again, on the file system, before it writes or reads one.
-  SUBSTRAX_RETURN_IF_ERROR(CheckCheckpointPathsUnderRoots(spec, checkpoint_roots));
+  SUBSTRAX_RETURN_IF_ERROR(
+      CheckCheckpointPathsUnderRoots(spec, checkpoint_roots, checkpoint_owner_dir));
   // Programs run only from the workers' --programs-dir directories; each daemon checks again on
   // its file system (symlinks resolved) before it starts one.
   SUBSTRAX_RETURN_IF_ERROR(CheckProgramPathUnderDirs(spec, programs_dirs));

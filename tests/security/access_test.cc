@@ -71,8 +71,11 @@ struct Client {
   std::unique_ptr<v1::CoordinatorService::Stub> coordinator;
 
   grpc::Status Submit(const std::string& name, std::string* id = nullptr) {
+    return Submit(Spec(name), id);
+  }
+  grpc::Status Submit(const v1::JobSpec& spec, std::string* id = nullptr) {
     v1::SubmitJobRequest request;
-    *request.mutable_spec() = Spec(name);
+    *request.mutable_spec() = spec;
     v1::SubmitJobResponse response;
     grpc::Status status = jobs->SubmitJob(Context().get(), request, &response);
     if (id != nullptr) *id = response.job().id();
@@ -102,8 +105,10 @@ struct Client {
     v1::QueryMetricsResponse response;
     return metrics->QueryMetrics(Context().get(), request, &response);
   }
-  grpc::Status Register(const std::string& worker_id) {
+  grpc::Status Register(const std::string& worker_id,
+                        const std::vector<std::string>& checkpoint_roots = {}) {
     v1::RegisterWorkerRequest request;
+    for (const std::string& root : checkpoint_roots) request.add_checkpoint_roots(root);
     request.set_worker_id(worker_id);
     request.set_host("host-" + worker_id);
     request.set_incarnation("inc-" + worker_id);
@@ -427,6 +432,52 @@ TEST_F(SecurityTest, RolesAndOwnership) {
   server_cert.cert_file = pki_->dir() + "/coordinator.crt";
   server_cert.key_file = pki_->dir() + "/coordinator.key";
   EXPECT_EQ(For(server_cert).List(&list).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// Checkpoints are their owner's: a job writes, resumes and logs only in its submitter's
+// directory under a checkpoint root; an admin may name any path there.
+TEST_F(SecurityTest, CheckpointsBelongToTheirOwner) {
+  ASSERT_TRUE(For(pki_->Issue("w-1", "worker")).Register("w-1", {"/ckpt"}).ok());
+  Client alice = For(pki_->Issue("alice", "submitter"));
+  Client bob = WithToken(bob_token_);
+  v1::JobSpec spec = Spec("weights");
+  spec.mutable_checkpoint()->set_directory("/ckpt/alice/run");
+  std::string alices;
+  ASSERT_TRUE(alice.Submit(spec, &alices).ok());
+
+  // Bob can neither write into alice's directory (and rotate her checkpoints away with his
+  // keep_last) nor resume from it (and read her weights).
+  grpc::Status into = bob.Submit(spec);
+  EXPECT_EQ(into.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(into.error_message(),
+              HasSubstr("spec.checkpoint.directory: '/ckpt/alice/run' is not in the submitter's "
+                        "own directory: a job writes and resumes checkpoints only under "
+                        "/ckpt/bob"));
+  v1::JobSpec resume = spec;
+  resume.mutable_checkpoint()->set_directory("/ckpt/bob/run");
+  resume.set_resume_from("/ckpt/alice/run");
+  grpc::Status from = bob.Submit(resume);
+  EXPECT_EQ(from.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(from.error_message(), HasSubstr("spec.resume_from: '/ckpt/alice/run'"));
+  EXPECT_THAT(from.error_message(), HasSubstr("only under /ckpt/bob"));
+  // A symbolic-looking escape is no way around it either.
+  resume.set_resume_from("/ckpt/bob/../alice/run");
+  EXPECT_EQ(bob.Submit(resume).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(admin_.List(&list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).id(), alices);
+  EXPECT_EQ(list.jobs(0).checkpoint_owner_directory(), "alice");
+
+  // Alice resumes from her own earlier job's checkpoints; an admin may use any path.
+  v1::JobSpec again = spec;
+  again.mutable_checkpoint()->set_directory("/ckpt/alice/run-2");
+  again.set_resume_from("/ckpt/alice/run");
+  EXPECT_TRUE(alice.Submit(again).ok());
+  v1::JobSpec admins = spec;
+  admins.mutable_checkpoint()->set_directory("/ckpt/shared/run");
+  admins.set_resume_from("/ckpt/alice/run");
+  EXPECT_TRUE(admin_.Submit(admins).ok());
 }
 
 // A worker registers, heartbeats, watches and reports only as itself.
