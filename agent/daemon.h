@@ -12,10 +12,14 @@
 // often its start event arrives; every heartbeat lists the runners the daemon has (running, or
 // ended with an outcome not yet acknowledged) and stops those the coordinator names.
 //
-// Fencing: a daemon that has not renewed its lease for heartbeat_timeout (counted on the
-// monotonic clock from the sending of its last successful heartbeat, so never later than the
-// coordinator's own count) stops its runners, because the coordinator is about to declare it
-// dead and restart their attempts elsewhere (a Ray raylet that lost the GCS does the same).
+// Fencing: every runner is started under a supervisor (supervisor.h), a process of its own that
+// holds the attempt's lease: each successful heartbeat renews it until the heartbeat's send time
+// plus heartbeat_timeout, less a margin (so never later than the coordinator's own count). When
+// the lease lapses (the daemon is stopped with SIGSTOP, hung, or cut off from the coordinator)
+// or the daemon is gone, the supervisor stops the runner's process group itself (SIGTERM,
+// SIGKILL after stop_grace), because the coordinator is about to declare the worker dead and
+// restart the attempt elsewhere (a Ray raylet that lost the GCS does the same). A running
+// daemon that cannot renew its lease stops its runners too, saying why.
 // A daemon told its lease is gone waits for its runners to exit before it registers again, so
 // that its devices are never offered while an old runner still uses them.
 //
@@ -130,7 +134,11 @@ class WorkerDaemon {
 
  private:
   struct Runner {
+    // The job process (leader of its group), its supervisor (supervisor.h) and the write end of
+    // the supervisor's control pipe (-1 once the runner has ended), written under mu_.
     pid_t pid = 0;
+    pid_t supervisor = 0;
+    int control_fd = -1;
     std::string job_id;
     int attempt = 0;
     int process_index = 0;
@@ -168,7 +176,7 @@ class WorkerDaemon {
   bool AwaitRunnersExited(absl::Duration timeout);
   // The reaper of one runner (its own thread, joined by Housekeeping as soon as it is done):
   // waits for the runner to exit and reports its outcome.
-  void Reap(int64_t reaper, std::string key, pid_t pid);
+  void Reap(int64_t reaper, std::string key, SupervisedChild child);
   // One thread for the whole daemon: SIGKILLs runners whose stop grace is over, stops programs
   // that missed their init timeout, joins finished reapers, and cleans the work dir (at start,
   // every cleanup_interval, after a runner ends).
@@ -184,6 +192,9 @@ class WorkerDaemon {
   // acknowledged, refused, or the daemon stops).
   void ReportStatus(const v1::ReportAttemptStatusRequest& request);
   std::string Incarnation() const;
+  // Until when, on the monotonic clock, the runners' supervisors let them run without a new
+  // renewal: the last renewal's send time plus the heartbeat timeout, less a margin.
+  absl::Duration FenceDeadlineLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerDaemonOptions options_;
   // What every launch shares (launch.h), from options_.

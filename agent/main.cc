@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "agent/daemon.h"
+#include "agent/supervisor.h"
 #include "agent/work_files.h"
 #include "base/mutex_mode.h"
 #include "rpc/transport_flags.h"
@@ -180,6 +181,10 @@ int RunAgent(WorkerDaemonOptions options) {
 }  // namespace substrax
 
 int main(int argc, char** argv) {
+  // A job process's supervisor (supervisor.h): the agent executes itself in this mode.
+  if (argc >= 2 && std::strcmp(argv[1], substrax::kSupervisorMode) == 0) {
+    return substrax::SupervisorMain(argc, argv);
+  }
   substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   // A write to a socket whose peer is gone (a gRPC channel) must fail with EPIPE instead of
   // killing the agent with SIGPIPE.
