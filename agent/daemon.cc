@@ -247,9 +247,15 @@ absl::Status WorkerDaemon::Register() {
   for (const std::string& root : options_.data_roots) request.add_data_roots(root);
   for (const std::string& root : options_.checkpoint_roots) request.add_checkpoint_roots(root);
   for (const std::string& dir : options_.programs_dirs) request.add_programs_dirs(dir);
-  // Retries only while the coordinator is unreachable (UNAVAILABLE / DEADLINE_EXCEEDED), with
-  // exponential backoff and jitter up to 5 s, until stopped; anything else is the caller's to fix.
-  Backoff backoff({.initial = absl::Milliseconds(100), .max = absl::Seconds(5)});
+  // Retries every failure, forever, until stopped: an agent that gives up is a host lost until
+  // someone restarts it, whereas what refuses it now usually passes (a coordinator restarting,
+  // the worker cap reached until dead workers are removed, a certificate being renewed, an old
+  // incarnation still being expired). Unreachable (UNAVAILABLE, DEADLINE_EXCEEDED): backoff up
+  // to 5 s, so that a restarted coordinator is found quickly; refused (any other code): up to
+  // 60 s, so that a fleet refused together does not hammer the coordinator. Both with jitter,
+  // and each failure logged with what to check.
+  Backoff unreachable({.initial = absl::Milliseconds(100), .max = absl::Seconds(5)});
+  Backoff refused({.initial = absl::Seconds(1), .max = absl::Seconds(60)});
   while (!stopped_.HasBeenNotified()) {
     grpc::ClientContext context;
     // Wait (up to the deadline) for a connection rather than fail at once with the last
@@ -286,13 +292,21 @@ absl::Status WorkerDaemon::Register() {
                        ") with ", options_.coordinator));
       return absl::OkStatus();
     }
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return FromGrpcStatus(status, "registering with the coordinator");
+    const bool is_unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    const absl::Duration wait = is_unreachable ? *unreachable.Next() : *refused.Next();
+    if (is_unreachable) {
+      Log(absl::StrCat("coordinator ", options_.coordinator, " unreachable (",
+                       status.error_message(), "); retrying in ",
+                       absl::FormatDuration(absl::Trunc(wait, absl::Milliseconds(10)))));
+    } else {
+      Log(absl::StrCat(
+          "registration as ", options_.worker_id, " refused by ", options_.coordinator, " (",
+          FromGrpcStatus(status, "registering").ToString(),
+          "): check the coordinator's log and this worker's flags and certificate; retrying in ",
+          absl::FormatDuration(absl::Trunc(wait, absl::Milliseconds(10)))));
     }
-    Log(absl::StrCat("coordinator ", options_.coordinator, " unreachable (",
-                     status.error_message(), "); retrying"));
-    stopped_.WaitForNotificationWithTimeout(*backoff.Next());
+    stopped_.WaitForNotificationWithTimeout(wait);
   }
   return absl::CancelledError("stopped before registering");
 }

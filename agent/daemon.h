@@ -21,7 +21,8 @@
 // restart the attempt elsewhere (a Ray raylet that lost the GCS does the same). A running
 // daemon that cannot renew its lease stops its runners too, saying why.
 // A daemon told its lease is gone waits for its runners to exit before it registers again, so
-// that its devices are never offered while an old runner still uses them.
+// that its devices are never offered while an old runner still uses them. Registration is
+// retried forever, whatever the coordinator answers (worker cap reached, unreachable, ...).
 //
 // Logs: every runner's stdout and stderr go to its log file in the work dir, and a LogShipper
 // sends them to the coordinator as they grow; the files of an attempt whose log is not shipped to
@@ -125,9 +126,9 @@ class WorkerDaemon {
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
   ~WorkerDaemon();
 
-  // Registers (retrying with backoff while the coordinator is unreachable), then heartbeats,
-  // watches assignments and runs runners until Stop(). Errors: a registration the coordinator
-  // rejects (INVALID_ARGUMENT).
+  // Registers (retrying every failure with backoff and jitter, forever: see Register), then
+  // heartbeats, watches assignments and runs runners until Stop(). Errors: CANCELLED (stopped
+  // before it registered), the health server's (--health-listen cannot be bound).
   absl::Status Run();
   // Stops every runner and makes Run() return.
   void Stop();
@@ -161,6 +162,8 @@ class WorkerDaemon {
   };
 
   WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices);
+  // Registers as a new incarnation, retrying every error (unreachable or refused) with backoff
+  // until it succeeds or the daemon stops. Errors: CANCELLED (stopped first).
   absl::Status Register();
   void HeartbeatLoop();
   void SetReady(bool ready);

@@ -8,8 +8,8 @@
 //                  [--data-root DIR ...] [--job-binary PATH] ...
 //       (--cpu-devices N is the same as --devices cpu:N; give one of them.)
 //
-// Exit status: 0 stopped (SIGTERM, SIGINT); 1 failed (registration refused, ...); 2 bad command
-// line.
+// Exit status: 0 stopped (SIGTERM, SIGINT); 1 failed (the health port cannot be bound); 2 bad
+// command line. A refused registration is retried, never fatal.
 #include <pthread.h>
 #include <signal.h>
 
