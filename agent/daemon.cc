@@ -168,12 +168,8 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   }
 
   SUBSTRAX_RETURN_IF_ERROR(FindJobBinary(&options.job_binary));
-  std::error_code error;
-  std::filesystem::create_directories(options.work_dir, error);
-  if (error) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create work dir ", options.work_dir, ": ", error.message()));
-  }
+  if (options.work_dir.empty()) options.work_dir = DefaultWorkDir();
+  SUBSTRAX_RETURN_IF_ERROR(PrepareWorkDir(options.work_dir));
   return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(options), *std::move(devices)));
 }
 

@@ -74,8 +74,10 @@ struct WorkerDaemonOptions {
   int cpu_devices = 1;
   // Address this host's runners are reachable on by peers (Gloo, peer monitor).
   std::string listen_host = "127.0.0.1";
-  // Where assignments, results and runner logs are written.
-  std::string work_dir = "/tmp/substrax-agent";
+  // Where the launch, result and log files of job processes are written (work_files.h: created
+  // 0700, refused when a symbolic link, not a directory, or another user's). Empty:
+  // DefaultWorkDir().
+  std::string work_dir;
   // The job binary, started as `<job_binary> run` for built-in jobs (--job-binary). Empty:
   // `substrax-job` in the agent's own directory. Create checks that it can be executed.
   std::string job_binary;
@@ -121,8 +123,9 @@ class WorkerDaemon {
   // Discovers the devices to offer (DiscoverDevices). Errors: INVALID_ARGUMENT (bad options,
   // unusable credentials, a --worker-id other than the certificate's CN, a bad device spec, a
   // data root that is relative, has a ".." component, or is not an existing directory),
-  // FAILED_PRECONDITION ("cuda" without a usable GPU), UNIMPLEMENTED ("cuda"
-  // in a build without --config=cuda), UNAVAILABLE (work_dir cannot be created).
+  // FAILED_PRECONDITION ("cuda" without a usable GPU; work_dir unsafe: PrepareWorkDir),
+  // UNIMPLEMENTED ("cuda" in a build without --config=cuda), UNAVAILABLE (work_dir cannot be
+  // created).
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
   ~WorkerDaemon();
 

@@ -65,8 +65,11 @@ void AddHostFlags(CLI::App* app, AgentFlags* flags) {
                   "Address peers reach this host's job processes on")
       ->capture_default_str();
   app->add_option("--work-dir", flags->options.work_dir,
-                  "Directory for the launch, result and log files of job processes")
-      ->capture_default_str();
+                  "Directory for the launch, result and log files of job processes: created "
+                  "0700; refused when a symbolic link, not a directory, or owned by another "
+                  "user than this agent's or root (default: $XDG_RUNTIME_DIR/substrax-agent, "
+                  "else /var/lib/substrax-agent for root, else /tmp/substrax-agent-UID)")
+      ->type_name("DIR");
   app->add_option("--job-binary", flags->options.job_binary,
                   "The job binary started for built-in jobs as `substrax-job run` (default: "
                   "substrax-job in this agent's directory)")
