@@ -94,7 +94,7 @@ class Supervisor {
     const int signals = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (signals < 0) {
       Log(absl::StrCat("signalfd: ", std::strerror(errno), "; SIGKILL to the job"));
-      kill(-args_.job, SIGKILL);
+      SignalJob(SIGKILL);
     }
     deadline_ = args_.deadline_ns;
     Reap();  // it may have exited before the signalfd existed
@@ -104,7 +104,7 @@ class Supervisor {
       if (fence_ != FenceCause::kNone && !killed_ && now >= kill_at_) {
         Log(absl::StrCat("still there after the grace of ", args_.grace_ms,
                          " ms: SIGKILL to its process group"));
-        kill(-args_.job, SIGKILL);
+        SignalJob(SIGKILL);
         killed_ = true;
       }
       int64_t wake = INT64_MAX;
@@ -145,13 +145,19 @@ class Supervisor {
     if (write(STDERR_FILENO, line.data(), line.size()) < 0) return;
   }
 
+  // Signals the job's process group; its leader alone if the group is not there (it always is
+  // as StartSupervised makes it, where both sides call setpgid before the supervisor runs).
+  void SignalJob(int signal) {
+    if (kill(-args_.job, signal) != 0 && errno == ESRCH) kill(args_.job, signal);
+  }
+
   void Fence(FenceCause cause) {
     if (fence_ != FenceCause::kNone) return;
     fence_ = cause;
     kill_at_ = MonotonicNs() + args_.grace_ms * 1000000;
     Log(absl::StrCat(FenceReason(cause), ": SIGTERM to its process group, SIGKILL after ",
                      args_.grace_ms, " ms"));
-    kill(-args_.job, SIGTERM);
+    SignalJob(SIGTERM);
   }
 
   void ReadSignals(int fd) {
@@ -181,7 +187,7 @@ class Supervisor {
         // Once fenced the attempt is over: a late renewal changes nothing.
         if (fence_ == FenceCause::kNone) deadline_ = message.value;
       } else if (message.kind == kSignalMessage && message.value > 0 && message.value < NSIG) {
-        kill(-args_.job, static_cast<int>(message.value));
+        SignalJob(static_cast<int>(message.value));
       }
     }
   }

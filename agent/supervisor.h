@@ -79,6 +79,8 @@ struct SupervisedChild {
 // Writes a renewal (the job may run until `deadline` on the monotonic clock, as
 // std::chrono::steady_clock counts it) or a signal order to the supervisor. Non-blocking: false
 // when the supervisor is gone or does not read (its pipe full); the caller goes on either way.
+// The process must ignore SIGPIPE (the agent does), or a write to a supervisor that has exited
+// kills it.
 bool SendRenewal(int control_fd, absl::Duration deadline);
 bool SendSignal(int control_fd, int signal);
 
