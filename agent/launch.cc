@@ -212,11 +212,7 @@ pid_t ForkJob(const PreparedCommand& command, int log_fd) {
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
-    // The child never outlives the process that forked it (the supervisor, single-threaded: so
-    // the death of its only thread), and its own children go with it: it leads a process group
-    // that is signalled as a whole.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
+    // It leads a process group that is signalled as a whole, so its own children go with it.
     setpgid(0, 0);
     // The agent blocks SIGTERM and SIGINT for its signal thread; the child must die of them.
     sigset_t none;
@@ -226,6 +222,12 @@ pid_t ForkJob(const PreparedCommand& command, int log_fd) {
     signal(SIGPIPE, SIG_DFL);
     // dup2 clears close-on-exec on the copies.
     if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0) _exit(127);
+    // Anything that changes the child's credentials (a drop to a job user) goes here, before
+    // PR_SET_PDEATHSIG: a change of credentials clears it.
+    // The child never outlives the process that forked it (the supervisor, single-threaded: so
+    // the death of its only thread); one that died before this is caught by the check.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     execve(command.binary.c_str(), command.argv.data(), command.envp.data());
     _exit(127);
   }
