@@ -1,6 +1,7 @@
 #include "agent/launch.h"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -191,27 +192,38 @@ absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
   return command;
 }
 
-absl::StatusOr<pid_t> StartChild(const ChildCommand& command, int log_fd) {
-  // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> args = command.argv;
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env = command.env;
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const std::string binary = command.binary;
-  const pid_t parent = getpid();
+namespace {
 
+// A command with its argv and envp built: fork leaves one thread of the multithreaded agent,
+// so after it the child (and a forked supervisor) may make only async-signal-safe calls, and
+// everything they need is made before. Not copyable: the pointers lead into its own strings.
+struct PreparedCommand {
+  explicit PreparedCommand(const ChildCommand& command)
+      : binary(command.binary), args(command.argv), env(command.env) {
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+  }
+  PreparedCommand(const PreparedCommand&) = delete;
+  PreparedCommand& operator=(const PreparedCommand&) = delete;
+
+  const std::string binary;
+  std::vector<std::string> args;
+  std::vector<std::string> env;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+// Forks the job process and executes it: the one place where a job process is executed (with
+// or without a supervisor). Async-signal-safe. Returns its pid, or -1 with errno set.
+pid_t ForkJob(const PreparedCommand& command, int log_fd) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
-    // The child never outlives its daemon, and its own children go with it: it leads a process
-    // group that the daemon signals as a whole.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
+    // It leads a process group that is signalled as a whole, so its own children go with it.
     setpgid(0, 0);
-    // The daemon blocks SIGTERM and SIGINT for its signal thread; the child must die of them.
+    // The agent blocks SIGTERM and SIGINT for its signal thread; the child must die of them.
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -219,13 +231,141 @@ absl::StatusOr<pid_t> StartChild(const ChildCommand& command, int log_fd) {
     signal(SIGPIPE, SIG_DFL);
     // dup2 clears close-on-exec on the copies.
     if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0) _exit(127);
-    execve(binary.c_str(), argv.data(), envp.data());
+    // Anything that changes the child's credentials (a drop to a job user) goes here, before
+    // PR_SET_PDEATHSIG: a change of credentials clears it.
+    // The child never outlives the process that forked it (the supervisor, single-threaded: so
+    // the death of its only thread); one that died before this is caught by the check.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    execve(command.binary.c_str(), command.argv.data(), command.envp.data());
     _exit(127);
   }
-  if (pid < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
   // Also set in the child: whichever runs first, the group exists before anyone signals it.
-  setpgid(pid, pid);
+  if (pid > 0) setpgid(pid, pid);
   return pid;
+}
+
+// Writes `value` (> 0) in decimal at `out` and a NUL after it. Async-signal-safe.
+void WriteDecimal(char* out, int64_t value) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value > 0 && n < 23);
+  while (n > 0) *out++ = digits[--n];
+  *out = '\0';
+}
+
+// Reads exactly sizeof(*message) bytes; false at EOF or on an error.
+bool ReadMessage(int fd, SupervisorMessage* message) {
+  size_t done = 0;
+  char* bytes = reinterpret_cast<char*>(message);
+  while (done < sizeof(*message)) {
+    const ssize_t n = read(fd, bytes + done, sizeof(*message) - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<pid_t> StartChild(const ChildCommand& command, int log_fd) {
+  const PreparedCommand prepared(command);
+  const pid_t pid = ForkJob(prepared, log_fd);
+  if (pid < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
+  return pid;
+}
+
+absl::StatusOr<SupervisedChild> StartSupervised(const ChildCommand& command, int log_fd,
+                                                const Supervision& supervision) {
+  const PreparedCommand job(command);
+  int control[2];
+  int status[2];
+  if (pipe2(control, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  if (pipe2(status, O_CLOEXEC) != 0) {
+    const int error = errno;
+    close(control[0]);
+    close(control[1]);
+    return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(error)));
+  }
+  // A supervisor that does not read (stopped) must never block the agent's writes.
+  fcntl(control[1], F_SETFL, O_NONBLOCK);
+  constexpr char kJobPidFlag[] = "--job-pid=";
+  ChildCommand supervisor_command;
+  supervisor_command.binary = supervision.binary;
+  supervisor_command.argv = {
+      "substrax-agent",
+      kSupervisorMode,
+      absl::StrCat("--control-fd=", control[0]),
+      absl::StrCat("--status-fd=", status[1]),
+      // Room for the pid, written by the forked supervisor once it knows it.
+      absl::StrCat(kJobPidFlag, std::string(24, ' ')),
+      absl::StrCat("--grace-ms=", absl::ToInt64Milliseconds(supervision.grace)),
+      absl::StrCat("--deadline-ns=", absl::ToInt64Nanoseconds(supervision.deadline)),
+      absl::StrCat("--job=", supervision.label)};
+  for (char* const* e = environ; e != nullptr && *e != nullptr; ++e) {
+    supervisor_command.env.emplace_back(*e);
+  }
+  PreparedCommand supervisor(supervisor_command);
+  char* const job_pid_arg = supervisor.argv[4] + sizeof(kJobPidFlag) - 1;
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The supervisor: in a group of its own (a signal to the agent's group does not reach it),
+    // and no PR_SET_PDEATHSIG: it outlives the agent to fence the job.
+    setpgid(0, 0);
+    SupervisorMessage started;
+    started.kind = kStartedMessage;
+    const pid_t job_pid = ForkJob(job, log_fd);
+    started.value = job_pid > 0 ? job_pid : -errno;
+    if (write(status[1], &started, sizeof(started)) < 0 || job_pid < 0) {
+      if (job_pid > 0) kill(-job_pid, SIGKILL);
+      _exit(127);
+    }
+    WriteDecimal(job_pid_arg, job_pid);
+    // Only now, after the job's fork, do the supervisor's ends of the pipes survive exec.
+    fcntl(control[0], F_SETFD, 0);
+    fcntl(status[1], F_SETFD, 0);
+    execve(supervisor.binary.c_str(), supervisor.argv.data(), supervisor.envp.data());
+    // Never a job without its supervisor.
+    kill(-job_pid, SIGKILL);
+    _exit(127);
+  }
+  const int fork_error = errno;
+  close(control[0]);
+  close(status[1]);
+  if (pid < 0) {
+    close(control[1]);
+    close(status[0]);
+    return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(fork_error)));
+  }
+  setpgid(pid, pid);
+  SupervisedChild child;
+  child.supervisor = pid;
+  child.control_fd = control[1];
+  child.status_fd = status[0];
+  SupervisorMessage started;
+  if (!ReadMessage(child.status_fd, &started) || started.kind != kStartedMessage ||
+      started.value <= 0) {
+    const int error = started.kind == kStartedMessage && started.value < 0
+                          ? static_cast<int>(-started.value)
+                          : 0;
+    close(child.control_fd);
+    close(child.status_fd);
+    int ignored = 0;
+    while (waitpid(pid, &ignored, 0) < 0 && errno == EINTR) {
+    }
+    return absl::UnavailableError(
+        error != 0 ? absl::StrCat("fork: ", std::strerror(error))
+                   : std::string("its supervisor exited before starting it"));
+  }
+  child.job = static_cast<pid_t>(started.value);
+  return child;
 }
 
 }  // namespace substrax

@@ -13,7 +13,8 @@
 // failed after it (runner_outcome.h) and ends the init timeout.
 //
 // Everything the child needs (argv, envp, the binary) is prepared before fork; after fork the
-// child makes only async-signal-safe calls.
+// child makes only async-signal-safe calls. The job process is started by ForkJob (launch.cc),
+// the one place where it is executed, under a supervisor (supervisor.h) that fences it.
 #ifndef SUBSTRAX_AGENT_LAUNCH_H_
 #define SUBSTRAX_AGENT_LAUNCH_H_
 
@@ -30,6 +31,7 @@
 #include "substrax/v1/coordinator_service.pb.h"
 #include "substrax/v1/program.pb.h"
 #include "contract/launch.h"
+#include "agent/supervisor.h"
 
 namespace substrax {
 
@@ -100,10 +102,31 @@ absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
                                           const AttemptFiles& files);
 
 // Forks and executes `command` with stdout and stderr on `log_fd`, in a process group of its
-// own, killed when the daemon dies (PR_SET_PDEATHSIG), with an empty signal mask and SIGPIPE's
-// default action. Returns its pid. Errors: fork's (UNAVAILABLE). An exec that fails makes the
-// child exit 127.
+// own, killed when the forking thread ends (PR_SET_PDEATHSIG), with an empty signal mask and
+// SIGPIPE's default action. Returns its pid. Errors: fork's (UNAVAILABLE). An exec that fails
+// makes the child exit 127. The agent starts job processes with StartSupervised; this is the
+// same start without a supervisor (tests, tools).
 absl::StatusOr<pid_t> StartChild(const ChildCommand& command, int log_fd);
+
+// How StartSupervised supervises the job process (supervisor.h).
+struct Supervision {
+  // The binary whose `supervise` mode is the supervisor: the agent's own.
+  std::string binary = "/proc/self/exe";
+  // The lease's first deadline, on the monotonic clock (std::chrono::steady_clock's count).
+  absl::Duration deadline;
+  // SIGTERM, then SIGKILL this much later, when the supervisor fences the job.
+  absl::Duration grace = absl::Seconds(10);
+  // Shown in the supervisor's command line and log lines (the launch file's path).
+  std::string label;
+};
+
+// Starts `command` as StartChild does, but as the child of a supervisor (supervisor.h) that
+// holds its lease: forks the supervisor, which forks the job process and then executes
+// `supervision.binary supervise ...`. Returns once the job process is forked. Errors: fork's
+// or pipe's (UNAVAILABLE). An exec of the job that fails makes it exit 127; one of the
+// supervisor that fails kills the job, and the supervisor exits 127.
+absl::StatusOr<SupervisedChild> StartSupervised(const ChildCommand& command, int log_fd,
+                                                const Supervision& supervision);
 
 }  // namespace substrax
 

@@ -8,8 +8,8 @@
 //                  [--data-root DIR ...] [--job-binary PATH] ...
 //       (--cpu-devices N is the same as --devices cpu:N; give one of them.)
 //
-// Exit status: 0 stopped (SIGTERM, SIGINT); 1 failed (registration refused, ...); 2 bad command
-// line.
+// Exit status: 0 stopped (SIGTERM, SIGINT); 1 failed (the health port cannot be bound); 2 bad
+// command line. A refused registration is retried, never fatal.
 #include <pthread.h>
 #include <signal.h>
 
@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "agent/daemon.h"
+#include "agent/supervisor.h"
 #include "agent/work_files.h"
 #include "base/mutex_mode.h"
 #include "rpc/transport_flags.h"
@@ -64,8 +65,11 @@ void AddHostFlags(CLI::App* app, AgentFlags* flags) {
                   "Address peers reach this host's job processes on")
       ->capture_default_str();
   app->add_option("--work-dir", flags->options.work_dir,
-                  "Directory for the launch, result and log files of job processes")
-      ->capture_default_str();
+                  "Directory for the launch, result and log files of job processes: created "
+                  "0700; refused when a symbolic link, not a directory, or owned by another "
+                  "user than this agent's or root (default: $XDG_RUNTIME_DIR/substrax-agent, "
+                  "else /var/lib/substrax-agent for root, else /tmp/substrax-agent-UID)")
+      ->type_name("DIR");
   app->add_option("--job-binary", flags->options.job_binary,
                   "The job binary started for built-in jobs as `substrax-job run` (default: "
                   "substrax-job in this agent's directory)")
@@ -180,6 +184,10 @@ int RunAgent(WorkerDaemonOptions options) {
 }  // namespace substrax
 
 int main(int argc, char** argv) {
+  // A job process's supervisor (supervisor.h): the agent executes itself in this mode.
+  if (argc >= 2 && std::strcmp(argv[1], substrax::kSupervisorMode) == 0) {
+    return substrax::SupervisorMain(argc, argv);
+  }
   substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   // A write to a socket whose peer is gone (a gRPC channel) must fail with EPIPE instead of
   // killing the agent with SIGPIPE.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -76,6 +77,64 @@ absl::StatusOr<std::string> TailOfFile(const std::string& path, size_t max_bytes
   close(fd);
   tail.resize(done);
   return from > 0 ? "..." + tail : tail;
+}
+
+std::string DefaultWorkDir() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime != nullptr && runtime[0] == '/') return absl::StrCat(runtime, "/substrax-agent");
+  if (geteuid() == 0) return "/var/lib/substrax-agent";
+  return absl::StrCat("/tmp/substrax-agent-", geteuid());
+}
+
+absl::Status PrepareWorkDir(const std::string& dir) {
+  const std::string hint = "; remove it or give another --work-dir";
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create the parents of work dir ", dir, ": ", error.message()));
+  }
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "cannot create work dir", dir);
+  }
+  // Checked on the directory opened, never through a link: a link or directory planted by
+  // someone else (a shared /tmp) must not receive the attempts' files.
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int open_error = errno;
+    struct stat st;
+    if (lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("work dir ", dir, " is a symbolic link, which the agent does not follow",
+                       hint));
+    }
+    if (open_error == ENOTDIR) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("work dir ", dir, " is not a directory", hint));
+    }
+    return ErrnoError(open_error, "cannot open work dir", dir);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int stat_error = errno;
+    close(fd);
+    return ErrnoError(stat_error, "cannot stat work dir", dir);
+  }
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "work dir ", dir, " is owned by uid ", st.st_uid, ", not by this agent's user (uid ",
+        geteuid(), ") or root: its owner could read and replace the files of job attempts",
+        hint));
+  }
+  if (st.st_uid == geteuid() && (st.st_mode & 077) != 0 && fchmod(fd, 0700) != 0) {
+    const int chmod_error = errno;
+    close(fd);
+    return ErrnoError(chmod_error, "cannot restrict to its owner (0700) work dir", dir);
+  }
+  close(fd);
+  return absl::OkStatus();
 }
 
 std::string AttemptFilePrefix(absl::string_view job_id, int attempt) {

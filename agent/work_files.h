@@ -25,6 +25,20 @@ namespace substrax {
 // "..." in front when the file is longer. Errors name the path and the errno text.
 absl::StatusOr<std::string> TailOfFile(const std::string& path, size_t max_bytes);
 
+// The default --work-dir: `$XDG_RUNTIME_DIR/substrax-agent` when XDG_RUNTIME_DIR is set (a
+// directory of the user's own, 0700), else `/var/lib/substrax-agent` for root, else
+// `/tmp/substrax-agent-<uid>`. PrepareWorkDir checks whichever it is.
+std::string DefaultWorkDir();
+
+// Makes `dir` safe to hold the files of job attempts (launch files name the attempt's secret,
+// result files decide its outcome): creates it 0700 when missing (missing parents as the umask
+// says), or checks the one there: opened without following a symbolic link (O_NOFOLLOW), it
+// must be a directory owned by this process's user or by root (an administrator's choice, e.g.
+// a Kubernetes emptyDir); one of the agent's own that others may access is made 0700. Errors:
+// FAILED_PRECONDITION (a symbolic link, not a directory, owned by another user: the path, what
+// is wrong and what to do), UNAVAILABLE (cannot be created or opened: the path and errno text).
+absl::Status PrepareWorkDir(const std::string& dir);
+
 // "<job>-attempt-<a>": the prefix of every work-dir file of that attempt.
 std::string AttemptFilePrefix(absl::string_view job_id, int attempt);
 
