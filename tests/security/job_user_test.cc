@@ -193,7 +193,8 @@ TEST_F(JobUserTest, AProgramRunsAsTheJobUserWithACleanEnvironmentAndNoWorkerKey)
       absl::Seconds(30)))
       << Logs();
 
-  // Refused at submit through the server, naming the variable.
+  // Refused at submit, naming the variable (substraxctl checks the denied names as the
+  // coordinator does; coordinator/cluster_submit_test has the coordinator's table).
   CommandResult refused = Ctl({"submit", WriteJob("hostile", "{LD_PRELOAD: /tmp/x.so}")});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_THAT(refused.out + refused.err,
