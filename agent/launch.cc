@@ -331,8 +331,9 @@ absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
   command.env = ChildEnvironment(BaseJobEnvironment(settings.job_user), environ,
                                  settings.job_env_pass, additions);
   if (settings.switch_user) {
-    command.credentials = ChildCredentials{settings.job_user.uid, settings.job_user.gid,
-                                           settings.job_user.groups, settings.job_user.name};
+    command.credentials =
+        ChildCredentials{settings.job_user.uid, settings.job_user.gid, settings.job_user.groups,
+                         settings.job_user.name, files.job_dir};
   }
   return command;
 }
@@ -342,6 +343,9 @@ const char* ApplyChildCredentials(const ChildCredentials& credentials) {
   if (setgroups(credentials.groups.size(), credentials.groups.data()) != 0) return "setgroups";
   if (setgid(credentials.gid) != 0) return "setgid";
   if (setuid(credentials.uid) != 0) return "setuid";
+  if (!credentials.working_dir.empty() && chdir(credentials.working_dir.c_str()) != 0) {
+    return "chdir to its attempt's directory";
+  }
   return nullptr;
 }
 

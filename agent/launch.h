@@ -122,6 +122,9 @@ struct ChildCredentials {
   gid_t gid = 0;
   std::vector<gid_t> groups;
   std::string user;  // for the message when the switch fails
+  // Where the process starts (its attempt's directory): the agent's own working directory may
+  // be closed to the job user.
+  std::string working_dir;
 };
 
 // A process to start: the file to execute, its argv, its whole environment and, with a job
@@ -158,8 +161,8 @@ absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
                                           const v1::Assignment& assignment,
                                           const AttemptFiles& files);
 
-// In a forked child, right before exec: takes `credentials` (setgroups, setgid, setuid: all
-// async-signal-safe). The name of the call that failed, errno set (the child must not exec
+// In a forked child, right before exec: takes `credentials` (setgroups, setgid, setuid, then
+// chdir to its working_dir when set: all async-signal-safe). The name of the call that failed, errno set (the child must not exec
 // then); null when all succeeded.
 const char* ApplyChildCredentials(const ChildCredentials& credentials);
 

@@ -197,6 +197,15 @@ TEST(LaunchTest, AJobUsersFilesLieInItsOwnDirectory) {
   std::string contents;
   std::getline(target, contents);
   EXPECT_EQ(contents, "agent's");
+  // The built-in trainer's command runs as the job user, from that directory.
+  v1::Assignment builtin = a;
+  builtin.mutable_spec()->clear_program();
+  absl::StatusOr<ChildCommand> command = BuildCommand(settings, builtin, files);
+  ASSERT_TRUE(command.ok()) << command.status();
+  ASSERT_TRUE(command->credentials.has_value());
+  EXPECT_EQ(command->credentials->uid, settings.job_user.uid);
+  EXPECT_EQ(command->credentials->working_dir, files.job_dir);
+  EXPECT_THAT(command->env, ::testing::Contains("SUBSTRAX_LAUNCH=" + files.job_dir + "/launch"));
 }
 
 TEST(LaunchTest, ResolveJobUserRefusesUnknownUsersAndRoot) {
@@ -230,10 +239,10 @@ TEST(LaunchTest, StartChildRunsTheChildAsTheJobUser) {
   ASSERT_GE(fd, 0);
   ChildCommand command;
   command.binary = "/bin/sh";
-  command.argv = {"sh", "-c", "echo \"$(id -u) $(id -g) $(id -G)\""};
+  command.argv = {"sh", "-c", "echo \"$(id -u) $(id -g) $(id -G) in $(pwd)\""};
   command.env = {"PATH=/usr/bin:/bin"};
   command.credentials =
-      ChildCredentials{nobody->uid, nobody->gid, nobody->groups, nobody->name};
+      ChildCredentials{nobody->uid, nobody->gid, nobody->groups, nobody->name, "/"};
   absl::StatusOr<pid_t> pid = StartChild(command, fd);
   close(fd);
   ASSERT_TRUE(pid.ok()) << pid.status();
@@ -245,6 +254,7 @@ TEST(LaunchTest, StartChildRunsTheChildAsTheJobUser) {
   std::getline(in, line);
   EXPECT_THAT(line, ::testing::StartsWith(absl::StrCat(nobody->uid, " ", nobody->gid, " ")));
   EXPECT_THAT(line, ::testing::Not(HasSubstr(" 0 ")));
+  EXPECT_THAT(line, ::testing::EndsWith(" in /"));
 }
 
 TEST(LaunchTest, ProgramChecksNameThePathTheHostAndTheReason) {

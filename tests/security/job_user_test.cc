@@ -54,6 +54,7 @@ constexpr char kProgram[] = R"(#!/bin/sh
 out="$1"
 id -u > "$out/uid.tmp" && mv "$out/uid.tmp" "$out/uid"
 id -G > "$out/groups"
+pwd > "$out/cwd"
 env > "$out/env"
 if cat "$2" > /dev/null 2>&1; then echo readable; else echo refused; fi > "$out/key"
 if ls "$3" > /dev/null 2>&1; then echo listed; else echo refused; fi > "$out/work-dir"
@@ -240,6 +241,8 @@ TEST_F(JobUserTest, AProgramRunsAsTheJobUserWithACleanEnvironmentAndNoWorkerKey)
   ASSERT_EQ(stat(job_dir.c_str(), &st), 0);
   EXPECT_EQ(std::to_string(st.st_uid), uid_);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
+  // It starts there, not in the agent's working directory.
+  EXPECT_EQ(Trimmed(out_ + "/cwd"), job_dir);
 }
 
 TEST_F(JobUserTest, TheAgentRefusesToStartForAUserThatDoesNotExist) {
