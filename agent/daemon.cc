@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/data_paths.h"
+#include "core/job_env.h"
 #include "core/status.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_status.h"
@@ -168,15 +169,35 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   }
 
   SUBSTRAX_RETURN_IF_ERROR(FindJobBinary(&options.job_binary));
+  for (const std::string& name : options.job_env_pass) {
+    if (std::string problem = JobEnvNameProblem(name); !problem.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job-env-pass '", name, "': ", problem));
+    }
+  }
+  JobUser job_user = CurrentUser();
+  if (!options.job_user.empty()) {
+    SUBSTRAX_ASSIGN_OR_RETURN(job_user, ResolveJobUser(options.job_user));
+  }
   if (options.work_dir.empty()) options.work_dir = DefaultWorkDir();
   SUBSTRAX_RETURN_IF_ERROR(PrepareWorkDir(options.work_dir));
-  return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(options), *std::move(devices)));
+  // The job user reaches its attempts' directories through the work dir, and nothing else in
+  // it: search, no listing (the logs and the other attempts' files are the agent's, 0600).
+  if (!options.job_user.empty() && chmod(options.work_dir.c_str(), 0711) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot make work dir ", options.work_dir,
+                                               " 0711 for --job-user: ", std::strerror(errno)));
+  }
+  return std::unique_ptr<WorkerDaemon>(
+      new WorkerDaemon(std::move(options), std::move(job_user), *std::move(devices)));
 }
 
 namespace {
 
-LaunchSettings SettingsOf(const WorkerDaemonOptions& options) {
+LaunchSettings SettingsOf(const WorkerDaemonOptions& options, JobUser job_user) {
   LaunchSettings settings;
+  settings.job_user = std::move(job_user);
+  settings.switch_user = !options.job_user.empty();
+  settings.job_env_pass = options.job_env_pass;
   settings.worker_id = options.worker_id;
   settings.host = options.host;
   settings.coordinator = options.coordinator;
@@ -192,9 +213,10 @@ LaunchSettings SettingsOf(const WorkerDaemonOptions& options) {
 
 }  // namespace
 
-WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices)
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, JobUser job_user,
+                           std::vector<v1::Device> devices)
     : options_(std::move(options)),
-      launch_settings_(SettingsOf(options_)),
+      launch_settings_(SettingsOf(options_, std::move(job_user))),
       devices_(std::move(devices)) {
   // Validated by Create.
   stub_ = v1::CoordinatorService::NewStub(
@@ -499,7 +521,8 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
       return;
     }
   }
-  const AttemptFiles files = FilesOfAttempt(options_.work_dir, assignment);
+  const AttemptFiles files =
+      FilesOfAttempt(options_.work_dir, assignment, launch_settings_.switch_user);
   const bool program = assignment.spec().has_program();
   Runner runner;
   runner.job_id = assignment.job_id();
@@ -520,8 +543,10 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
     ReportLaunchFailure(runner, std::string(command.status().message()));
     return;
   }
-  // Opened here, not in the child, so that a failure (a full or read-only disk) is reported.
-  const int log_fd = open(files.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Opened here, not in the child, so that a failure (a full or read-only disk) is reported;
+  // the agent's alone (a job user writes it through the descriptor it inherits).
+  const int log_fd =
+      open(files.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (log_fd < 0) {
     ReportLaunchFailure(runner, absl::StrCat("cannot start ", what, ": cannot create its log ",
                                              files.log, ": ", std::strerror(errno)));

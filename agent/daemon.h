@@ -106,6 +106,16 @@ struct WorkerDaemonOptions {
   // it was started is stopped (SIGTERM, SIGKILL after stop_grace) and its attempt fails as
   // stalled.
   absl::Duration program_init_timeout = absl::Seconds(60);
+  // The user job processes run as (--job-user), with its groups; empty: the agent's own user.
+  // Create refuses a user that does not exist, root, and an agent that cannot switch users
+  // (launch.h: ResolveJobUser). With one, each attempt's launch, result and started files lie
+  // in a directory of the job user's (launch.h: AttemptFiles), and work_dir is made 0711 so
+  // that the job user can reach that directory but list nothing.
+  std::string job_user;
+  // Variables of the agent's own environment given to every job process (--job-env-pass),
+  // after the fixed base (launch.h: BaseJobEnvironment) and before the spec's; nothing else
+  // of the agent's environment reaches a job.
+  std::vector<std::string> job_env_pass;
   // Which ended attempts' files (assignment, log, result) in work_dir are deleted, and when:
   // at start, every cleanup_interval and after each runner ends (work_files.h).
   LogRetention log_retention;
@@ -120,7 +130,8 @@ inline constexpr char kWorkerReadyService[] = "substrax.worker.ready";
 
 class WorkerDaemon {
  public:
-  // Discovers the devices to offer (DiscoverDevices). Errors: INVALID_ARGUMENT (bad options,
+  // Discovers the devices to offer (DiscoverDevices). Errors: ResolveJobUser's for a
+  // --job-user, INVALID_ARGUMENT (a --job-env-pass that is not a variable name, bad options,
   // unusable credentials, a --worker-id other than the certificate's CN, a bad device spec, a
   // data root that is relative, has a ".." component, or is not an existing directory),
   // FAILED_PRECONDITION ("cuda" without a usable GPU; work_dir unsafe: PrepareWorkDir),
@@ -164,7 +175,7 @@ class WorkerDaemon {
     bool ended = false;
   };
 
-  WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices);
+  WorkerDaemon(WorkerDaemonOptions options, JobUser job_user, std::vector<v1::Device> devices);
   // Registers as a new incarnation, retrying every error (unreachable or refused) with backoff
   // until it succeeds or the daemon stops. Errors: CANCELLED (stopped first).
   absl::Status Register();

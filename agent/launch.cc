@@ -1,6 +1,8 @@
 #include "agent/launch.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -12,11 +14,17 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "core/data_paths.h"
+#include "core/job_env.h"
 #include "rpc/proto_time.h"
 #include "substrax/version.h"
 
@@ -44,16 +52,107 @@ int RealPath(const std::string& path, std::string* real) {
 
 }  // namespace
 
-AttemptFiles FilesOfAttempt(const std::string& work_dir, const v1::Assignment& assignment) {
+AttemptFiles FilesOfAttempt(const std::string& work_dir, const v1::Assignment& assignment,
+                            bool own_dir) {
   const std::string base = absl::StrCat(work_dir, "/", assignment.job_id(), "-attempt-",
                                         assignment.attempt(), "-process-",
                                         assignment.process_index());
   AttemptFiles files;
-  files.launch = base + ".launch";
-  files.result = base + ".result";
-  files.started = base + ".started";
+  if (own_dir) {
+    files.job_dir = base + ".job";
+    files.launch = files.job_dir + "/launch";
+    files.result = files.job_dir + "/result";
+    files.started = files.job_dir + "/started";
+  } else {
+    files.launch = base + ".launch";
+    files.result = base + ".result";
+    files.started = base + ".started";
+  }
   files.log = base + ".log";
   return files;
+}
+
+namespace {
+
+// The capabilities (linux/capability.h) an agent needs to run jobs as another user: switch to
+// it, give it its attempt's files, and still read what it writes there.
+constexpr struct {
+  int bit;
+  const char* name;
+} kJobUserCapabilities[] = {
+    {0, "CAP_CHOWN"}, {1, "CAP_DAC_OVERRIDE"}, {6, "CAP_SETGID"}, {7, "CAP_SETUID"}};
+
+// The effective capabilities of this process (/proc/self/status CapEff); 0 when unreadable.
+uint64_t EffectiveCapabilities() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    absl::string_view rest = line;
+    uint64_t caps = 0;
+    if (absl::ConsumePrefix(&rest, "CapEff:") &&
+        absl::SimpleHexAtoi(absl::StripAsciiWhitespace(rest), &caps)) {
+      return caps;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<JobUser> ResolveJobUser(const std::string& name) {
+  std::vector<std::string> missing;
+  const uint64_t caps = EffectiveCapabilities();
+  for (const auto& cap : kJobUserCapabilities) {
+    if ((caps & (uint64_t{1} << cap.bit)) == 0) missing.push_back(cap.name);
+  }
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--job-user ", name, ": this agent (uid ", geteuid(), ") cannot run jobs as another user: "
+        "it lacks ", absl::StrJoin(missing, ", "), "; start it as root (or with those "
+        "capabilities), or leave --job-user out to run jobs as the agent's own user"));
+  }
+  passwd entry;
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  const int error = getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (found == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--job-user ", name, ": no such user on this host",
+        error != 0 ? absl::StrCat(" (", std::strerror(error), ")") : "",
+        "; create it (useradd --system ", name, ") or name another"));
+  }
+  if (entry.pw_uid == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--job-user ", name, " is root (uid 0): jobs would run with every privilege of the "
+        "host; name an unprivileged user"));
+  }
+  JobUser user;
+  user.name = name;
+  user.uid = entry.pw_uid;
+  user.gid = entry.pw_gid;
+  user.home = entry.pw_dir != nullptr ? entry.pw_dir : "";
+  int count = 64;
+  user.groups.resize(count);
+  while (getgrouplist(name.c_str(), user.gid, user.groups.data(), &count) < 0) {
+    user.groups.resize(count);
+  }
+  user.groups.resize(count);
+  return user;
+}
+
+JobUser CurrentUser() {
+  JobUser user;
+  user.uid = geteuid();
+  user.gid = getegid();
+  passwd entry;
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (getpwuid_r(user.uid, &entry, buffer.data(), buffer.size(), &found) == 0 &&
+      found != nullptr) {
+    user.name = entry.pw_name;
+    user.home = entry.pw_dir != nullptr ? entry.pw_dir : "";
+  }
+  return user;
 }
 
 v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
@@ -90,6 +189,25 @@ v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
 absl::Status WriteAttemptFiles(const LaunchSettings& settings, const v1::Assignment& assignment,
                                const AttemptFiles& files) {
   const v1::ProgramLaunch launch = MakeProgramLaunch(settings, assignment, files);
+  if (!files.job_dir.empty()) {
+    // Made afresh and the agent's until the launch file is in it: nothing an earlier process
+    // of the job user left there (a symlink named launch) is followed. Given to the job user
+    // last, with the launch file (still 0600): the process reads it and writes its result and
+    // started file beside it, and reaches nothing else of the work dir.
+    std::error_code error;
+    std::filesystem::remove_all(files.job_dir, error);
+    if (mkdir(files.job_dir.c_str(), 0700) != 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", files.job_dir));
+    }
+    if (absl::Status s = WriteLaunchFile(files.launch, launch); !s.ok()) return s;
+    for (const std::string* path : {&files.launch, &files.job_dir}) {
+      if (lchown(path->c_str(), settings.job_user.uid, settings.job_user.gid) != 0) {
+        return absl::ErrnoToStatus(errno, absl::StrCat("cannot give ", *path, " to --job-user ",
+                                                       settings.job_user.name));
+      }
+    }
+    return absl::OkStatus();
+  }
   if (absl::Status s = WriteLaunchFile(files.launch, launch); !s.ok()) return s;
   // A file left by an earlier daemon's launch of the same name must not be taken for this one's.
   for (const std::string* stale : {&files.result, &files.started}) {
@@ -142,19 +260,37 @@ absl::StatusOr<std::string> CheckProgram(const LaunchSettings& settings,
   return real;
 }
 
-std::vector<std::string> ChildEnvironment(
-    char* const* environment, const std::vector<std::pair<std::string, std::string>>& additions) {
-  std::vector<std::string> env;
-  for (char* const* e = environment; e != nullptr && *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (const auto& [added, value] : additions) replaced = replaced || added == name;
-    if (!replaced) env.push_back(entry);
+std::vector<std::pair<std::string, std::string>> BaseJobEnvironment(const JobUser& user) {
+  std::vector<std::pair<std::string, std::string>> base = {
+      {"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"HOME", user.home.empty() ? "/" : user.home}};
+  // A uid without a passwd entry (a container's) has no name to give.
+  if (!user.name.empty()) {
+    base.emplace_back("USER", user.name);
+    base.emplace_back("LOGNAME", user.name);
   }
+  base.emplace_back("LANG", "C.UTF-8");
+  return base;
+}
+
+std::vector<std::string> ChildEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& base, char* const* environment,
+    const std::vector<std::string>& pass,
+    const std::vector<std::pair<std::string, std::string>>& additions) {
+  std::vector<std::pair<std::string, std::string>> all = base;
+  for (const std::string& name : pass) {
+    for (char* const* e = environment; e != nullptr && *e != nullptr; ++e) {
+      const absl::string_view entry(*e);
+      const size_t equals = entry.find('=');
+      if (equals != absl::string_view::npos && entry.substr(0, equals) == name) {
+        all.emplace_back(name, std::string(entry.substr(equals + 1)));
+        break;
+      }
+    }
+  }
+  all.insert(all.end(), additions.begin(), additions.end());
   // A name given twice takes the last value, in the place of the first.
   std::vector<std::pair<std::string, std::string>> unique;
-  for (const auto& [name, value] : additions) {
+  for (const auto& [name, value] : all) {
     auto it = std::find_if(unique.begin(), unique.end(),
                            [&name = name](const auto& u) { return u.first == name; });
     if (it != unique.end()) {
@@ -163,6 +299,7 @@ std::vector<std::string> ChildEnvironment(
       unique.emplace_back(name, value);
     }
   }
+  std::vector<std::string> env;
   for (const auto& [name, value] : unique) env.push_back(absl::StrCat(name, "=", value));
   return env;
 }
@@ -174,6 +311,18 @@ absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
   std::vector<std::pair<std::string, std::string>> additions;
   const v1::JobSpec& spec = assignment.spec();
   if (spec.has_program()) {
+    // The coordinator refused these at submit; an assignment that carries one anyway (an old or
+    // impostor coordinator) must not start a process with it.
+    for (const auto& [name, value] : spec.program().env()) {
+      std::string why = JobEnvNameProblem(name);
+      if (why.empty()) why = JobEnvDenial(name);
+      if (!why.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", assignment.job_id(), " attempt ", assignment.attempt(), ": spec.program.env.",
+            name, " refused on host ", settings.host, " (worker ", settings.worker_id, "): ", why,
+            "; the coordinator should have refused it at submit: check its version"));
+      }
+    }
     absl::StatusOr<std::string> real = CheckProgram(settings, spec.program().path());
     if (!real.ok()) return real.status();
     // The resolved file is executed (a symlink swapped meanwhile changes nothing); argv[0] is
@@ -188,8 +337,26 @@ absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
     command.argv = {"substrax-job", "run"};
   }
   additions.emplace_back(kLaunchEnv, files.launch);
-  command.env = ChildEnvironment(environ, additions);
+  // Never the agent's own environment: only the fixed base and what the operator names.
+  command.env = ChildEnvironment(BaseJobEnvironment(settings.job_user), environ,
+                                 settings.job_env_pass, additions);
+  if (settings.switch_user) {
+    command.credentials =
+        ChildCredentials{settings.job_user.uid, settings.job_user.gid, settings.job_user.groups,
+                         settings.job_user.name, files.job_dir};
+  }
   return command;
+}
+
+const char* ApplyChildCredentials(const ChildCredentials& credentials) {
+  // Groups first: once the uid is dropped, the groups can no longer be changed.
+  if (setgroups(credentials.groups.size(), credentials.groups.data()) != 0) return "setgroups";
+  if (setgid(credentials.gid) != 0) return "setgid";
+  if (setuid(credentials.uid) != 0) return "setuid";
+  if (!credentials.working_dir.empty() && chdir(credentials.working_dir.c_str()) != 0) {
+    return "chdir to its attempt's directory";
+  }
+  return nullptr;
 }
 
 namespace {
@@ -199,7 +366,15 @@ namespace {
 // everything they need is made before. Not copyable: the pointers lead into its own strings.
 struct PreparedCommand {
   explicit PreparedCommand(const ChildCommand& command)
-      : binary(command.binary), args(command.argv), env(command.env) {
+      : binary(command.binary),
+        args(command.argv),
+        env(command.env),
+        credentials(command.credentials),
+        switch_failed(command.credentials.has_value()
+                          ? absl::StrCat("substrax-agent: cannot run the job as --job-user ",
+                                         command.credentials->user, " (uid ",
+                                         command.credentials->uid, "): ")
+                          : "") {
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     for (std::string& e : env) envp.push_back(e.data());
@@ -213,6 +388,9 @@ struct PreparedCommand {
   std::vector<std::string> env;
   std::vector<char*> argv;
   std::vector<char*> envp;
+  // The job user's, when the job runs as one (--job-user); what the log says if the switch fails.
+  const std::optional<ChildCredentials> credentials;
+  const std::string switch_failed;
 };
 
 // Forks the job process and executes it: the one place where a job process is executed (with
@@ -231,8 +409,24 @@ pid_t ForkJob(const PreparedCommand& command, int log_fd) {
     signal(SIGPIPE, SIG_DFL);
     // dup2 clears close-on-exec on the copies.
     if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0) _exit(127);
-    // Anything that changes the child's credentials (a drop to a job user) goes here, before
+    // The job user's credentials (one call, here wherever exec moves), before
     // PR_SET_PDEATHSIG: a change of credentials clears it.
+    if (command.credentials.has_value()) {
+      if (const char* failed = ApplyChildCredentials(*command.credentials); failed != nullptr) {
+        // strerror is not async-signal-safe: the errno's number, written by hand.
+        char number[16];
+        int at = sizeof(number);
+        for (int e = errno; at == sizeof(number) || e > 0; e /= 10) number[--at] = '0' + e % 10;
+        ssize_t ignored =
+            write(STDERR_FILENO, command.switch_failed.data(), command.switch_failed.size());
+        ignored = write(STDERR_FILENO, failed, strlen(failed));
+        ignored = write(STDERR_FILENO, " failed with errno ", 19);
+        ignored = write(STDERR_FILENO, number + at, sizeof(number) - at);
+        ignored = write(STDERR_FILENO, "\n", 1);
+        (void)ignored;
+        _exit(127);
+      }
+    }
     // The child never outlives the process that forked it (the supervisor, single-threaded: so
     // the death of its only thread); one that died before this is caught by the check.
     prctl(PR_SET_PDEATHSIG, SIGKILL);

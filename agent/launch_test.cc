@@ -64,7 +64,7 @@ v1::Assignment ProgramAssignment(const std::string& path) {
   a.mutable_spec()->mutable_program()->set_path(path);
   a.mutable_spec()->mutable_program()->add_args("--lr");
   a.mutable_spec()->mutable_program()->add_args("0.1");
-  (*a.mutable_spec()->mutable_program()->mutable_env())["MY_VAR"] = "mine";
+  (*a.mutable_spec()->mutable_program()->mutable_env())["JOB_VAR"] = "mine";
   return a;
 }
 
@@ -123,31 +123,156 @@ TEST(LaunchTest, AProgramRunsWithItsArgumentsAndEnvironmentAndTheLaunchFile) {
   WriteScript(dir + "/train");
   const v1::Assignment a = ProgramAssignment(dir + "/train");
   const AttemptFiles files = FilesOfAttempt(dir, a);
-  setenv("MY_VAR", "the daemon's", 1);
-  absl::StatusOr<ChildCommand> command = BuildCommand(Settings(dir), a, files);
+  setenv("JOB_VAR", "the daemon's", 1);
+  setenv("BASH_ENV", "/tmp/the-daemons-bash-env", 1);
+  setenv("OPENBLAS_NUM_THREADS", "3", 1);
+  LaunchSettings settings = Settings(dir);
+  settings.job_user.name = "trainer";
+  settings.job_user.home = "/home/trainer";
+  settings.job_env_pass = {"OPENBLAS_NUM_THREADS", "NOT_SET_IN_THE_AGENT"};
+  absl::StatusOr<ChildCommand> command = BuildCommand(settings, a, files);
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->binary, fs::canonical(dir + "/train").string());
   EXPECT_THAT(command->argv, ElementsAre(dir + "/train", "--lr", "0.1"));
-  EXPECT_THAT(command->env, ::testing::Contains("MY_VAR=mine"));
-  EXPECT_THAT(command->env, ::testing::Not(::testing::Contains("MY_VAR=the daemon's")));
-  EXPECT_THAT(command->env, ::testing::Contains("SUBSTRAX_LAUNCH=" + files.launch));
-  EXPECT_EQ(command->env.back(), "SUBSTRAX_LAUNCH=" + files.launch);
+  // The fixed base, what the operator passes, the spec's, the launch: nothing else of the
+  // agent's own environment.
+  EXPECT_THAT(command->env,
+              ElementsAre("PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/trainer",
+                          "USER=trainer", "LOGNAME=trainer", "LANG=C.UTF-8",
+                          "OPENBLAS_NUM_THREADS=3", "JOB_VAR=mine",
+                          "SUBSTRAX_LAUNCH=" + files.launch));
+  EXPECT_FALSE(command->credentials.has_value());
 
   // The built-in trainer: `substrax-job run` and nothing else; its launch comes the same way.
   v1::Assignment builtin = a;
   builtin.mutable_spec()->clear_program();
-  command = BuildCommand(Settings(dir), builtin, files);
+  command = BuildCommand(settings, builtin, files);
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->binary, "/usr/bin/substrax-job");
   EXPECT_THAT(command->argv, ElementsAre("substrax-job", "run"));
+  EXPECT_THAT(command->env, ::testing::Not(::testing::Contains(HasSubstr("BASH_ENV"))));
+  EXPECT_THAT(command->env, ::testing::Not(::testing::Contains(HasSubstr("JOB_VAR"))));
   EXPECT_EQ(command->env.back(), "SUBSTRAX_LAUNCH=" + files.launch);
+  unsetenv("BASH_ENV");
 }
 
-TEST(LaunchTest, ChildEnvironmentReplacesVariablesOfTheSameName) {
-  char a[] = "A=1", b[] = "B=2", c[] = "C";
-  char* environment[] = {a, b, c, nullptr};
-  EXPECT_THAT(ChildEnvironment(environment, {{"B", "3"}, {"D", "4"}, {"B", "5"}}),
-              ElementsAre("A=1", "C", "B=5", "D=4"));
+// An assignment the coordinator never validated (an old or impostor coordinator): the agent
+// starts nothing with a start-up variable or one it sets itself.
+TEST(LaunchTest, TheAgentRefusesVariablesNoJobMaySet) {
+  const std::string dir = TempDir("refused_env");
+  WriteScript(dir + "/train");
+  for (const char* name : {"LD_PRELOAD", "BASH_ENV", "PYTHONPATH", "PATH", "NODE_OPTIONS",
+                           "SUBSTRAX_LAUNCH", "HOME", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR",
+                           "NCCL_NET_PLUGIN", "BAD-NAME"}) {
+    v1::Assignment a = ProgramAssignment(dir + "/train");
+    (*a.mutable_spec()->mutable_program()->mutable_env())[name] = "/tmp/x";
+    absl::StatusOr<ChildCommand> command = BuildCommand(Settings(dir), a, FilesOfAttempt(dir, a));
+    EXPECT_EQ(command.status().code(), absl::StatusCode::kFailedPrecondition) << name;
+    EXPECT_THAT(std::string(command.status().message()),
+                HasSubstr(absl::StrCat("job prog-1 attempt 2: spec.program.env.", name,
+                                       " refused on host h1 (worker w1): ")))
+        << name;
+  }
+  v1::Assignment a = ProgramAssignment(dir + "/train");
+  (*a.mutable_spec()->mutable_program()->mutable_env())["LD_PRELOAD"] = "/tmp/x.so";
+  EXPECT_THAT(std::string(BuildCommand(Settings(dir), a, FilesOfAttempt(dir, a))
+                              .status()
+                              .message()),
+              HasSubstr("denied: the dynamic loader"));
+}
+
+TEST(LaunchTest, ChildEnvironmentTakesOnlyThePassedVariablesAndTheLastValueOfEach) {
+  char a[] = "A=1", b[] = "B=2", c[] = "C", e[] = "E=x=y";
+  char* environment[] = {a, b, c, e, nullptr};
+  EXPECT_THAT(ChildEnvironment({{"Z", "0"}, {"B", "base"}}, environment, {"B", "C", "E", "Q"},
+                               {{"B", "3"}, {"D", "4"}, {"B", "5"}}),
+              ElementsAre("Z=0", "B=5", "E=x=y", "D=4"));
+  EXPECT_THAT(ChildEnvironment({}, environment, {}, {}), ::testing::IsEmpty());
+}
+
+// With a job user, the process's files lie in a directory of its own, 0700, given to it.
+TEST(LaunchTest, AJobUsersFilesLieInItsOwnDirectory) {
+  const std::string dir = TempDir("job_dir");
+  const v1::Assignment a = ProgramAssignment("/opt/p/train");
+  const AttemptFiles files = FilesOfAttempt(dir, a, /*own_dir=*/true);
+  EXPECT_EQ(files.job_dir, dir + "/prog-1-attempt-2-process-1.job");
+  EXPECT_EQ(files.launch, files.job_dir + "/launch");
+  EXPECT_EQ(files.result, files.job_dir + "/result");
+  EXPECT_EQ(files.started, files.job_dir + "/started");
+  EXPECT_EQ(files.log, dir + "/prog-1-attempt-2-process-1.log");
+  // Left by an earlier process: a link named like the launch file is not written through.
+  fs::create_directories(files.job_dir);
+  std::ofstream(dir + "/target") << "agent's";
+  fs::create_symlink(dir + "/target", files.launch);
+  LaunchSettings settings = Settings("/opt/p");
+  settings.switch_user = true;
+  settings.job_user = CurrentUser();  // chown to oneself works for anyone
+  ASSERT_TRUE(WriteAttemptFiles(settings, a, files).ok());
+  EXPECT_EQ(fs::status(files.job_dir).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_FALSE(fs::is_symlink(files.launch));
+  EXPECT_TRUE(ReadLaunchFile(files.launch).ok());
+  std::ifstream target(dir + "/target");
+  std::string contents;
+  std::getline(target, contents);
+  EXPECT_EQ(contents, "agent's");
+  // The built-in trainer's command runs as the job user, from that directory.
+  v1::Assignment builtin = a;
+  builtin.mutable_spec()->clear_program();
+  absl::StatusOr<ChildCommand> command = BuildCommand(settings, builtin, files);
+  ASSERT_TRUE(command.ok()) << command.status();
+  ASSERT_TRUE(command->credentials.has_value());
+  EXPECT_EQ(command->credentials->uid, settings.job_user.uid);
+  EXPECT_EQ(command->credentials->working_dir, files.job_dir);
+  EXPECT_THAT(command->env, ::testing::Contains("SUBSTRAX_LAUNCH=" + files.job_dir + "/launch"));
+}
+
+TEST(LaunchTest, ResolveJobUserRefusesUnknownUsersAndRoot) {
+  absl::StatusOr<JobUser> unknown = ResolveJobUser("no-such-user-substrax");
+  if (geteuid() != 0) {
+    // Not root: refused before the user is even looked up.
+    EXPECT_EQ(unknown.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(unknown.status().message()),
+                HasSubstr("cannot run jobs as another user: it lacks CAP_CHOWN"));
+    return;
+  }
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unknown.status().message()),
+              HasSubstr("--job-user no-such-user-substrax: no such user on this host"));
+  EXPECT_THAT(std::string(ResolveJobUser("root").status().message()),
+              HasSubstr("is root (uid 0)"));
+  absl::StatusOr<JobUser> nobody = ResolveJobUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  EXPECT_NE(nobody->uid, 0u);
+  EXPECT_THAT(nobody->groups, ::testing::Contains(nobody->gid));
+}
+
+// The credential switch happens in the child: it runs as the job user, or not at all.
+TEST(LaunchTest, StartChildRunsTheChildAsTheJobUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  absl::StatusOr<JobUser> nobody = ResolveJobUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  const std::string dir = TempDir("child_user");
+  const std::string log = dir + "/out.log";
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ChildCommand command;
+  command.binary = "/bin/sh";
+  command.argv = {"sh", "-c", "echo \"$(id -u) $(id -g) $(id -G) in $(pwd)\""};
+  command.env = {"PATH=/usr/bin:/bin"};
+  command.credentials =
+      ChildCredentials{nobody->uid, nobody->gid, nobody->groups, nobody->name, "/"};
+  absl::StatusOr<pid_t> pid = StartChild(command, fd);
+  close(fd);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  int status = 0;
+  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream in(log);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_THAT(line, ::testing::StartsWith(absl::StrCat(nobody->uid, " ", nobody->gid, " ")));
+  EXPECT_THAT(line, ::testing::Not(HasSubstr(" 0 ")));
+  EXPECT_THAT(line, ::testing::EndsWith(" in /"));
 }
 
 TEST(LaunchTest, ProgramChecksNameThePathTheHostAndTheReason) {

@@ -94,10 +94,23 @@ void AddJobFlags(CLI::App* app, AgentFlags* flags) {
                   "A directory (absolute) from which program jobs (spec.program) may run "
                   "programs; repeat for several. Reported to the coordinator, which refuses "
                   "jobs whose program lies elsewhere; checked again, symlinks resolved, before "
-                  "each program starts. Programs run as this agent's user with its "
-                  "environment and credentials: allow only directories whose contents you "
-                  "trust. None: the worker runs no program jobs")
+                  "each program starts. Without --job-user, programs run as this agent's user "
+                  "and can read what it can (its TLS key included): allow only directories "
+                  "whose contents you trust. None: the worker runs no program jobs")
       ->type_name("DIR");
+  app->add_option("--job-user", flags->options.job_user,
+                  "Run job processes as this user and its groups, not as the agent's (which "
+                  "must then be root, or have CAP_SETUID, CAP_SETGID, CAP_CHOWN and "
+                  "CAP_DAC_OVERRIDE). The work dir and its parents must be searchable by it; "
+                  "it needs read access to the data roots and programs, write access to the "
+                  "checkpoint roots (docs/operations.md)")
+      ->type_name("USER");
+  app->add_option("--job-env-pass", flags->options.job_env_pass,
+                  "Names of variables of this agent's environment to give every job process "
+                  "(LD_LIBRARY_PATH for a CUDA image); job processes otherwise start from a "
+                  "fixed environment (PATH, HOME, USER, LOGNAME, LANG) plus their spec's env")
+      ->delimiter(',')
+      ->type_name("NAME,...");
   app->add_option("--program-init-timeout", flags->program_init_timeout,
                   "A program that has not called substrax::Init this long after it started is "
                   "stopped and its attempt fails as stalled")

@@ -37,8 +37,9 @@ std::string AttemptOfFile(absl::string_view name) {
   int index = 0;
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &index)) return "";
   // "assignment": the files of agents before the launch contract, cleaned up as well.
+  // "job": the directory of a job user's attempt (launch.h).
   static constexpr absl::string_view kKinds[] = {"assignment", "launch", "log", "result",
-                                                  "started"};
+                                                  "started", "job"};
   absl::string_view kind = rest.substr(dot + 1);
   // A temporary file of an atomic write (base/files.h): `<name>.tmp.XXXXXX`.
   if (const size_t tmp = kind.find(".tmp"); tmp != absl::string_view::npos) {
@@ -144,7 +145,8 @@ std::string AttemptFilePrefix(absl::string_view job_id, int attempt) {
 absl::StatusOr<CleanupResult> CleanWorkDir(const std::string& dir, const LogRetention& retention,
                                            const std::set<std::string>& running, absl::Time now) {
   struct Attempt {
-    std::vector<std::filesystem::path> files;
+    // Each file (or a job user's directory) and the bytes it took when listed.
+    std::vector<std::pair<std::filesystem::path, int64_t>> files;
     int64_t bytes = 0;
     absl::Time newest = absl::InfinitePast();
   };
@@ -165,11 +167,26 @@ absl::StatusOr<CleanupResult> CleanWorkDir(const std::string& dir, const LogRete
                                                                 std::strerror(errno)));
       continue;
     }
-    if (!S_ISREG(st.st_mode)) continue;
+    int64_t bytes = st.st_size;
+    absl::Time modified = absl::TimeFromTimespec(st.st_mtim);
+    if (S_ISDIR(st.st_mode)) {
+      // A job user's directory (launch.h): all it holds (the job may have left more there).
+      bytes = 0;
+      std::error_code inner_error;
+      for (std::filesystem::recursive_directory_iterator in(it->path(), inner_error), end;
+           !inner_error && in != end; in.increment(inner_error)) {
+        struct stat inner;
+        if (lstat(in->path().c_str(), &inner) != 0) continue;
+        bytes += inner.st_size;
+        modified = std::max(modified, absl::TimeFromTimespec(inner.st_mtim));
+      }
+    } else if (!S_ISREG(st.st_mode)) {
+      continue;
+    }
     Attempt& a = attempts[attempt];
-    a.files.push_back(it->path());
-    a.bytes += st.st_size;
-    a.newest = std::max(a.newest, absl::TimeFromTimespec(st.st_mtim));
+    a.files.emplace_back(it->path(), bytes);
+    a.bytes += bytes;
+    a.newest = std::max(a.newest, modified);
   }
   if (error) {
     return absl::UnavailableError(absl::StrCat("cannot list work dir ", dir, ": ", error.message()));
@@ -187,10 +204,18 @@ absl::StatusOr<CleanupResult> CleanWorkDir(const std::string& dir, const LogRete
     if (!too_old && !over_budget) continue;
     Attempt& a = attempts[name];
     bool all = true;
-    for (const std::filesystem::path& file : a.files) {
+    for (const auto& [file, bytes] : a.files) {
       struct stat st;
-      const int64_t bytes = lstat(file.c_str(), &st) == 0 ? st.st_size : 0;
-      if (unlink(file.c_str()) != 0 && errno != ENOENT) {
+      if (lstat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        // remove_all deletes symbolic links inside, never what they point to.
+        std::error_code removed;
+        std::filesystem::remove_all(file, removed);
+        if (removed) {
+          result.errors.push_back(absl::StrCat(file.string(), ": ", removed.message()));
+          all = false;
+          continue;
+        }
+      } else if (unlink(file.c_str()) != 0 && errno != ENOENT) {
         result.errors.push_back(absl::StrCat(file.string(), ": ", std::strerror(errno)));
         all = false;
         continue;

@@ -2,7 +2,9 @@
 //
 // Every attempt's process has `<job>-attempt-<a>-process-<p>.launch` (written by the agent, read
 // by the process: contract/launch.h), `.log` (the process's stdout and stderr), `.result`
-// (written by the process, read by the agent) and, once the process joined its job, `.started`.
+// (written by the process, read by the agent) and, once the process joined its job, `.started`;
+// with a job user (--job-user) the launch, result and started files lie instead in the job
+// user's directory `<job>-attempt-<a>-process-<p>.job` (agent/launch.h), deleted as a whole.
 // Writes are atomic (base/files.h: a temporary `<path>.tmp.XXXXXX` renamed into place when
 // complete and synced), so a reader never sees half a file. Old attempts' files are deleted by
 // CleanWorkDir (the agent runs it at start, every minute and after each process ends).

@@ -226,5 +226,41 @@ TEST(WorkDirTest, TheDefaultIsPerUser) {
   if (!saved.empty()) setenv("XDG_RUNTIME_DIR", saved.c_str(), 1);
 }
 
+// A job user's directory (launch.h) counts with what it holds and goes as a whole; a link in
+// it is deleted, never what it points to.
+TEST(WorkFilesTest, CleanupDeletesAJobUsersDirectoryWithItsAttempt) {
+  const std::string dir = TempDir("job-dirs");
+  const absl::Time now = absl::Now();
+  for (const char* prefix : {"old-attempt-1", "new-attempt-1"}) {
+    const std::string job_dir = absl::StrCat(dir, "/", prefix, "-process-0.job");
+    fs::create_directories(job_dir + "/more");
+    const absl::Duration age = prefix[0] == 'o' ? absl::Hours(24 * 8) : absl::Hours(1);
+    MakeFile(job_dir + "/launch", 100, now, age);
+    MakeFile(job_dir + "/more/left", 1000, now, age);
+    MakeFile(absl::StrCat(dir, "/", prefix, "-process-0.log"), 10, now, age);
+    fs::create_symlink(dir + "/keep.txt", job_dir + "/link");
+    // The link and the directories are as old as the files.
+    const timeval when = absl::ToTimeval(now - age);
+    const timeval times[2] = {when, when};
+    for (const std::string& path : {job_dir + "/link", job_dir + "/more", job_dir}) {
+      ASSERT_EQ(lutimes(path.c_str(), times), 0) << path;
+    }
+  }
+  MakeFile(dir + "/keep.txt", 10, now, absl::Hours(24 * 365));
+  LogRetention retention;
+  retention.max_age = absl::Hours(24 * 7);
+  retention.max_bytes = 0;
+  absl::StatusOr<CleanupResult> result = CleanWorkDir(dir, retention, {}, now);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->attempts_deleted, 1);
+  EXPECT_FALSE(fs::exists(dir + "/old-attempt-1-process-0.job"));
+  EXPECT_FALSE(Exists(dir, "old-attempt-1"));
+  EXPECT_TRUE(fs::exists(dir + "/new-attempt-1-process-0.job/more/left"));
+  EXPECT_TRUE(fs::exists(dir + "/keep.txt"));
+  EXPECT_GE(result->bytes_deleted, 1110);
+  EXPECT_GE(result->bytes_kept, 1110);
+  EXPECT_TRUE(result->errors.empty());
+}
+
 }  // namespace
 }  // namespace substrax

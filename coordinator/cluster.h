@@ -115,6 +115,9 @@ struct ClusterOptions {
   // when idle. Off, such a job is queued and waits for more workers, without blocking younger
   // jobs (for clusters whose workers join after jobs are submitted).
   bool refuse_jobs_that_cannot_fit = true;
+  // Patterns ("WANDB_*", "HF_HOME") a job's spec.program.env may set beyond the default
+  // allowlist (--job-env-allow; core/job_env.h): never a denied name. Create checks them.
+  std::vector<std::string> job_env_allow;
   // An attempt fails as stalled when a process reports no new step for this long, unless the
   // spec sets progress_timeout_seconds.
   absl::Duration default_progress_timeout = absl::Minutes(5);
@@ -175,7 +178,8 @@ class Cluster {
   // Loads everything `state` holds (it must outlive the Cluster and may not be null) and
   // schedules. Loaded alive workers start with a fresh lease at clock(); a RUNNING job whose
   // worker is dead or unknown has its attempt failed at once. Errors: the store's Load errors;
-  // INVALID_ARGUMENT for a non-positive heartbeat interval or timeout.
+  // INVALID_ARGUMENT for a non-positive heartbeat interval or timeout, or a job_env_allow
+  // pattern ValidateJobEnvAllow refuses.
   // `lease_clock` (default: `clock`) measures leases and progress timeouts; in production a
   // monotonic clock, so that a wall-clock step never expires or extends a lease. `clock` stamps
   // what is recorded (transitions, times shown to users).

@@ -455,7 +455,8 @@ absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec,
   }
   // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
   return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots, owner_dir,
-                                programs_dirs, options_.refuse_jobs_that_cannot_fit);
+                                programs_dirs, options_.job_env_allow,
+                                options_.refuse_jobs_that_cannot_fit);
 }
 
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner,

@@ -253,5 +253,98 @@ TEST_F(ClusterTest, RegistrationRefusesProgramsDirsThatAreNotNormalizedAbsoluteP
   }
 }
 
+// Every variable no job may set, refused at submit through the Cluster, with the field and
+// why; the administrator's --job-env-allow extends the allowlist but never to those.
+TEST_F(ClusterTest, SubmitRefusesEnvironmentVariablesThatCouldRunCode) {
+  cluster_.reset();
+  options_.job_env_allow = {"WANDB_*", "HF_HOME", "LD_*", "PYTHON*"};
+  cluster_ = MakeCluster(state_);
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CPU, {"/opt/p"}).ok());
+  struct Case {
+    const char* name;
+    const char* why;
+  };
+  const Case refused[] = {
+      {"LD_PRELOAD", "denied: the dynamic loader"},
+      {"LD_LIBRARY_PATH", "denied: the dynamic loader"},
+      {"BASH_ENV", "denied: shells read it"},
+      {"ENV", "denied: shells read it"},
+      {"BASHOPTS", "denied: shells read it"},
+      {"SHELLOPTS", "denied: shells read it"},
+      {"PS4", "denied: shells read it"},
+      {"IFS", "denied: shells read it"},
+      {"PATH", "denied: it chooses which programs run"},
+      {"PYTHONPATH", "denied: an interpreter"},
+      {"PYTHONSTARTUP", "denied: an interpreter"},
+      {"PERL5OPT", "denied: an interpreter"},
+      {"RUBYOPT", "denied: an interpreter"},
+      {"NODE_OPTIONS", "denied: an interpreter"},
+      {"OPENSSL_CONF", "denied: a library loads"},
+      {"OPENSSL_MODULES", "denied: a library loads"},
+      {"GCONV_PATH", "denied: the dynamic loader"},
+      {"GLIBC_TUNABLES", "denied: the dynamic loader"},
+      {"CUDA_INJECTION64_PATH", "denied: a library loads"},
+      {"NCCL_NET_PLUGIN", "denied: a library loads"},
+      {"NCCL_TUNER_PLUGIN", "denied: a library loads"},
+      {"PJRT_NAMES_AND_LIBRARY_PATHS", "denied: a library loads"},
+      {"MALLOC_ARENA_MAX", "denied: the dynamic loader"},
+      {"HOSTALIASES", "denied: the dynamic loader"},
+      {"SUBSTRAX_LAUNCH", "denied: the agent sets it"},
+      {"HOME", "denied: the agent sets it"},
+      {"CUDA_VISIBLE_DEVICES", "denied: the agent sets it"},
+      {"MASTER_ADDR", "denied: reserved for the agent"},
+      {"MASTER_PORT", "denied: reserved for the agent"},
+      {"RANK", "denied: reserved for the agent"},
+      {"WORLD_SIZE", "denied: reserved for the agent"},
+      {"LOCAL_RANK", "denied: reserved for the agent"},
+      {"LOCAL_WORLD_SIZE", "denied: reserved for the agent"},
+      {"GROUP_RANK", "denied: reserved for the agent"},
+      {"NODE_RANK", "denied: reserved for the agent"},
+      {"PET_NNODES", "denied: reserved for the agent"},
+      {"TORCHELASTIC_RUN_ID", "denied: reserved for the agent"},
+      {"JAX_COORDINATOR_ADDRESS", "denied: reserved for the agent"},
+      {"JAX_NUM_PROCESSES", "denied: reserved for the agent"},
+      {"JAX_PROCESS_ID", "denied: reserved for the agent"},
+      {"JAX_LOCAL_DEVICE_IDS", "denied: reserved for the agent"},
+      {"SOME_SETTING", "not allowed: a job may set only variables matching OMP_*"},
+      {"XLA_FLAGS", "not allowed: "},
+      {"BAD-NAME", "an environment variable name is letters, digits and '_'"},
+  };
+  for (const Case& c : refused) {
+    v1::JobSpec spec = ProgramSpec("env", 1, "/opt/p/train");
+    (*spec.mutable_program()->mutable_env())[c.name] = "/tmp/x";
+    (*spec.mutable_program()->mutable_env())["OMP_NUM_THREADS"] = "1";
+    absl::StatusOr<v1::Job> job = cluster_->SubmitJob(spec);
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(job.status().message(),
+                HasSubstr(absl::StrCat("spec.program.env.", c.name, ": ", c.why)))
+        << c.name;
+    EXPECT_THAT(job.status().message(), ::testing::Not(HasSubstr("OMP_NUM_THREADS"))) << c.name;
+  }
+  v1::JobSpec other = ProgramSpec("env", 1, "/opt/p/train");
+  (*other.mutable_program()->mutable_env())["SOME_SETTING"] = "x";
+  EXPECT_THAT(cluster_->SubmitJob(other).status().message(),
+              HasSubstr("WANDB_*, HF_HOME, LD_*, PYTHON*; an administrator allows more with the "
+                        "coordinator's --job-env-allow"));
+  EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
+
+  // The default allowlist and the administrator's patterns are admitted.
+  v1::JobSpec allowed = ProgramSpec("env", 1, "/opt/p/train");
+  for (const char* name : {"OMP_NUM_THREADS", "NCCL_DEBUG", "JOB_LR", "WANDB_MODE", "HF_HOME"}) {
+    (*allowed.mutable_program()->mutable_env())[name] = "1";
+  }
+  EXPECT_FALSE(Submit(allowed).empty());
+}
+
+TEST_F(ClusterTest, CreateRefusesAPatternThatNamesADeniedVariable) {
+  options_.job_env_allow = {"LD_PRELOAD"};
+  InMemoryStateStore state;
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Create(options_, [] { return absl::Now(); }, &state);
+  EXPECT_EQ(cluster.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cluster.status().message(),
+              HasSubstr("--job-env-allow: LD_PRELOAD is denied: the dynamic loader"));
+}
+
 }  // namespace
 }  // namespace substrax
