@@ -161,13 +161,16 @@ v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
   launch.set_sdk_version_major(SUBSTRAX_VERSION_MAJOR);
   *launch.mutable_assignment() = assignment;
   launch.set_coordinator(settings.coordinator);
+  // What verifies the coordinator, and the attempt's own credential: never the daemon's
+  // certificate, key or token, so that a job's code cannot act as its worker.
   v1::TransportSettings* transport = launch.mutable_transport();
   transport->set_insecure(settings.transport.insecure);
   transport->set_ca_file(settings.transport.ca_file);
-  transport->set_cert_file(settings.transport.cert_file);
-  transport->set_key_file(settings.transport.key_file);
   transport->set_server_name(settings.transport.server_name);
   *transport->mutable_reload_interval() = ToProtoDuration(settings.transport.reload_interval);
+  // One place for the token in the file: the transport.
+  transport->set_attempt_token(assignment.attempt_token());
+  launch.mutable_assignment()->clear_attempt_token();
   launch.set_listen_host(settings.listen_host);
   *launch.mutable_collective_timeout() = ToProtoDuration(settings.collective_timeout);
   for (const std::string& root : settings.data_roots) launch.add_data_roots(root);

@@ -46,6 +46,8 @@ LaunchSettings Settings(const std::string& programs_dir) {
   settings.transport.ca_file = "/etc/ca.pem";
   settings.transport.cert_file = "/etc/w1.pem";
   settings.transport.key_file = "/etc/w1.key";
+  settings.transport.token_file = "/etc/w1.token";
+  settings.transport.server_name = "coordinator.example";
   settings.transport.reload_interval = absl::Seconds(30);
   settings.listen_host = "10.0.0.1";
   settings.collective_timeout = absl::Seconds(20);
@@ -61,6 +63,8 @@ v1::Assignment ProgramAssignment(const std::string& path) {
   a.set_job_id("prog-1");
   a.set_attempt(2);
   a.set_process_index(1);
+  a.set_rendezvous_secret("rendezvous-secret");
+  a.set_attempt_token("sxa1.prog-1.2.1.0123456789abcdef");
   a.mutable_spec()->mutable_program()->set_path(path);
   a.mutable_spec()->mutable_program()->add_args("--lr");
   a.mutable_spec()->mutable_program()->add_args("0.1");
@@ -88,7 +92,10 @@ TEST(LaunchTest, TheLaunchFileNamesEverythingTheProcessNeeds) {
   EXPECT_EQ(launch.sdk_version_major(), 1);
   EXPECT_EQ(launch.assignment().job_id(), "prog-1");
   EXPECT_EQ(launch.coordinator(), "127.0.0.1:7070");
-  EXPECT_EQ(launch.transport().cert_file(), "/etc/w1.pem");
+  EXPECT_EQ(launch.transport().ca_file(), "/etc/ca.pem");
+  EXPECT_EQ(launch.transport().server_name(), "coordinator.example");
+  EXPECT_EQ(launch.transport().attempt_token(), "sxa1.prog-1.2.1.0123456789abcdef");
+  EXPECT_EQ(launch.assignment().rendezvous_secret(), "rendezvous-secret");
   EXPECT_FALSE(launch.transport().insecure());
   EXPECT_EQ(FromProtoDuration(launch.transport().reload_interval()), absl::Seconds(30));
   EXPECT_EQ(launch.listen_host(), "10.0.0.1");
@@ -116,6 +123,26 @@ TEST(LaunchTest, AJobBoundToItsOwnerGetsTheOwnersDirectoryOfEachRootAsItsRoots) 
     EXPECT_THAT(MakeProgramLaunch(settings, a, files).checkpoint_roots(), ::testing::IsEmpty())
         << bad;
   }
+}
+
+// The process gets what verifies the coordinator and its attempt's own token, never the
+// daemon's identity: no certificate, key or token file of the worker, in any field.
+TEST(LaunchTest, TheLaunchFileHoldsNoWorkerCredential) {
+  const std::string dir = TempDir("launch_no_worker_identity");
+  const v1::Assignment a = ProgramAssignment("/opt/p/train");
+  const AttemptFiles files = FilesOfAttempt(dir, a);
+  ASSERT_TRUE(WriteAttemptFiles(Settings("/opt/p"), a, files).ok());
+  std::ifstream in(files.launch);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* daemons : {"/etc/w1.pem", "/etc/w1.key", "/etc/w1.token", "cert_file",
+                              "key_file", "token_file"}) {
+    EXPECT_FALSE(absl::StrContains(text, daemons)) << daemons << " in " << text;
+  }
+  // The attempt token is there once, in the transport.
+  absl::StatusOr<v1::ProgramLaunch> launch = ReadLaunchFile(files.launch);
+  ASSERT_TRUE(launch.ok()) << launch.status();
+  EXPECT_EQ(launch->transport().attempt_token(), a.attempt_token());
+  EXPECT_EQ(launch->assignment().attempt_token(), "");
 }
 
 TEST(LaunchTest, AProgramRunsWithItsArgumentsAndEnvironmentAndTheLaunchFile) {

@@ -7,7 +7,8 @@
 // environment variable, SUBSTRAX_LAUNCH. The file is the message in protobuf's JSON mapping with
 // the proto's field names (`{"sdk_version_major": 1, "assignment": {"job_id": ...}, ...}`), so a
 // program in any language reads it with a JSON parser; it is written 0600 (it holds the
-// attempt's rendezvous secret) before the process starts and never changes after.
+// attempt's rendezvous secret and the process's attempt token; never a credential of the
+// worker) before the process starts and never changes after.
 //
 // What the process writes back, at the paths the launch names:
 //   started_path  created once the process has joined its job (SDK: by substrax::Init). A

@@ -291,6 +291,11 @@ class Cluster {
   // OK iff (job_id, attempt) is the job's current running attempt. Errors: NOT_FOUND (unknown
   // job), FAILED_PRECONDITION (the message says how the attempt or job stands).
   absl::Status CheckAttemptRunning(const std::string& job_id, int attempt) const;
+  // The worker that runs process `process_index` of (job_id, attempt), which must be the job's
+  // running attempt (an attempt token's holder reports as that worker). Errors: those of
+  // CheckAttemptRunning; INVALID_ARGUMENT (the attempt has no such process).
+  absl::StatusOr<std::string> WorkerOfProcess(const std::string& job_id, int attempt,
+                                              int process_index) const;
 
   // --- client-facing ---
 
