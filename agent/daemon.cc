@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/data_paths.h"
+#include "core/job_env.h"
 #include "core/status.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/grpc_status.h"
@@ -168,19 +169,35 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   }
 
   SUBSTRAX_RETURN_IF_ERROR(FindJobBinary(&options.job_binary));
-  std::error_code error;
-  std::filesystem::create_directories(options.work_dir, error);
-  if (error) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create work dir ", options.work_dir, ": ", error.message()));
+  for (const std::string& name : options.job_env_pass) {
+    if (std::string problem = JobEnvNameProblem(name); !problem.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job-env-pass '", name, "': ", problem));
+    }
   }
-  return std::unique_ptr<WorkerDaemon>(new WorkerDaemon(std::move(options), *std::move(devices)));
+  JobUser job_user = CurrentUser();
+  if (!options.job_user.empty()) {
+    SUBSTRAX_ASSIGN_OR_RETURN(job_user, ResolveJobUser(options.job_user));
+  }
+  if (options.work_dir.empty()) options.work_dir = DefaultWorkDir();
+  SUBSTRAX_RETURN_IF_ERROR(PrepareWorkDir(options.work_dir));
+  // The job user reaches its attempts' directories through the work dir, and nothing else in
+  // it: search, no listing (the logs and the other attempts' files are the agent's, 0600).
+  if (!options.job_user.empty() && chmod(options.work_dir.c_str(), 0711) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot make work dir ", options.work_dir,
+                                               " 0711 for --job-user: ", std::strerror(errno)));
+  }
+  return std::unique_ptr<WorkerDaemon>(
+      new WorkerDaemon(std::move(options), std::move(job_user), *std::move(devices)));
 }
 
 namespace {
 
-LaunchSettings SettingsOf(const WorkerDaemonOptions& options) {
+LaunchSettings SettingsOf(const WorkerDaemonOptions& options, JobUser job_user) {
   LaunchSettings settings;
+  settings.job_user = std::move(job_user);
+  settings.switch_user = !options.job_user.empty();
+  settings.job_env_pass = options.job_env_pass;
   settings.worker_id = options.worker_id;
   settings.host = options.host;
   settings.coordinator = options.coordinator;
@@ -196,9 +213,10 @@ LaunchSettings SettingsOf(const WorkerDaemonOptions& options) {
 
 }  // namespace
 
-WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices)
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, JobUser job_user,
+                           std::vector<v1::Device> devices)
     : options_(std::move(options)),
-      launch_settings_(SettingsOf(options_)),
+      launch_settings_(SettingsOf(options_, std::move(job_user))),
       devices_(std::move(devices)) {
   // Validated by Create.
   stub_ = v1::CoordinatorService::NewStub(
@@ -228,6 +246,14 @@ std::string WorkerDaemon::Incarnation() const {
   return incarnation_;
 }
 
+absl::Duration WorkerDaemon::FenceDeadlineLocked() const {
+  // The coordinator counts the lease from its receipt of the heartbeat, later than its sending:
+  // the margin covers the two hosts' monotonic clocks running at slightly different rates and
+  // the supervisor's own reaction.
+  const absl::Duration margin = std::min(heartbeat_timeout_ / 10, absl::Seconds(1));
+  return last_renewal_ + heartbeat_timeout_ - margin;
+}
+
 absl::Status WorkerDaemon::Register() {
   v1::RegisterWorkerRequest request;
   request.set_worker_id(options_.worker_id);
@@ -239,9 +265,15 @@ absl::Status WorkerDaemon::Register() {
   for (const std::string& root : options_.data_roots) request.add_data_roots(root);
   for (const std::string& root : options_.checkpoint_roots) request.add_checkpoint_roots(root);
   for (const std::string& dir : options_.programs_dirs) request.add_programs_dirs(dir);
-  // Retries only while the coordinator is unreachable (UNAVAILABLE / DEADLINE_EXCEEDED), with
-  // exponential backoff and jitter up to 5 s, until stopped; anything else is the caller's to fix.
-  Backoff backoff({.initial = absl::Milliseconds(100), .max = absl::Seconds(5)});
+  // Retries every failure, forever, until stopped: an agent that gives up is a host lost until
+  // someone restarts it, whereas what refuses it now usually passes (a coordinator restarting,
+  // the worker cap reached until dead workers are removed, a certificate being renewed, an old
+  // incarnation still being expired). Unreachable (UNAVAILABLE, DEADLINE_EXCEEDED): backoff up
+  // to 5 s, so that a restarted coordinator is found quickly; refused (any other code): up to
+  // 60 s, so that a fleet refused together does not hammer the coordinator. Both with jitter,
+  // and each failure logged with what to check.
+  Backoff unreachable({.initial = absl::Milliseconds(100), .max = absl::Seconds(5)});
+  Backoff refused({.initial = absl::Seconds(1), .max = absl::Seconds(60)});
   while (!stopped_.HasBeenNotified()) {
     grpc::ClientContext context;
     // Wait (up to the deadline) for a connection rather than fail at once with the last
@@ -278,13 +310,21 @@ absl::Status WorkerDaemon::Register() {
                        ") with ", options_.coordinator));
       return absl::OkStatus();
     }
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return FromGrpcStatus(status, "registering with the coordinator");
+    const bool is_unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    const absl::Duration wait = is_unreachable ? *unreachable.Next() : *refused.Next();
+    if (is_unreachable) {
+      Log(absl::StrCat("coordinator ", options_.coordinator, " unreachable (",
+                       status.error_message(), "); retrying in ",
+                       absl::FormatDuration(absl::Trunc(wait, absl::Milliseconds(10)))));
+    } else {
+      Log(absl::StrCat(
+          "registration as ", options_.worker_id, " refused by ", options_.coordinator, " (",
+          FromGrpcStatus(status, "registering").ToString(),
+          "): check the coordinator's log and this worker's flags and certificate; retrying in ",
+          absl::FormatDuration(absl::Trunc(wait, absl::Milliseconds(10)))));
     }
-    Log(absl::StrCat("coordinator ", options_.coordinator, " unreachable (",
-                     status.error_message(), "); retrying"));
-    stopped_.WaitForNotificationWithTimeout(*backoff.Next());
+    stopped_.WaitForNotificationWithTimeout(wait);
   }
   return absl::CancelledError("stopped before registering");
 }
@@ -350,6 +390,11 @@ void WorkerDaemon::HeartbeatLoop() {
     if (status.ok()) {
       absl::MutexLock lock(&mu_);
       last_renewal_ = sent;
+      // Each runner's supervisor may let it run until the lease's new end (supervisor.h).
+      const absl::Duration deadline = FenceDeadlineLocked();
+      for (const auto& [key, runner] : runners_) {
+        if (!runner.ended && runner.control_fd >= 0) SendRenewal(runner.control_fd, deadline);
+      }
       if (fenced_) {
         fenced_ = false;
         Log("the coordinator is reachable again");
@@ -479,7 +524,8 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
       return;
     }
   }
-  const AttemptFiles files = FilesOfAttempt(options_.work_dir, assignment);
+  const AttemptFiles files =
+      FilesOfAttempt(options_.work_dir, assignment, launch_settings_.switch_user);
   const bool program = assignment.spec().has_program();
   Runner runner;
   runner.job_id = assignment.job_id();
@@ -500,31 +546,43 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
     ReportLaunchFailure(runner, std::string(command.status().message()));
     return;
   }
-  // Opened here, not in the child, so that a failure (a full or read-only disk) is reported.
-  const int log_fd = open(files.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Opened here, not in the child, so that a failure (a full or read-only disk) is reported;
+  // the agent's alone (a job user writes it through the descriptor it inherits).
+  const int log_fd =
+      open(files.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (log_fd < 0) {
     ReportLaunchFailure(runner, absl::StrCat("cannot start ", what, ": cannot create its log ",
                                              files.log, ": ", std::strerror(errno)));
     return;
   }
-  absl::StatusOr<pid_t> pid = StartChild(*command, log_fd);
+  Supervision supervision;
+  supervision.grace = options_.stop_grace;
+  supervision.label = files.launch;
+  {
+    absl::MutexLock lock(&mu_);
+    supervision.deadline = FenceDeadlineLocked();
+  }
+  absl::StatusOr<SupervisedChild> child = StartSupervised(*command, log_fd, supervision);
   close(log_fd);
-  if (!pid.ok()) {
-    ReportLaunchFailure(runner, absl::StrCat("cannot start ", what, ": ", pid.status().message()));
+  if (!child.ok()) {
+    ReportLaunchFailure(runner,
+                        absl::StrCat("cannot start ", what, ": ", child.status().message()));
     return;
   }
-  runner.pid = *pid;
+  runner.pid = child->job;
+  runner.supervisor = child->supervisor;
+  runner.control_fd = child->control_fd;
   // Housekeeping wakes for the deadline and stops a program that has not joined its job by then.
   if (program) runner.init_deadline = absl::Now() + options_.program_init_timeout;
   Log(absl::StrCat("started ", program ? absl::StrCat("program ", runner.program) : "runner", " ",
-                   runner.pid, " for job ", key, " process ", runner.process_index));
+                   runner.pid, " for job ", key, " process ", runner.process_index,
+                   " (supervisor ", runner.supervisor, ")"));
   log_shipper_->Add(runner.job_id, runner.attempt, runner.process_index, files.log);
   absl::MutexLock lock(&mu_);
   runners_[key] = runner;
   const int64_t id = next_reaper_++;
-  const pid_t child = runner.pid;
   // Inserted under mu_, which the reaper needs before it can finish: never joined before this.
-  reapers_[id] = std::thread([this, id, key, child] { Reap(id, key, child); });
+  reapers_[id] = std::thread([this, id, key, c = *child] { Reap(id, key, c); });
 }
 
 void WorkerDaemon::ReportLaunchFailure(const Runner& runner, const std::string& error) {
@@ -551,9 +609,10 @@ void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) 
     // Housekeeping sends SIGKILL then if the runner is still there (it wakes for the change).
     it->second.kill_at = absl::Now() + options_.stop_grace;
     pid = it->second.pid;
+    // Its supervisor signals the group (the agent never signals a process it does not reap).
+    SendSignal(it->second.control_fd, SIGTERM);
   }
   Log(absl::StrCat("stopping runner ", pid, " of job ", key, ": ", reason));
-  kill(-pid, SIGTERM);
 }
 
 void WorkerDaemon::Housekeeping() {
@@ -590,6 +649,7 @@ void WorkerDaemon::Housekeeping() {
         running = true;
         if (!r.killed && r.kill_at <= now) {
           r.killed = true;
+          SendSignal(r.control_fd, SIGKILL);
           to_kill.emplace_back(key, r.pid);
         }
         if (r.init_deadline <= now) init_due.push_back(key);
@@ -606,7 +666,6 @@ void WorkerDaemon::Housekeeping() {
     for (const auto& [key, pid] : to_kill) {
       Log(absl::StrCat("runner ", pid, " of job ", key, " still there after ",
                        absl::FormatDuration(options_.stop_grace), ": SIGKILL"));
-      kill(-pid, SIGKILL);
     }
     CheckProgramInits(init_due);
     for (std::thread& t : done) t.join();
@@ -690,18 +749,31 @@ void WorkerDaemon::TerminateAll(const std::string& reason) {
   for (const std::string& key : keys) Terminate(key, reason);
 }
 
-void WorkerDaemon::Reap(int64_t reaper, std::string key, pid_t pid) {
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+void WorkerDaemon::Reap(int64_t reaper, std::string key, SupervisedChild child) {
+  // The supervisor reports the job's exit and SIGKILLs what it left behind in its group.
+  const SupervisedExit exited = AwaitExit(&child);
+  const pid_t pid = child.job;
+  if (!exited.reported) {
+    Log(absl::StrCat("job ", key, ": the supervisor ", child.supervisor, " of runner ", pid,
+                     " died without reporting its exit (",
+                     WIFSIGNALED(exited.wait_status)
+                         ? absl::StrCat("killed by signal ", WTERMSIG(exited.wait_status))
+                         : absl::StrCat("exit status ", WEXITSTATUS(exited.wait_status)),
+                     "); its process group got SIGKILL"));
   }
-  // Whatever the runner left behind in its group goes with it.
-  kill(-pid, SIGKILL);
   Runner runner;
   {
     // Listed in heartbeats as ended until the coordinator has its outcome.
     absl::MutexLock lock(&mu_);
-    runners_[key].ended = true;
-    runner = runners_[key];
+    Runner& r = runners_[key];
+    r.ended = true;
+    close(r.control_fd);
+    r.control_fd = -1;
+    if (exited.fence != FenceCause::kNone && !r.stop_requested) {
+      r.stop_requested = true;
+      r.stop_reason = absl::StrCat("fenced by its supervisor: ", FenceReason(exited.fence));
+    }
+    runner = r;
   }
   // The rest of its output reaches the coordinator before its outcome, so that the logs of an
   // ended job are complete (bounded: an unreachable coordinator gets the rest later).
@@ -713,7 +785,7 @@ void WorkerDaemon::Reap(int64_t reaper, std::string key, pid_t pid) {
                      "; it follows in the background"));
   }
   RunnerExit exit;
-  exit.wait_status = status;
+  exit.wait_status = exited.wait_status;
   exit.stop_requested = runner.stop_requested;
   exit.stop_reason = runner.stop_reason;
   exit.result_path = runner.result_path;

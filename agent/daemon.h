@@ -12,12 +12,17 @@
 // often its start event arrives; every heartbeat lists the runners the daemon has (running, or
 // ended with an outcome not yet acknowledged) and stops those the coordinator names.
 //
-// Fencing: a daemon that has not renewed its lease for heartbeat_timeout (counted on the
-// monotonic clock from the sending of its last successful heartbeat, so never later than the
-// coordinator's own count) stops its runners, because the coordinator is about to declare it
-// dead and restart their attempts elsewhere (a Ray raylet that lost the GCS does the same).
+// Fencing: every runner is started under a supervisor (supervisor.h), a process of its own that
+// holds the attempt's lease: each successful heartbeat renews it until the heartbeat's send time
+// plus heartbeat_timeout, less a margin (so never later than the coordinator's own count). When
+// the lease lapses (the daemon is stopped with SIGSTOP, hung, or cut off from the coordinator)
+// or the daemon is gone, the supervisor stops the runner's process group itself (SIGTERM,
+// SIGKILL after stop_grace), because the coordinator is about to declare the worker dead and
+// restart the attempt elsewhere (a Ray raylet that lost the GCS does the same). A running
+// daemon that cannot renew its lease stops its runners too, saying why.
 // A daemon told its lease is gone waits for its runners to exit before it registers again, so
-// that its devices are never offered while an old runner still uses them.
+// that its devices are never offered while an old runner still uses them. Registration is
+// retried forever, whatever the coordinator answers (worker cap reached, unreachable, ...).
 //
 // Logs: every runner's stdout and stderr go to its log file in the work dir, and a LogShipper
 // sends them to the coordinator as they grow; the files of an attempt whose log is not shipped to
@@ -69,8 +74,10 @@ struct WorkerDaemonOptions {
   int cpu_devices = 1;
   // Address this host's runners are reachable on by peers (Gloo, peer monitor).
   std::string listen_host = "127.0.0.1";
-  // Where assignments, results and runner logs are written.
-  std::string work_dir = "/tmp/substrax-agent";
+  // Where the launch, result and log files of job processes are written (work_files.h: created
+  // 0700, refused when a symbolic link, not a directory, or another user's). Empty:
+  // DefaultWorkDir().
+  std::string work_dir;
   // The job binary, started as `<job_binary> run` for built-in jobs (--job-binary). Empty:
   // `substrax-job` in the agent's own directory. Create checks that it can be executed.
   std::string job_binary;
@@ -99,6 +106,16 @@ struct WorkerDaemonOptions {
   // it was started is stopped (SIGTERM, SIGKILL after stop_grace) and its attempt fails as
   // stalled.
   absl::Duration program_init_timeout = absl::Seconds(60);
+  // The user job processes run as (--job-user), with its groups; empty: the agent's own user.
+  // Create refuses a user that does not exist, root, and an agent that cannot switch users
+  // (launch.h: ResolveJobUser). With one, each attempt's launch, result and started files lie
+  // in a directory of the job user's (launch.h: AttemptFiles), and work_dir is made 0711 so
+  // that the job user can reach that directory but list nothing.
+  std::string job_user;
+  // Variables of the agent's own environment given to every job process (--job-env-pass),
+  // after the fixed base (launch.h: BaseJobEnvironment) and before the spec's; nothing else
+  // of the agent's environment reaches a job.
+  std::vector<std::string> job_env_pass;
   // Which ended attempts' files (assignment, log, result) in work_dir are deleted, and when:
   // at start, every cleanup_interval and after each runner ends (work_files.h).
   LogRetention log_retention;
@@ -113,24 +130,30 @@ inline constexpr char kWorkerReadyService[] = "substrax.worker.ready";
 
 class WorkerDaemon {
  public:
-  // Discovers the devices to offer (DiscoverDevices). Errors: INVALID_ARGUMENT (bad options,
+  // Discovers the devices to offer (DiscoverDevices). Errors: ResolveJobUser's for a
+  // --job-user, INVALID_ARGUMENT (a --job-env-pass that is not a variable name, bad options,
   // unusable credentials, a --worker-id other than the certificate's CN, a bad device spec, a
   // data root that is relative, has a ".." component, or is not an existing directory),
-  // FAILED_PRECONDITION ("cuda" without a usable GPU), UNIMPLEMENTED ("cuda"
-  // in a build without --config=cuda), UNAVAILABLE (work_dir cannot be created).
+  // FAILED_PRECONDITION ("cuda" without a usable GPU; work_dir unsafe: PrepareWorkDir),
+  // UNIMPLEMENTED ("cuda" in a build without --config=cuda), UNAVAILABLE (work_dir cannot be
+  // created).
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
   ~WorkerDaemon();
 
-  // Registers (retrying with backoff while the coordinator is unreachable), then heartbeats,
-  // watches assignments and runs runners until Stop(). Errors: a registration the coordinator
-  // rejects (INVALID_ARGUMENT).
+  // Registers (retrying every failure with backoff and jitter, forever: see Register), then
+  // heartbeats, watches assignments and runs runners until Stop(). Errors: CANCELLED (stopped
+  // before it registered), the health server's (--health-listen cannot be bound).
   absl::Status Run();
   // Stops every runner and makes Run() return.
   void Stop();
 
  private:
   struct Runner {
+    // The job process (leader of its group), its supervisor (supervisor.h) and the write end of
+    // the supervisor's control pipe (-1 once the runner has ended), written under mu_.
     pid_t pid = 0;
+    pid_t supervisor = 0;
+    int control_fd = -1;
     std::string job_id;
     int attempt = 0;
     int process_index = 0;
@@ -152,7 +175,9 @@ class WorkerDaemon {
     bool ended = false;
   };
 
-  WorkerDaemon(WorkerDaemonOptions options, std::vector<v1::Device> devices);
+  WorkerDaemon(WorkerDaemonOptions options, JobUser job_user, std::vector<v1::Device> devices);
+  // Registers as a new incarnation, retrying every error (unreachable or refused) with backoff
+  // until it succeeds or the daemon stops. Errors: CANCELLED (stopped first).
   absl::Status Register();
   void HeartbeatLoop();
   void SetReady(bool ready);
@@ -168,7 +193,7 @@ class WorkerDaemon {
   bool AwaitRunnersExited(absl::Duration timeout);
   // The reaper of one runner (its own thread, joined by Housekeeping as soon as it is done):
   // waits for the runner to exit and reports its outcome.
-  void Reap(int64_t reaper, std::string key, pid_t pid);
+  void Reap(int64_t reaper, std::string key, SupervisedChild child);
   // One thread for the whole daemon: SIGKILLs runners whose stop grace is over, stops programs
   // that missed their init timeout, joins finished reapers, and cleans the work dir (at start,
   // every cleanup_interval, after a runner ends).
@@ -184,6 +209,9 @@ class WorkerDaemon {
   // acknowledged, refused, or the daemon stops).
   void ReportStatus(const v1::ReportAttemptStatusRequest& request);
   std::string Incarnation() const;
+  // Until when, on the monotonic clock, the runners' supervisors let them run without a new
+  // renewal: the last renewal's send time plus the heartbeat timeout, less a margin.
+  absl::Duration FenceDeadlineLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerDaemonOptions options_;
   // What every launch shares (launch.h), from options_.

@@ -13,13 +13,15 @@
 // failed after it (runner_outcome.h) and ends the init timeout.
 //
 // Everything the child needs (argv, envp, the binary) is prepared before fork; after fork the
-// child makes only async-signal-safe calls.
+// child makes only async-signal-safe calls. The job process is started by ForkJob (launch.cc),
+// the one place where it is executed, under a supervisor (supervisor.h) that fences it.
 #ifndef SUBSTRAX_AGENT_LAUNCH_H_
 #define SUBSTRAX_AGENT_LAUNCH_H_
 
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,19 +32,46 @@
 #include "substrax/v1/coordinator_service.pb.h"
 #include "substrax/v1/program.pb.h"
 #include "contract/launch.h"
+#include "agent/supervisor.h"
 
 namespace substrax {
 
 // The work-dir files of one attempt's process.
 struct AttemptFiles {
-  std::string launch;      // <base>.launch
-  std::string result;      // <base>.result
-  std::string started;     // <base>.started
-  std::string log;         // <base>.log (the child's stdout and stderr)
+  // With a job user (--job-user): <base>.job, a directory of the job user's, 0700, holding the
+  // three files the process reads or writes; the agent's work dir stays closed to it. Empty
+  // otherwise.
+  std::string job_dir;
+  std::string launch;      // <base>.launch, or <base>.job/launch
+  std::string result;      // <base>.result, or <base>.job/result
+  std::string started;     // <base>.started, or <base>.job/started
+  std::string log;         // <base>.log (the child's stdout and stderr; the agent opens it)
 };
 
-// The files of `assignment`'s process in `work_dir` (the job id must be a checked DNS label).
-AttemptFiles FilesOfAttempt(const std::string& work_dir, const v1::Assignment& assignment);
+// The files of `assignment`'s process in `work_dir` (the job id must be a checked DNS label),
+// in a directory of their own when `own_dir` (a job user).
+AttemptFiles FilesOfAttempt(const std::string& work_dir, const v1::Assignment& assignment,
+                            bool own_dir = false);
+
+// Whom job processes run as (--job-user): resolved once, before any fork.
+struct JobUser {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  // Its supplementary groups (getgrouplist), its primary group among them.
+  std::vector<gid_t> groups;
+  // Its home directory (the passwd entry): the job's HOME.
+  std::string home;
+};
+
+// The user `name` (getpwnam, getgrouplist). Errors: INVALID_ARGUMENT (no such user, or root,
+// which would run jobs with every privilege), FAILED_PRECONDITION (this process cannot switch
+// users, chown or open the job user's files: it is not root and lacks one of CAP_SETUID,
+// CAP_SETGID, CAP_CHOWN, CAP_DAC_OVERRIDE, named in the message).
+absl::StatusOr<JobUser> ResolveJobUser(const std::string& name);
+
+// The user this process runs as, for a job run without --job-user (its name and HOME).
+JobUser CurrentUser();
 
 // What every launch of this daemon shares: the daemon's own settings.
 struct LaunchSettings {
@@ -62,13 +91,22 @@ struct LaunchSettings {
   std::vector<std::string> programs_dirs;
   // The job binary, started as `<job_binary> run` for built-in jobs.
   std::string job_binary;
+  // Whom job processes run as; `switch_user`: the agent switches to it (--job-user), otherwise
+  // it is the agent's own user (only its name and home are used).
+  JobUser job_user;
+  bool switch_user = false;
+  // Variables of the agent's own environment handed to every job process (--job-env-pass).
+  std::vector<std::string> job_env_pass;
 };
 
 // The launch file's contents for `assignment` (sdk_version_major: SUBSTRAX_VERSION_MAJOR).
 v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
                                     const v1::Assignment& assignment, const AttemptFiles& files);
 
-// Writes the launch file (atomically, 0600) and removes a stale result and started file. Errors: the path and the system's reason ("cannot write ...: No space left on device").
+// Writes the launch file (atomically, 0600) and removes a stale result and started file; with
+// a job dir (files.job_dir), makes it afresh (0700) and gives it and the launch file to the
+// job user. Errors: the path and the system's reason ("cannot write ...: No space left on
+// device").
 absl::Status WriteAttemptFiles(const LaunchSettings& settings, const v1::Assignment& assignment,
                                const AttemptFiles& files);
 
@@ -80,30 +118,83 @@ absl::Status WriteAttemptFiles(const LaunchSettings& settings, const v1::Assignm
 // directory; programs run from --programs-dir /opt/p").
 absl::StatusOr<std::string> CheckProgram(const LaunchSettings& settings, const std::string& path);
 
-// A process to start: the file to execute, its argv and its whole environment.
+// The credentials a child takes right before exec (ApplyChildCredentials).
+struct ChildCredentials {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+  std::string user;  // for the message when the switch fails
+  // Where the process starts (its attempt's directory): the agent's own working directory may
+  // be closed to the job user.
+  std::string working_dir;
+};
+
+// A process to start: the file to execute, its argv, its whole environment and, with a job
+// user, whom it runs as.
 struct ChildCommand {
   std::string binary;
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "NAME=value"
+  std::optional<ChildCredentials> credentials;
 };
 
-// `environment` (as `environ`: "NAME=value" strings, null-terminated) with `additions` set,
-// replacing variables of the same name; additions last, in order.
+// The fixed environment every job process starts from, whatever the agent's own:
+// PATH=/usr/local/bin:/usr/bin:/bin, HOME=<user's home, or "/">, USER and LOGNAME=<user> (when
+// it has a name), LANG=C.UTF-8.
+std::vector<std::pair<std::string, std::string>> BaseJobEnvironment(const JobUser& user);
+
+// A job process's environment: `base`, then each variable named in `pass` that `environment`
+// (the agent's own, as `environ`: "NAME=value" strings, null-terminated) has, then `additions`.
+// A later value of a name replaces an earlier one, in the place of the first. Nothing else of
+// `environment` is taken.
 std::vector<std::string> ChildEnvironment(
-    char* const* environment, const std::vector<std::pair<std::string, std::string>>& additions);
+    const std::vector<std::pair<std::string, std::string>>& base, char* const* environment,
+    const std::vector<std::string>& pass,
+    const std::vector<std::pair<std::string, std::string>>& additions);
 
 // The command of `assignment`'s process: `<job_binary> run`, or the program (CheckProgram
-// first: its errors), with the agent's environment plus, for a program, spec.program.env, and
-// SUBSTRAX_LAUNCH=<files.launch> for both: one launch path for every kind of process.
+// first: its errors), with BaseJobEnvironment, the variables of settings.job_env_pass, for a
+// program spec.program.env, and SUBSTRAX_LAUNCH=<files.launch> last: one launch path for every
+// kind of process; with settings.switch_user, run as the job user. The spec's variables are
+// checked again here (the assignment may come from anything that reached the agent): errors:
+// FAILED_PRECONDITION naming spec.program.env.NAME, why (core/job_env.h), the job, host and
+// worker.
 absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
                                           const v1::Assignment& assignment,
                                           const AttemptFiles& files);
 
+// In a forked child, right before exec: takes `credentials` (setgroups, setgid, setuid, then
+// chdir to its working_dir when set: all async-signal-safe). The name of the call that failed, errno set (the child must not exec
+// then); null when all succeeded.
+const char* ApplyChildCredentials(const ChildCredentials& credentials);
+
 // Forks and executes `command` with stdout and stderr on `log_fd`, in a process group of its
-// own, killed when the daemon dies (PR_SET_PDEATHSIG), with an empty signal mask and SIGPIPE's
-// default action. Returns its pid. Errors: fork's (UNAVAILABLE). An exec that fails makes the
-// child exit 127.
+// own, killed when the forking thread ends (PR_SET_PDEATHSIG), with an empty signal mask and
+// SIGPIPE's default action, as command.credentials' user when set. Returns its pid. Errors:
+// fork's (UNAVAILABLE). An exec or a user switch that fails makes the child exit 127 (a switch
+// says why in the log). The agent starts job processes with StartSupervised; this is the same
+// start without a supervisor (tests, tools).
 absl::StatusOr<pid_t> StartChild(const ChildCommand& command, int log_fd);
+
+// How StartSupervised supervises the job process (supervisor.h).
+struct Supervision {
+  // The binary whose `supervise` mode is the supervisor: the agent's own.
+  std::string binary = "/proc/self/exe";
+  // The lease's first deadline, on the monotonic clock (std::chrono::steady_clock's count).
+  absl::Duration deadline;
+  // SIGTERM, then SIGKILL this much later, when the supervisor fences the job.
+  absl::Duration grace = absl::Seconds(10);
+  // Shown in the supervisor's command line and log lines (the launch file's path).
+  std::string label;
+};
+
+// Starts `command` as StartChild does, but as the child of a supervisor (supervisor.h) that
+// holds its lease: forks the supervisor, which forks the job process and then executes
+// `supervision.binary supervise ...`. Returns once the job process is forked. Errors: fork's
+// or pipe's (UNAVAILABLE). An exec of the job that fails makes it exit 127; one of the
+// supervisor that fails kills the job, and the supervisor exits 127.
+absl::StatusOr<SupervisedChild> StartSupervised(const ChildCommand& command, int log_fd,
+                                                const Supervision& supervision);
 
 }  // namespace substrax
 

@@ -8,8 +8,8 @@
 //                  [--data-root DIR ...] [--job-binary PATH] ...
 //       (--cpu-devices N is the same as --devices cpu:N; give one of them.)
 //
-// Exit status: 0 stopped (SIGTERM, SIGINT); 1 failed (registration refused, ...); 2 bad command
-// line.
+// Exit status: 0 stopped (SIGTERM, SIGINT); 1 failed (the health port cannot be bound); 2 bad
+// command line. A refused registration is retried, never fatal.
 #include <pthread.h>
 #include <signal.h>
 
@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "agent/daemon.h"
+#include "agent/supervisor.h"
 #include "agent/work_files.h"
 #include "base/mutex_mode.h"
 #include "rpc/transport_flags.h"
@@ -64,8 +65,11 @@ void AddHostFlags(CLI::App* app, AgentFlags* flags) {
                   "Address peers reach this host's job processes on")
       ->capture_default_str();
   app->add_option("--work-dir", flags->options.work_dir,
-                  "Directory for the launch, result and log files of job processes")
-      ->capture_default_str();
+                  "Directory for the launch, result and log files of job processes: created "
+                  "0700; refused when a symbolic link, not a directory, or owned by another "
+                  "user than this agent's or root (default: $XDG_RUNTIME_DIR/substrax-agent, "
+                  "else /var/lib/substrax-agent for root, else /tmp/substrax-agent-UID)")
+      ->type_name("DIR");
   app->add_option("--job-binary", flags->options.job_binary,
                   "The job binary started for built-in jobs as `substrax-job run` (default: "
                   "substrax-job in this agent's directory)")
@@ -90,10 +94,23 @@ void AddJobFlags(CLI::App* app, AgentFlags* flags) {
                   "A directory (absolute) from which program jobs (spec.program) may run "
                   "programs; repeat for several. Reported to the coordinator, which refuses "
                   "jobs whose program lies elsewhere; checked again, symlinks resolved, before "
-                  "each program starts. Programs run as this agent's user with its "
-                  "environment and credentials: allow only directories whose contents you "
-                  "trust. None: the worker runs no program jobs")
+                  "each program starts. Without --job-user, programs run as this agent's user "
+                  "and can read what it can (its TLS key included): allow only directories "
+                  "whose contents you trust. None: the worker runs no program jobs")
       ->type_name("DIR");
+  app->add_option("--job-user", flags->options.job_user,
+                  "Run job processes as this user and its groups, not as the agent's (which "
+                  "must then be root, or have CAP_SETUID, CAP_SETGID, CAP_CHOWN and "
+                  "CAP_DAC_OVERRIDE). The work dir and its parents must be searchable by it; "
+                  "it needs read access to the data roots and programs, write access to the "
+                  "checkpoint roots (docs/operations.md)")
+      ->type_name("USER");
+  app->add_option("--job-env-pass", flags->options.job_env_pass,
+                  "Names of variables of this agent's environment to give every job process "
+                  "(LD_LIBRARY_PATH for a CUDA image); job processes otherwise start from a "
+                  "fixed environment (PATH, HOME, USER, LOGNAME, LANG) plus their spec's env")
+      ->delimiter(',')
+      ->type_name("NAME,...");
   app->add_option("--program-init-timeout", flags->program_init_timeout,
                   "A program that has not called substrax::Init this long after it started is "
                   "stopped and its attempt fails as stalled")
@@ -180,6 +197,10 @@ int RunAgent(WorkerDaemonOptions options) {
 }  // namespace substrax
 
 int main(int argc, char** argv) {
+  // A job process's supervisor (supervisor.h): the agent executes itself in this mode.
+  if (argc >= 2 && std::strcmp(argv[1], substrax::kSupervisorMode) == 0) {
+    return substrax::SupervisorMain(argc, argv);
+  }
   substrax::base::DisableMutexDeadlockDetectionInOptimizedBuilds();
   // A write to a socket whose peer is gone (a gRPC channel) must fail with EPIPE instead of
   // killing the agent with SIGPIPE.

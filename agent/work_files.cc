@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -36,8 +37,9 @@ std::string AttemptOfFile(absl::string_view name) {
   int index = 0;
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &index)) return "";
   // "assignment": the files of agents before the launch contract, cleaned up as well.
+  // "job": the directory of a job user's attempt (launch.h).
   static constexpr absl::string_view kKinds[] = {"assignment", "launch", "log", "result",
-                                                  "started"};
+                                                  "started", "job"};
   absl::string_view kind = rest.substr(dot + 1);
   // A temporary file of an atomic write (base/files.h): `<name>.tmp.XXXXXX`.
   if (const size_t tmp = kind.find(".tmp"); tmp != absl::string_view::npos) {
@@ -78,6 +80,64 @@ absl::StatusOr<std::string> TailOfFile(const std::string& path, size_t max_bytes
   return from > 0 ? "..." + tail : tail;
 }
 
+std::string DefaultWorkDir() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime != nullptr && runtime[0] == '/') return absl::StrCat(runtime, "/substrax-agent");
+  if (geteuid() == 0) return "/var/lib/substrax-agent";
+  return absl::StrCat("/tmp/substrax-agent-", geteuid());
+}
+
+absl::Status PrepareWorkDir(const std::string& dir) {
+  const std::string hint = "; remove it or give another --work-dir";
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create the parents of work dir ", dir, ": ", error.message()));
+  }
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "cannot create work dir", dir);
+  }
+  // Checked on the directory opened, never through a link: a link or directory planted by
+  // someone else (a shared /tmp) must not receive the attempts' files.
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int open_error = errno;
+    struct stat st;
+    if (lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("work dir ", dir, " is a symbolic link, which the agent does not follow",
+                       hint));
+    }
+    if (open_error == ENOTDIR) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("work dir ", dir, " is not a directory", hint));
+    }
+    return ErrnoError(open_error, "cannot open work dir", dir);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int stat_error = errno;
+    close(fd);
+    return ErrnoError(stat_error, "cannot stat work dir", dir);
+  }
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "work dir ", dir, " is owned by uid ", st.st_uid, ", not by this agent's user (uid ",
+        geteuid(), ") or root: its owner could read and replace the files of job attempts",
+        hint));
+  }
+  if (st.st_uid == geteuid() && (st.st_mode & 077) != 0 && fchmod(fd, 0700) != 0) {
+    const int chmod_error = errno;
+    close(fd);
+    return ErrnoError(chmod_error, "cannot restrict to its owner (0700) work dir", dir);
+  }
+  close(fd);
+  return absl::OkStatus();
+}
+
 std::string AttemptFilePrefix(absl::string_view job_id, int attempt) {
   return absl::StrCat(job_id, "-attempt-", attempt);
 }
@@ -85,7 +145,8 @@ std::string AttemptFilePrefix(absl::string_view job_id, int attempt) {
 absl::StatusOr<CleanupResult> CleanWorkDir(const std::string& dir, const LogRetention& retention,
                                            const std::set<std::string>& running, absl::Time now) {
   struct Attempt {
-    std::vector<std::filesystem::path> files;
+    // Each file (or a job user's directory) and the bytes it took when listed.
+    std::vector<std::pair<std::filesystem::path, int64_t>> files;
     int64_t bytes = 0;
     absl::Time newest = absl::InfinitePast();
   };
@@ -106,11 +167,26 @@ absl::StatusOr<CleanupResult> CleanWorkDir(const std::string& dir, const LogRete
                                                                 std::strerror(errno)));
       continue;
     }
-    if (!S_ISREG(st.st_mode)) continue;
+    int64_t bytes = st.st_size;
+    absl::Time modified = absl::TimeFromTimespec(st.st_mtim);
+    if (S_ISDIR(st.st_mode)) {
+      // A job user's directory (launch.h): all it holds (the job may have left more there).
+      bytes = 0;
+      std::error_code inner_error;
+      for (std::filesystem::recursive_directory_iterator in(it->path(), inner_error), end;
+           !inner_error && in != end; in.increment(inner_error)) {
+        struct stat inner;
+        if (lstat(in->path().c_str(), &inner) != 0) continue;
+        bytes += inner.st_size;
+        modified = std::max(modified, absl::TimeFromTimespec(inner.st_mtim));
+      }
+    } else if (!S_ISREG(st.st_mode)) {
+      continue;
+    }
     Attempt& a = attempts[attempt];
-    a.files.push_back(it->path());
-    a.bytes += st.st_size;
-    a.newest = std::max(a.newest, absl::TimeFromTimespec(st.st_mtim));
+    a.files.emplace_back(it->path(), bytes);
+    a.bytes += bytes;
+    a.newest = std::max(a.newest, modified);
   }
   if (error) {
     return absl::UnavailableError(absl::StrCat("cannot list work dir ", dir, ": ", error.message()));
@@ -128,10 +204,18 @@ absl::StatusOr<CleanupResult> CleanWorkDir(const std::string& dir, const LogRete
     if (!too_old && !over_budget) continue;
     Attempt& a = attempts[name];
     bool all = true;
-    for (const std::filesystem::path& file : a.files) {
+    for (const auto& [file, bytes] : a.files) {
       struct stat st;
-      const int64_t bytes = lstat(file.c_str(), &st) == 0 ? st.st_size : 0;
-      if (unlink(file.c_str()) != 0 && errno != ENOENT) {
+      if (lstat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        // remove_all deletes symbolic links inside, never what they point to.
+        std::error_code removed;
+        std::filesystem::remove_all(file, removed);
+        if (removed) {
+          result.errors.push_back(absl::StrCat(file.string(), ": ", removed.message()));
+          all = false;
+          continue;
+        }
+      } else if (unlink(file.c_str()) != 0 && errno != ENOENT) {
         result.errors.push_back(absl::StrCat(file.string(), ": ", std::strerror(errno)));
         all = false;
         continue;

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -162,6 +163,103 @@ TEST(WorkFilesTest, CleanupDeletesLaunchAndStartedFilesWithTheirAttempt) {
   EXPECT_EQ(r->attempts_deleted, 1);
   EXPECT_EQ(r->bytes_deleted, 6);
   EXPECT_TRUE(fs::is_empty(dir));
+}
+
+// The permission bits of `path`.
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0;
+}
+
+TEST(WorkDirTest, ACreatedWorkDirIsTheOwnersAlone) {
+  const std::string dir = TempDir("prepare") + "/new/work";
+  ASSERT_TRUE(PrepareWorkDir(dir).ok());
+  EXPECT_EQ(ModeOf(dir), 0700u);
+  // An existing one of the agent's own that others may read is made 0700; a second call is fine.
+  const std::string open_dir = TempDir("prepare_open");
+  ASSERT_EQ(chmod(open_dir.c_str(), 0755), 0);
+  ASSERT_TRUE(PrepareWorkDir(open_dir).ok());
+  EXPECT_EQ(ModeOf(open_dir), 0700u);
+  EXPECT_TRUE(PrepareWorkDir(open_dir).ok());
+}
+
+TEST(WorkDirTest, ASymlinkOrAFileIsRefused) {
+  const std::string base = TempDir("prepare_refused");
+  const std::string target = base + "/target";
+  fs::create_directories(target);
+  fs::create_symlink(target, base + "/link");
+  absl::Status link = PrepareWorkDir(base + "/link");
+  EXPECT_EQ(link.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(link.message(), absl::StrCat("work dir ", base, "/link is a symbolic link, which the "
+                                         "agent does not follow; remove it or give another "
+                                         "--work-dir"));
+  std::ofstream(base + "/file") << "x";
+  absl::Status file = PrepareWorkDir(base + "/file");
+  EXPECT_EQ(file.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(file.message(), "/file is not a directory")) << file;
+}
+
+TEST(WorkDirTest, AnotherUsersDirectoryIsRefused) {
+  if (geteuid() != 0) {
+    // Only root can make a directory another user's; CI runs as root and must not skip.
+    if (const char* ci = std::getenv("CI"); ci != nullptr && std::string(ci) == "true") {
+      FAIL() << "CI=true but not root: this test needs root";
+    }
+    GTEST_SKIP() << "needs root to chown a directory to another user";
+  }
+  const std::string dir = TempDir("prepare_other");
+  ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
+  absl::Status other = PrepareWorkDir(dir);
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(other.message(),
+                                "is owned by uid 65534, not by this agent's user (uid 0) or root"))
+      << other;
+}
+
+TEST(WorkDirTest, TheDefaultIsPerUser) {
+  const std::string saved = std::getenv("XDG_RUNTIME_DIR") ? std::getenv("XDG_RUNTIME_DIR") : "";
+  setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
+  EXPECT_EQ(DefaultWorkDir(), "/run/user/1234/substrax-agent");
+  unsetenv("XDG_RUNTIME_DIR");
+  EXPECT_EQ(DefaultWorkDir(), geteuid() == 0 ? std::string("/var/lib/substrax-agent")
+                                             : absl::StrCat("/tmp/substrax-agent-", geteuid()));
+  if (!saved.empty()) setenv("XDG_RUNTIME_DIR", saved.c_str(), 1);
+}
+
+// A job user's directory (launch.h) counts with what it holds and goes as a whole; a link in
+// it is deleted, never what it points to.
+TEST(WorkFilesTest, CleanupDeletesAJobUsersDirectoryWithItsAttempt) {
+  const std::string dir = TempDir("job-dirs");
+  const absl::Time now = absl::Now();
+  for (const char* prefix : {"old-attempt-1", "new-attempt-1"}) {
+    const std::string job_dir = absl::StrCat(dir, "/", prefix, "-process-0.job");
+    fs::create_directories(job_dir + "/more");
+    const absl::Duration age = prefix[0] == 'o' ? absl::Hours(24 * 8) : absl::Hours(1);
+    MakeFile(job_dir + "/launch", 100, now, age);
+    MakeFile(job_dir + "/more/left", 1000, now, age);
+    MakeFile(absl::StrCat(dir, "/", prefix, "-process-0.log"), 10, now, age);
+    fs::create_symlink(dir + "/keep.txt", job_dir + "/link");
+    // The link and the directories are as old as the files.
+    const timeval when = absl::ToTimeval(now - age);
+    const timeval times[2] = {when, when};
+    for (const std::string& path : {job_dir + "/link", job_dir + "/more", job_dir}) {
+      ASSERT_EQ(lutimes(path.c_str(), times), 0) << path;
+    }
+  }
+  MakeFile(dir + "/keep.txt", 10, now, absl::Hours(24 * 365));
+  LogRetention retention;
+  retention.max_age = absl::Hours(24 * 7);
+  retention.max_bytes = 0;
+  absl::StatusOr<CleanupResult> result = CleanWorkDir(dir, retention, {}, now);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->attempts_deleted, 1);
+  EXPECT_FALSE(fs::exists(dir + "/old-attempt-1-process-0.job"));
+  EXPECT_FALSE(Exists(dir, "old-attempt-1"));
+  EXPECT_TRUE(fs::exists(dir + "/new-attempt-1-process-0.job/more/left"));
+  EXPECT_TRUE(fs::exists(dir + "/keep.txt"));
+  EXPECT_GE(result->bytes_deleted, 1110);
+  EXPECT_GE(result->bytes_kept, 1110);
+  EXPECT_TRUE(result->errors.empty());
 }
 
 }  // namespace

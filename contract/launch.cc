@@ -1,5 +1,10 @@
 #include "contract/launch.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -70,12 +75,25 @@ void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatus
 }
 
 absl::StatusOr<v1::ReportAttemptStatusRequest> ReadAttemptResult(const std::string& path) {
-  absl::StatusOr<std::string> contents = ReadWholeFile(path);
-  if (!contents.ok()) return contents.status();
-  v1::ReportAttemptStatusRequest result;
-  if (!result.ParseFromString(*contents)) {
-    return absl::DataLossError(absl::StrCat("result file ", path, " does not parse"));
+  // The job's process wrote the file, maybe as another user than the reader: a symbolic link
+  // (to a key the reader may read) is not followed, nor a FIFO waited on, nor more than a
+  // result's size read.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    const int error = errno;
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot open result file ", path,
+                                                   error == ELOOP ? ": a symbolic link" : ""));
   }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxResultFileBytes) {
+    close(fd);
+    return absl::DataLossError(absl::StrCat("result file ", path, " is not a regular file of "
+                                            "at most ", kMaxResultFileBytes, " bytes"));
+  }
+  v1::ReportAttemptStatusRequest result;
+  const bool parsed = result.ParseFromFileDescriptor(fd);
+  close(fd);
+  if (!parsed) return absl::DataLossError(absl::StrCat("result file ", path, " does not parse"));
   return result;
 }
 

@@ -7,7 +7,8 @@
 // environment variable, SUBSTRAX_LAUNCH. The file is the message in protobuf's JSON mapping with
 // the proto's field names (`{"sdk_version_major": 1, "assignment": {"job_id": ...}, ...}`), so a
 // program in any language reads it with a JSON parser; it is written 0600 (it holds the
-// attempt's rendezvous secret) before the process starts and never changes after.
+// attempt's rendezvous secret and the process's attempt token; never a credential of the
+// worker) before the process starts and never changes after.
 //
 // What the process writes back, at the paths the launch names:
 //   started_path  created once the process has joined its job (SDK: by substrax::Init). A
@@ -17,6 +18,7 @@
 #ifndef SUBSTRAX_CONTRACT_LAUNCH_H_
 #define SUBSTRAX_CONTRACT_LAUNCH_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -50,8 +52,13 @@ std::string DescribeLaunch(const v1::ProgramLaunch& launch);
 // A failure is printed on stderr: the agent then reports from the exit status alone.
 void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatusRequest result);
 
-// The result file at `path`. Errors: NOT_FOUND when there is none, DATA_LOSS when it does not
-// parse (the process died while writing, or wrote something else).
+// The largest result file read.
+inline constexpr int64_t kMaxResultFileBytes = int64_t{4} << 20;
+
+// The result file at `path`, never through a symbolic link. Errors: NOT_FOUND when there is
+// none, DATA_LOSS when it does not parse (the process died while writing, or wrote something
+// else) or is not a regular file of at most kMaxResultFileBytes, otherwise open's (a symbolic
+// link: ELOOP's code).
 absl::StatusOr<v1::ReportAttemptStatusRequest> ReadAttemptResult(const std::string& path);
 
 }  // namespace substrax

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,8 @@ v1::ProgramLaunch Launch() {
   a->set_rendezvous_prefix("/jobs/mnist/2/");
   a->set_rendezvous_secret("s3cret");
   launch.set_coordinator("10.0.0.1:7070");
+  launch.mutable_transport()->set_ca_file("/etc/substrax/ca.crt");
+  launch.mutable_transport()->set_attempt_token("sxa1.mnist.2.1.0123456789abcdef");
   launch.set_result_path("/work/mnist-attempt-2-process-1.result");
   launch.set_started_path("/work/mnist-attempt-2-process-1.started");
   return launch;
@@ -53,6 +56,35 @@ TEST(LaunchFileTest, IsJsonWithTheProtoFieldNamesAndReadsBackWhole) {
   absl::StatusOr<v1::ProgramLaunch> read = ReadLaunchFile(path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->SerializeAsString(), Launch().SerializeAsString());
+}
+
+// The contract has no place for a worker's identity: the transport verifies the coordinator and
+// carries the attempt's token, nothing else (docs/launch.md).
+TEST(LaunchFileTest, TheTransportHoldsNoWorkerCredential) {
+  const google::protobuf::Descriptor* transport = v1::TransportSettings::descriptor();
+  std::vector<std::string> fields;
+  for (int i = 0; i < transport->field_count(); ++i) fields.push_back(transport->field(i)->name());
+  EXPECT_EQ(fields, std::vector<std::string>({"insecure", "ca_file", "server_name",
+                                              "reload_interval", "attempt_token"}));
+  const std::string text = EncodeLaunch(Launch());
+  EXPECT_TRUE(absl::StrContains(text, R"("attempt_token":"sxa1.mnist.2.1.0123456789abcdef")"))
+      << text;
+  for (const char* field : {"cert_file", "key_file", "token_file"}) {
+    EXPECT_FALSE(absl::StrContains(text, field)) << text;
+  }
+}
+
+// A launch file of an earlier agent, which named the daemon's certificate and key, still reads;
+// the SDK never sees those paths.
+TEST(LaunchFileTest, AnEarlierAgentsCertificatePathsAreDropped) {
+  const std::string path = TempDir() + "/earlier.launch";
+  std::ofstream(path) << R"({"sdk_version_major": 1, "assignment": {"job_id": "j"},
+                            "transport": {"ca_file": "/ca.pem", "cert_file": "/w.pem",
+                                          "key_file": "/w.key"}})";
+  absl::StatusOr<v1::ProgramLaunch> read = ReadLaunchFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->transport().ca_file(), "/ca.pem");
+  EXPECT_FALSE(absl::StrContains(EncodeLaunch(*read), "/w.")) << EncodeLaunch(*read);
 }
 
 TEST(LaunchFileTest, FieldsOfANewerAgentAreIgnored) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -22,8 +23,21 @@ constexpr RoleSet R(Role r) { return static_cast<RoleSet>(r); }
 constexpr RoleSet kReaders = R(Role::kAdmin) | R(Role::kSubmitter) | R(Role::kViewer);
 constexpr RoleSet kWriters = R(Role::kAdmin) | R(Role::kSubmitter);
 constexpr RoleSet kWorkers = R(Role::kWorker);
+// What a job's process calls: its reports and its attempt's rendezvous (the server checks the
+// token's scope against each request).
+constexpr RoleSet kWorkersAndJobs = R(Role::kWorker) | R(Role::kJob);
 
-constexpr Role kAllRoles[] = {Role::kAdmin, Role::kSubmitter, Role::kViewer, Role::kWorker};
+constexpr Role kAllRoles[] = {Role::kAdmin, Role::kSubmitter, Role::kViewer, Role::kWorker,
+                              Role::kJob};
+
+// Attempt tokens: `sxa1.<job>.<attempt>.<process>.<mac>`. The MAC's input starts with a label
+// that no rendezvous secret's input ("<job>/<attempt>", a job id is a DNS label) can, so a
+// token's MAC is never an attempt's rendezvous secret or the other way round.
+constexpr absl::string_view kAttemptTokenPrefix = "sxa1";
+std::string AttemptTokenMac(absl::string_view key, const AttemptScope& scope) {
+  return pki::HmacSha256Hex(key, absl::StrCat("attempt-token:", scope.job_id, "/", scope.attempt,
+                                              "/", scope.process_index));
+}
 
 std::string RoleSetNames(RoleSet roles) {
   std::vector<std::string> names;
@@ -61,6 +75,8 @@ std::string RoleName(Role role) {
       return "viewer";
     case Role::kWorker:
       return "worker";
+    case Role::kJob:
+      return "job";
   }
   return "unknown";
 }
@@ -70,6 +86,10 @@ std::optional<Role> ParseRole(absl::string_view name) {
     if (RoleName(r) == name) return r;
   }
   return std::nullopt;
+}
+
+std::string AttemptScope::Describe() const {
+  return absl::StrCat("process ", process_index, " of job ", job_id, " attempt ", attempt);
 }
 
 std::string Caller::Describe() const {
@@ -88,18 +108,20 @@ std::vector<std::string> SubjectOrganizations(absl::string_view subject) {
 
 const std::vector<MethodRule>& MethodRules() {
   static const auto* rules = new std::vector<MethodRule>{
-      // Worker daemons and their runners, each as itself (checked by the server).
+      // Worker daemons, each as itself (checked by the server).
       {"substrax.v1.CoordinatorService/RegisterWorker", kWorkers},
       {"substrax.v1.CoordinatorService/Heartbeat", kWorkers},
       {"substrax.v1.CoordinatorService/WatchAssignments", kWorkers},
-      {"substrax.v1.CoordinatorService/ReportSteps", kWorkers},
       {"substrax.v1.CoordinatorService/ReportAttemptStatus", kWorkers},
-      {"substrax.v1.CoordinatorService/ReportCheckpoints", kWorkers},
       {"substrax.v1.CoordinatorService/ShipLogs", kWorkers},
+      // Job processes (attempt tokens, each for its own job, attempt and process while the
+      // attempt runs; checked by the server), and workers as themselves.
+      {"substrax.v1.CoordinatorService/ReportSteps", kWorkersAndJobs},
+      {"substrax.v1.CoordinatorService/ReportCheckpoints", kWorkersAndJobs},
       // Rendezvous also needs the attempt's secret.
-      {"substrax.v1.CoordinatorService/KeyValueSet", kWorkers},
-      {"substrax.v1.CoordinatorService/KeyValueGet", kWorkers},
-      {"substrax.v1.CoordinatorService/Barrier", kWorkers},
+      {"substrax.v1.CoordinatorService/KeyValueSet", kWorkersAndJobs},
+      {"substrax.v1.CoordinatorService/KeyValueGet", kWorkersAndJobs},
+      {"substrax.v1.CoordinatorService/Barrier", kWorkersAndJobs},
       // Users. Cancel and delete: a submitter only its own jobs (checked by the server).
       {"substrax.v1.JobService/SubmitJob", kWriters},
       {"substrax.v1.JobService/CancelJob", kWriters},
@@ -152,10 +174,10 @@ absl::StatusOr<std::vector<TokenEntry>> ParseAuthConfig(absl::string_view yaml,
     t.sha256 = absl::AsciiStrToLower(entry["sha256"] ? entry["sha256"].as<std::string>("") : "");
     if (t.name.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ".name: missing"));
     std::optional<Role> parsed = ParseRole(role);
-    if (!parsed.has_value() || *parsed == Role::kWorker) {
+    if (!parsed.has_value() || *parsed == Role::kWorker || *parsed == Role::kJob) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ".role: '", role, "' is not admin, submitter or viewer (workers use "
-                                   "certificates)"));
+                                   "certificates, jobs their attempt tokens)"));
     }
     t.role = *parsed;
     if (t.sha256.size() != 64 ||
@@ -187,6 +209,46 @@ absl::StatusOr<std::string> LoadOrCreateKey(const std::string& path) {
         absl::StrCat("cannot write the rendezvous key ", path, ": ", s.message()));
   }
   return key;
+}
+
+std::string AttemptToken(absl::string_view key, const AttemptScope& scope) {
+  return absl::StrCat(kAttemptTokenPrefix, ".", scope.job_id, ".", scope.attempt, ".",
+                      scope.process_index, ".", AttemptTokenMac(key, scope));
+}
+
+std::optional<AttemptScope> VerifyAttemptToken(absl::string_view key, absl::string_view given) {
+  if (key.empty()) return std::nullopt;
+  absl::string_view token = given;
+  // Read from both ends: the prefix first, then the MAC, the process and the attempt from the
+  // end; what is left is the job id.
+  if (!absl::ConsumePrefix(&token, kAttemptTokenPrefix) || !absl::ConsumePrefix(&token, ".")) {
+    return std::nullopt;
+  }
+  auto take_last = [&token](absl::string_view* part) {
+    const size_t dot = token.rfind('.');
+    if (dot == absl::string_view::npos) return false;
+    *part = token.substr(dot + 1);
+    token = token.substr(0, dot);
+    return true;
+  };
+  absl::string_view mac, process, attempt;  // (the MAC is checked with the whole token)
+  AttemptScope scope;
+  if (!take_last(&mac) || !take_last(&process) || !take_last(&attempt) || token.empty() ||
+      !absl::SimpleAtoi(attempt, &scope.attempt) ||
+      !absl::SimpleAtoi(process, &scope.process_index) || scope.attempt < 0 ||
+      scope.process_index < 0) {
+    return std::nullopt;
+  }
+  scope.job_id = std::string(token);
+  // The whole token against the one made for the scope read: one spelling per scope ("01" or
+  // "+1" for 1 is not it).
+  if (!pki::ConstantTimeEquals(given, AttemptToken(key, scope))) return std::nullopt;
+  return scope;
+}
+
+void Authenticator::SetAttemptKey(std::string key) {
+  absl::MutexLock lock(&mu_);
+  attempt_key_ = std::move(key);
 }
 
 absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(bool insecure,
@@ -232,22 +294,37 @@ absl::Status Authenticator::MaybeReload(bool force) {
 }
 
 absl::StatusOr<Caller> Authenticator::Authenticate(const PeerCredentials& peer) {
-  if (insecure_) return Caller{"anonymous", 0, "insecure", /*unrestricted=*/true};
+  if (insecure_) return Caller{"anonymous", 0, "insecure", /*unrestricted=*/true, std::nullopt};
   if (peer.authorization.has_value()) {
     constexpr absl::string_view kBearer = "Bearer ";
     if (!absl::StartsWith(*peer.authorization, kBearer)) {
       return absl::UnauthenticatedError(
           "the authorization header is not `Bearer <token>`");
     }
+    const absl::string_view token = absl::string_view(*peer.authorization).substr(kBearer.size());
+    // (A configured token never has a '.': `substraxctl certs token` draws base64url.)
+    if (absl::StartsWith(token, absl::StrCat(kAttemptTokenPrefix, "."))) {
+      std::optional<AttemptScope> scope;
+      {
+        absl::MutexLock lock(&mu_);
+        scope = VerifyAttemptToken(attempt_key_, token);
+      }
+      if (!scope.has_value()) {
+        return absl::UnauthenticatedError(
+            "the attempt token is not recognized (a job's token is valid only with the "
+            "coordinator key it was made with)");
+      }
+      return Caller{scope->Describe(), R(Role::kJob), "attempt token", false, std::move(scope)};
+    }
     if (absl::Status s = MaybeReload(/*force=*/false); !s.ok()) {
       std::cerr << "substrax-coordinator: keeping the tokens loaded before: " << s.message()
                 << "\n";
     }
-    const std::string digest = pki::Sha256Hex(peer.authorization->substr(kBearer.size()));
+    const std::string digest = pki::Sha256Hex(token);
     absl::MutexLock lock(&mu_);
     for (const TokenEntry& t : tokens_) {
       if (pki::ConstantTimeEquals(digest, t.sha256)) {
-        return Caller{t.name, R(t.role), "token", false};
+        return Caller{t.name, R(t.role), "token", false, std::nullopt};
       }
     }
     return absl::UnauthenticatedError("the bearer token is not recognized");
@@ -263,7 +340,7 @@ absl::StatusOr<Caller> Authenticator::Authenticate(const PeerCredentials& peer) 
   for (const std::string& name : pki::RolesOf(subject)) {
     if (std::optional<Role> r = ParseRole(name)) roles |= R(*r);
   }
-  return Caller{peer.common_name, roles, "certificate", false};
+  return Caller{peer.common_name, roles, "certificate", false, std::nullopt};
 }
 
 absl::StatusOr<Caller> Authenticator::Authorize(const PeerCredentials& peer,

@@ -4,19 +4,27 @@
 // Identities. A verified client certificate names its holder in the subject's CN and its role
 // in the subject's O: `substrax:admin`, `substrax:submitter`, `substrax:viewer` or
 // `substrax:worker` (a worker's CN is its worker id). A bearer token names its holder and role
-// in the auth config, which stores only the token's SHA-256:
+// in the auth config, which stores only the token's SHA-256 (below). A job's process holds an
+// attempt token (role `job`, AttemptToken): stateless, the HMAC of its job, attempt and process
+// under the coordinator's key, so it needs no storage and outlives a coordinator restart.
 //
 //   tokens:
 //   - name: alice
 //     role: submitter
 //     sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 //
+// An attempt token reads `sxa1.<job>.<attempt>.<process>.<64 hex digits>`. Its holder is that
+// process of that attempt and nothing else: the rules give role `job` only what a job process
+// calls (step and checkpoint reports, rendezvous), and the server checks each request's job,
+// attempt and process against the token's scope, and that the attempt is still the job's
+// running one (server_calls.cc).
+//
 // Authorization is one table (MethodRules): every rpc of CoordinatorService, JobService and
 // MetricsService with the roles that may call it, looked up by the method name gRPC reports for
 // the call (coordinator/server_auth.h records the decision for each call; a method without a
 // rule is refused with PERMISSION_DENIED). Ownership (a submitter cancels only its own
-// jobs) and worker identity (a worker reports only as itself) are checked by the caller of
-// Authorize with the Caller it returns.
+// jobs), worker identity (a worker reports only as itself) and an attempt token's scope are
+// checked by the caller of Authorize with the Caller it returns.
 //
 // Errors never say why a secret did not match: UNAUTHENTICATED says what was missing or that a
 // token is not recognized; PERMISSION_DENIED names the rpc, the caller and the roles allowed.
@@ -44,6 +52,8 @@ enum class Role : uint8_t {
   kSubmitter = 2,
   kViewer = 4,
   kWorker = 8,
+  // A job's process, by its attempt token (never by certificate or auth config).
+  kJob = 16,
 };
 using RoleSet = uint8_t;
 
@@ -51,14 +61,27 @@ using RoleSet = uint8_t;
 std::string RoleName(Role role);
 std::optional<Role> ParseRole(absl::string_view name);
 
+// What an attempt token admits: one process of one attempt of one job.
+struct AttemptScope {
+  std::string job_id;
+  int attempt = 0;
+  int process_index = 0;
+
+  // "process 1 of job mnist-3 attempt 2".
+  std::string Describe() const;
+};
+
 struct Caller {
-  // The certificate's CN, the token's name, or "anonymous" (--insecure).
+  // The certificate's CN, the token's name, "anonymous" (--insecure), or for an attempt token
+  // its scope's Describe().
   std::string name;
   RoleSet roles = 0;
-  // "certificate", "token" or "insecure".
+  // "certificate", "token", "attempt token" or "insecure".
   std::string via;
   // Every check passes (--insecure: authentication is off).
   bool unrestricted = false;
+  // Set iff the caller holds an attempt token (role kJob): what it may act for.
+  std::optional<AttemptScope> attempt;
 
   bool Has(Role role) const {
     return unrestricted || (roles & static_cast<RoleSet>(role)) != 0;
@@ -106,6 +129,14 @@ const std::vector<MethodRule>& MethodRules();
 // UNAVAILABLE (cannot be written).
 absl::StatusOr<std::string> LoadOrCreateKey(const std::string& path);
 
+// The attempt token of `scope` under `key` (the coordinator's rendezvous key): what the
+// coordinator puts in the Assignment of that process (Assignment.attempt_token).
+std::string AttemptToken(absl::string_view key, const AttemptScope& scope);
+
+// The scope of `token` if it is an attempt token made under `key`; nullopt for anything else
+// (another key, a changed or truncated token, not an attempt token).
+std::optional<AttemptScope> VerifyAttemptToken(absl::string_view key, absl::string_view token);
+
 class Authenticator {
  public:
   // `insecure`: every call is Caller{"anonymous", unrestricted}. `auth_config`: a file path
@@ -114,8 +145,12 @@ class Authenticator {
   static absl::StatusOr<std::unique_ptr<Authenticator>> Create(bool insecure,
                                                                std::string auth_config);
 
-  // Errors: UNAUTHENTICATED (neither a certificate nor a token; a token not recognized;
-  // a malformed authorization header).
+  // The key attempt tokens are verified with (CoordinatorServer::Start sets the rendezvous key
+  // the assignments' tokens are made with); before it is set, no attempt token is accepted.
+  void SetAttemptKey(std::string key) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Errors: UNAUTHENTICATED (neither a certificate nor a token; a token not recognized, an
+  // attempt token not made with the attempt key; a malformed authorization header).
   absl::StatusOr<Caller> Authenticate(const PeerCredentials& peer);
 
   // Authenticate, then the rule of `method`, spelled as gRPC reports it
@@ -135,6 +170,7 @@ class Authenticator {
   const std::string auth_config_;
   absl::Mutex mu_;
   std::vector<TokenEntry> tokens_ ABSL_GUARDED_BY(mu_);
+  std::string attempt_key_ ABSL_GUARDED_BY(mu_);
   // The config file's inode, size and modification time when it was read.
   std::string config_version_ ABSL_GUARDED_BY(mu_);
   absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

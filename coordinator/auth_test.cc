@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -202,6 +204,128 @@ TEST(AuthenticatorTest, TakesTheMethodAsGrpcReportsIt) {
   EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(denied.status().message().find("substrax.v1.JobService/SubmitJob needs the role"), 0u)
       << denied.status().message();
+}
+
+constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
+
+std::unique_ptr<Authenticator> WithAttemptKey() {
+  auto auth = Authenticator::Create(false, "");
+  EXPECT_TRUE(auth.ok()) << auth.status();
+  (*auth)->SetAttemptKey(kKey);
+  return *std::move(auth);
+}
+
+TEST(AttemptTokenTest, ItsOwnScopeIsAcceptedAsAJobCaller) {
+  const AttemptScope scope{"mnist-3", 2, 1};
+  const std::string token = AttemptToken(kKey, scope);
+  EXPECT_EQ(token.rfind("sxa1.mnist-3.2.1.", 0), 0u) << token;
+  std::unique_ptr<Authenticator> auth = WithAttemptKey();
+  absl::StatusOr<Caller> caller =
+      auth->Authorize(Token(token), "substrax.v1.CoordinatorService/ReportSteps");
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  EXPECT_TRUE(caller->Has(Role::kJob));
+  EXPECT_FALSE(caller->Has(Role::kWorker));
+  EXPECT_EQ(caller->via, "attempt token");
+  ASSERT_TRUE(caller->attempt.has_value());
+  EXPECT_EQ(caller->attempt->job_id, "mnist-3");
+  EXPECT_EQ(caller->attempt->attempt, 2);
+  EXPECT_EQ(caller->attempt->process_index, 1);
+  EXPECT_EQ(caller->Describe(), "process 1 of job mnist-3 attempt 2 (job, by attempt token)");
+  // A worker's or a user's caller has no attempt scope.
+  absl::StatusOr<Caller> worker =
+      auth->Authorize(Cert("w-1", "worker"), "substrax.v1.CoordinatorService/ReportSteps");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_FALSE(worker->attempt.has_value());
+}
+
+TEST(AttemptTokenTest, EachScopeHasItsOwnToken) {
+  const AttemptScope scope{"mnist-3", 2, 1};
+  const std::string token = AttemptToken(kKey, scope);
+  for (const AttemptScope& other : {AttemptScope{"mnist-4", 2, 1}, AttemptScope{"mnist-3", 3, 1},
+                                    AttemptScope{"mnist-3", 2, 0}}) {
+    EXPECT_NE(AttemptToken(kKey, other), token) << other.Describe();
+    std::optional<AttemptScope> verified = VerifyAttemptToken(kKey, AttemptToken(kKey, other));
+    ASSERT_TRUE(verified.has_value()) << other.Describe();
+    EXPECT_EQ(verified->Describe(), other.Describe());
+  }
+  // The MAC of one scope under another scope's name: refused.
+  const std::string mac = token.substr(token.rfind('.') + 1);
+  for (const char* forged : {"sxa1.mnist-4.2.1.", "sxa1.mnist-3.3.1.", "sxa1.mnist-3.2.0.",
+                             "sxa1.mnist-3.2.01.", "sxa1.mnist-3.2.-1."}) {
+    EXPECT_FALSE(VerifyAttemptToken(kKey, forged + mac).has_value()) << forged;
+  }
+  // Another coordinator's key; no key at all.
+  EXPECT_FALSE(VerifyAttemptToken("another key of 32 characters....", token).has_value());
+  EXPECT_FALSE(VerifyAttemptToken("", token).has_value());
+  // Never the attempt's rendezvous secret, nor the other way round.
+  EXPECT_NE(mac, pki::HmacSha256Hex(kKey, "mnist-3/2"));
+}
+
+TEST(AttemptTokenTest, AForgedOrTruncatedTokenIsUnauthenticated) {
+  const std::string token = AttemptToken(kKey, AttemptScope{"mnist-3", 2, 1});
+  std::string flipped = token;
+  flipped.back() = flipped.back() == '0' ? '1' : '0';
+  std::unique_ptr<Authenticator> auth = WithAttemptKey();
+  for (const std::string& bad :
+       {token.substr(0, token.size() - 1), token.substr(0, token.rfind('.')), flipped,
+        std::string("sxa1."), std::string("sxa1...."), token + "0", token + ".1",
+        AttemptToken("another key of 32 characters....", AttemptScope{"mnist-3", 2, 1})}) {
+    absl::StatusOr<Caller> caller =
+        auth->Authorize(Token(bad), "substrax.v1.CoordinatorService/ReportSteps");
+    EXPECT_EQ(caller.status().code(), absl::StatusCode::kUnauthenticated) << bad;
+    EXPECT_NE(caller.status().message().find("the attempt token is not recognized"),
+              std::string::npos)
+        << caller.status();
+  }
+  // Before the server sets the key, no attempt token is anyone's.
+  auto keyless = Authenticator::Create(false, "");
+  ASSERT_TRUE(keyless.ok());
+  EXPECT_EQ((*keyless)->Authenticate(Token(token)).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  // An auth config cannot hand out the job role (nor the worker's).
+  EXPECT_NE(ParseAuthConfig(TokenConfig("j", "job", "t"), "f.yaml")
+                .status()
+                .message()
+                .find("jobs their attempt tokens"),
+            std::string::npos);
+}
+
+// Every rpc of MethodRules: a job's process may call its reports and its rendezvous, and
+// nothing a worker daemon or a user calls.
+TEST(AttemptTokenTest, AJobCallerIsRefusedEverythingButReportsAndRendezvous) {
+  const std::set<std::string> job_rpcs = {
+      "substrax.v1.CoordinatorService/ReportSteps",
+      "substrax.v1.CoordinatorService/ReportCheckpoints",
+      "substrax.v1.CoordinatorService/KeyValueSet",
+      "substrax.v1.CoordinatorService/KeyValueGet",
+      "substrax.v1.CoordinatorService/Barrier",
+  };
+  std::unique_ptr<Authenticator> auth = WithAttemptKey();
+  const PeerCredentials job = Token(AttemptToken(kKey, AttemptScope{"mnist-3", 2, 0}));
+  std::set<std::string> allowed;
+  for (const MethodRule& rule : MethodRules()) {
+    absl::StatusOr<Caller> caller = auth->Authorize(job, rule.method);
+    if (caller.ok()) {
+      allowed.insert(rule.method);
+      continue;
+    }
+    EXPECT_EQ(caller.status().code(), absl::StatusCode::kPermissionDenied) << rule.method;
+    EXPECT_NE(caller.status().message().find("process 0 of job mnist-3 attempt 2 (job, by "
+                                             "attempt token)"),
+              std::string::npos)
+        << caller.status();
+  }
+  EXPECT_EQ(allowed, job_rpcs);
+  // And the worker-only ones stay the worker's.
+  for (const char* method : {"substrax.v1.CoordinatorService/RegisterWorker",
+                             "substrax.v1.CoordinatorService/Heartbeat",
+                             "substrax.v1.CoordinatorService/WatchAssignments",
+                             "substrax.v1.CoordinatorService/ReportAttemptStatus",
+                             "substrax.v1.CoordinatorService/ShipLogs"}) {
+    EXPECT_TRUE(auth->Authorize(Cert("w-1", "worker"), method).ok()) << method;
+    EXPECT_EQ(auth->Authorize(job, method).status().code(), absl::StatusCode::kPermissionDenied)
+        << method;
+  }
 }
 
 TEST(KeyTest, DrawnOnceAndKept) {

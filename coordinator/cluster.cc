@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/cluster_internal.h"
 #include "core/device_mesh_manager.h"
+#include "core/job_env.h"
 #include "core/job_spec.h"
 #include "core/sharding.h"
 #include "core/status.h"
@@ -99,6 +100,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& o
                      ") and timeout (", absl::FormatDuration(options.heartbeat_timeout),
                      ") must be positive"));
   }
+  SUBSTRAX_RETURN_IF_ERROR(ValidateJobEnvAllow(options.job_env_allow));
   SUBSTRAX_CHECK(state != nullptr, "Cluster::Create needs a StateStore");
   SUBSTRAX_ASSIGN_OR_RETURN(StateStore::Snapshot snapshot, state->Load());
   std::unique_ptr<Cluster> cluster(

@@ -129,6 +129,9 @@ struct ClusterOptions {
   // when idle. Off, such a job is queued and waits for more workers, without blocking younger
   // jobs (for clusters whose workers join after jobs are submitted).
   bool refuse_jobs_that_cannot_fit = true;
+  // Patterns ("WANDB_*", "HF_HOME") a job's spec.program.env may set beyond the default
+  // allowlist (--job-env-allow; core/job_env.h): never a denied name. Create checks them.
+  std::vector<std::string> job_env_allow;
   // An attempt fails as stalled when a process reports no new step for this long, unless the
   // spec sets progress_timeout_seconds.
   absl::Duration default_progress_timeout = absl::Minutes(5);
@@ -195,7 +198,8 @@ class Cluster {
   // Loads everything `state` holds (it must outlive the Cluster and may not be null) and
   // schedules. Loaded alive workers start with a fresh lease at clock(); a RUNNING job whose
   // worker is dead or unknown has its attempt failed at once. Errors: the store's Load errors;
-  // INVALID_ARGUMENT for a non-positive heartbeat interval or timeout.
+  // INVALID_ARGUMENT for a non-positive heartbeat interval or timeout, or a job_env_allow
+  // pattern ValidateJobEnvAllow refuses.
   // `lease_clock` (default: `clock`) measures leases and progress timeouts; in production a
   // monotonic clock, so that a wall-clock step never expires or extends a lease. `clock` stamps
   // what is recorded (transitions, times shown to users).
@@ -307,6 +311,11 @@ class Cluster {
   // OK iff (job_id, attempt) is the job's current running attempt. Errors: NOT_FOUND (unknown
   // job), FAILED_PRECONDITION (the message says how the attempt or job stands).
   absl::Status CheckAttemptRunning(const std::string& job_id, int attempt) const;
+  // The worker that runs process `process_index` of (job_id, attempt), which must be the job's
+  // running attempt (an attempt token's holder reports as that worker). Errors: those of
+  // CheckAttemptRunning; INVALID_ARGUMENT (the attempt has no such process).
+  absl::StatusOr<std::string> WorkerOfProcess(const std::string& job_id, int attempt,
+                                              int process_index) const;
 
   // --- client-facing ---
 
@@ -316,14 +325,17 @@ class Cluster {
   // free. OK once the queued job is stored (a failed write of what scheduling then changed is
   // retried at the next Tick). Errors: AdmitJobSpec's (UNIMPLEMENTED, INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED), UNAVAILABLE (the state store failed; the job was not queued). `owner`
-  // (the submitter's identity) is kept in Job.owner. `request_id` (SubmitJobRequest.request_id;
-  // empty: none) makes the submit idempotent per owner while its job exists: the same spec
-  // again returns that job as it is now; more errors: INVALID_ARGUMENT (a request id longer
-  // than limits::kMaxRequestIdBytes or not of [A-Za-z0-9_-]), ALREADY_EXISTS (the request id
-  // made job J from another spec: the message names J), UNAVAILABLE (a submit with the same
-  // request id is still being stored: retry).
+  // (the submitter's identity) is kept in Job.owner; unless `admin` or `owner` is empty, the
+  // job's checkpoint, resume and TensorBoard paths must lie in the owner's directory under a
+  // checkpoint root (Job.checkpoint_owner_directory; INVALID_ARGUMENT naming the field and the
+  // allowed directories, or an owner name too long for a directory). `request_id`
+  // (SubmitJobRequest.request_id; empty: none) makes the submit idempotent per owner while its
+  // job exists: the same spec again returns that job as it is now; more errors:
+  // INVALID_ARGUMENT (a request id longer than limits::kMaxRequestIdBytes or not of
+  // [A-Za-z0-9_-]), ALREADY_EXISTS (the request id made job J from another spec: the message
+  // names J), UNAVAILABLE (a submit with the same request id is still being stored: retry).
   absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec, const std::string& owner = "",
-                                    const std::string& request_id = "");
+                                    bool admin = false, const std::string& request_id = "");
   // Errors: NOT_FOUND.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
   // Newest first; an empty filter means every state. Skips `offset` matching jobs and returns
@@ -454,7 +466,8 @@ class Cluster {
                                                const std::string& fingerprint) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The submit policy applied to the alive workers as they are now.
-  absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec) const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const std::string& owner_dir) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   AliveDevices AliveDevicesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker, if the caller's incarnation is its current one and it is alive.
   absl::StatusOr<WorkerEntry*> LiveWorkerLocked(const std::string& worker_id,

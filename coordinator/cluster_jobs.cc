@@ -215,6 +215,19 @@ absl::Status Cluster::CheckAttemptRunningLocked(const std::string& job_id, int a
   return absl::FailedPreconditionError(absl::StrCat(how, "; the runner should stop"));
 }
 
+absl::StatusOr<std::string> Cluster::WorkerOfProcess(const std::string& job_id, int attempt,
+                                                     int process_index) const {
+  absl::MutexLock lock(&mu_);
+  SUBSTRAX_RETURN_IF_ERROR(CheckAttemptRunningLocked(job_id, attempt));
+  const JobEntry& entry = jobs_.at(job_id);
+  if (process_index < 0 || process_index >= static_cast<int>(entry.processes.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("attempt ", attempt, " of job ", job_id,
+                                                   " has no process ", process_index, " (",
+                                                   entry.processes.size(), " processes)"));
+  }
+  return entry.processes[process_index].worker_id;
+}
+
 absl::Status Cluster::ReportSteps(const v1::ReportStepsRequest& request,
                                   const std::string& reporter) {
   SUBSTRAX_RETURN_IF_ERROR(CheckReportLimits(request));

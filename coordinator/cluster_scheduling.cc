@@ -75,6 +75,7 @@ void Cluster::PushStartEventsLocked(JobEntry& entry) {
     for (int id : entry.processes[p].device_ids) a->add_local_device_ids(id);
     if (layouts.ok()) *a->mutable_layouts() = *layouts;
     a->set_rendezvous_prefix(absl::StrCat(job.id(), "/attempt-", job.attempt()));
+    a->set_checkpoint_owner_directory(job.checkpoint_owner_directory());
     PushEventLocked(entry.processes[p].worker_id, std::move(event));
   }
 }

@@ -11,6 +11,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/limits.h"
 #include "coordinator/submit_policy.h"
+#include "core/data_paths.h"
 #include "core/job_spec.h"
 #include "core/status.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -19,7 +20,8 @@
 
 namespace substrax {
 
-absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
+absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec,
+                                                  const std::string& owner_dir) const {
   AliveDevices alive;
   std::vector<std::string> data_roots, checkpoint_roots, programs_dirs;
   {
@@ -39,8 +41,9 @@ absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec) const {
     programs_dirs.assign(programs.begin(), programs.end());
   }
   // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
-  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots,
-                                programs_dirs, options_.refuse_jobs_that_cannot_fit);
+  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots, owner_dir,
+                                programs_dirs, options_.job_env_allow,
+                                options_.refuse_jobs_that_cannot_fit);
 }
 
 namespace {
@@ -99,13 +102,22 @@ absl::StatusOr<v1::Job> Cluster::RepeatedSubmitLocked(const std::string& job_id,
 }
 
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner,
-                                           const std::string& request_id) {
+                                           bool admin, const std::string& request_id) {
   if (submitted.ByteSizeLong() > limits::kMaxSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", submitted.ByteSizeLong(),
                                                    " bytes, more than the limit of ",
                                                    limits::kMaxSpecBytes));
   }
   SUBSTRAX_RETURN_IF_ERROR(CheckRequestId(request_id));
+  // Checkpoints belong to their owner: another submitter must not read a job's weights, poison
+  // its next resume or rotate its checkpoints away. Admins may write anywhere under the roots.
+  const std::string owner_dir = admin ? "" : OwnerDirectoryName(owner);
+  if (owner_dir.size() > kMaxDirectoryNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the submitter's name '", BoundedText(owner, 64), "' makes a directory name of ",
+        owner_dir.size(), " bytes, more than a file system allows (", kMaxDirectoryNameBytes,
+        "): checkpoint directories are named after their owner; use a shorter name"));
+  }
   const std::pair<std::string, std::string> request_key{owner, request_id};
   std::string fingerprint;
   if (!request_id.empty()) {
@@ -116,7 +128,7 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::str
       return RepeatedSubmitLocked(made->second, request_id, fingerprint);
     }
   }
-  SUBSTRAX_ASSIGN_OR_RETURN(v1::JobSpec spec, AdmitJobSpec(std::move(submitted)));
+  SUBSTRAX_ASSIGN_OR_RETURN(v1::JobSpec spec, AdmitJobSpec(std::move(submitted), owner_dir));
   const int64_t total_steps = TotalSteps(spec);
   v1::Job job;
   StateBatch batch;
@@ -144,6 +156,7 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::str
     batch.next_job_number = next_job_number_ + 1;
     job.set_id(absl::StrCat(spec.name(), "-", next_job_number_++));
     job.set_owner(owner);
+    job.set_checkpoint_owner_directory(owner_dir);
     job.set_request_id(request_id);
     job.set_request_fingerprint(fingerprint);
     *job.mutable_spec() = std::move(spec);

@@ -20,6 +20,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
@@ -47,6 +48,45 @@ TEST_F(ClusterTest, SubmitRefusesWhatTheAliveWorkersCouldNeverHold) {
   // Fits, though busy: admitted, and waits.
   EXPECT_EQ(Get(Submit(Spec("first", 4))).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get(Submit(Spec("second", 4))).state(), v1::JOB_STATE_PENDING);
+}
+
+TEST_F(ClusterTest, CheckpointsBelongToTheirOwner) {
+  Register("w-1", "a", 2, "inc-1", {}, {"/ckpt"});
+  v1::JobSpec spec = Spec("owned", 2);
+  spec.mutable_checkpoint()->set_directory("/ckpt/alice/run");
+  absl::StatusOr<v1::Job> alices = cluster_->SubmitJob(spec, "alice");
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  EXPECT_EQ(alices->checkpoint_owner_directory(), "alice");
+  // Its attempt's assignment carries the owner's directory: the agent narrows the roots to it.
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-1");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].start().checkpoint_owner_directory(), "alice");
+  ASSERT_TRUE(cluster_->CancelJob(alices->id(), "test").ok());
+
+  // Another submitter may neither write into alice's directory nor resume from it.
+  absl::StatusOr<v1::Job> bobs = cluster_->SubmitJob(spec, "bob");
+  EXPECT_EQ(bobs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bobs.status().message(),
+              HasSubstr("spec.checkpoint.directory: '/ckpt/alice/run' is not in the submitter's "
+                        "own directory: a job writes and resumes checkpoints only under "
+                        "/ckpt/bob"));
+  spec.mutable_checkpoint()->set_directory("/ckpt/bob/run");
+  spec.set_resume_from("/ckpt/alice/run");
+  bobs = cluster_->SubmitJob(spec, "bob");
+  EXPECT_EQ(bobs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bobs.status().message(), HasSubstr("spec.resume_from: '/ckpt/alice/run'"));
+  EXPECT_THAT(bobs.status().message(), Not(HasSubstr("spec.checkpoint.directory")));
+  // A name that is no safe directory name gets its escaped form.
+  absl::StatusOr<v1::Job> dotted = cluster_->SubmitJob(spec, "..");
+  EXPECT_THAT(dotted.status().message(), HasSubstr("only under /ckpt/%2E."));
+  EXPECT_EQ(cluster_->SubmitJob(spec, std::string(200, '/')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // An admin may name any path under the roots; its job is bound to none.
+  absl::StatusOr<v1::Job> admins = cluster_->SubmitJob(spec, "root", /*admin=*/true);
+  ASSERT_TRUE(admins.ok()) << admins.status();
+  EXPECT_EQ(admins->checkpoint_owner_directory(), "");
+  // Only what was admitted was kept.
+  EXPECT_EQ(cluster_->ListJobs({}).size(), 2u);
 }
 
 TEST_F(ClusterTest, BadSpecIsRejectedWithTheFieldAndTheClusterStillWorks) {
@@ -228,34 +268,35 @@ TEST_F(ClusterTest, JobIdsAreNotReusedAfterADeleteAndARestart) {
 
 TEST_F(ClusterTest, ARequestIdMakesTheSubmitIdempotentPerOwner) {
   Register("w-1", "a", 2);
-  absl::StatusOr<v1::Job> made = cluster_->SubmitJob(Spec("once", 2), "alice", "req-1");
+  absl::StatusOr<v1::Job> made = cluster_->SubmitJob(Spec("once", 2), "alice", false, "req-1");
   ASSERT_TRUE(made.ok()) << made.status();
   EXPECT_EQ(made->request_id(), "req-1");
   // A retry (the answer was lost): the same job, as it is now, and no second one.
-  absl::StatusOr<v1::Job> again = cluster_->SubmitJob(Spec("once", 2), "alice", "req-1");
+  absl::StatusOr<v1::Job> again = cluster_->SubmitJob(Spec("once", 2), "alice", false, "req-1");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->id(), made->id());
   EXPECT_EQ(again->state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(cluster_->ListJobs({}).size(), 1u);
   // The same request id with another spec names the job it made.
-  absl::StatusOr<v1::Job> changed = cluster_->SubmitJob(Spec("once", 1), "alice", "req-1");
+  absl::StatusOr<v1::Job> changed = cluster_->SubmitJob(Spec("once", 1), "alice", false, "req-1");
   EXPECT_EQ(changed.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(changed.status().message(),
               HasSubstr("request id req-1 already made job once-1 from another spec"));
   // Request ids are per owner.
-  absl::StatusOr<v1::Job> bobs = cluster_->SubmitJob(Spec("once", 2), "bob", "req-1");
+  absl::StatusOr<v1::Job> bobs = cluster_->SubmitJob(Spec("once", 2), "bob", false, "req-1");
   ASSERT_TRUE(bobs.ok()) << bobs.status();
   EXPECT_NE(bobs->id(), made->id());
 
   // Remembered over a restart, as long as the job exists.
   cluster_.reset();
   cluster_ = MakeCluster(state_);
-  again = cluster_->SubmitJob(Spec("once", 2), "alice", "req-1");
+  again = cluster_->SubmitJob(Spec("once", 2), "alice", false, "req-1");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->id(), made->id());
   ASSERT_TRUE(cluster_->CancelJob(made->id(), "").ok());
   ASSERT_TRUE(cluster_->DeleteJob(made->id()).ok());
-  absl::StatusOr<v1::Job> after_delete = cluster_->SubmitJob(Spec("once", 2), "alice", "req-1");
+  absl::StatusOr<v1::Job> after_delete =
+      cluster_->SubmitJob(Spec("once", 2), "alice", false, "req-1");
   ASSERT_TRUE(after_delete.ok()) << after_delete.status();
   EXPECT_NE(after_delete->id(), made->id());
 }
@@ -263,24 +304,118 @@ TEST_F(ClusterTest, ARequestIdMakesTheSubmitIdempotentPerOwner) {
 TEST_F(ClusterTest, RequestIdsAreBoundedToAPlainCharset) {
   for (const std::string& bad : {std::string(65, 'a'), std::string("a b"), std::string("x/y"),
                                  std::string("\xff")}) {
-    absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(Spec("r", 1), "alice", bad);
+    absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(Spec("r", 1), "alice", false, bad);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(refused.status().message(), HasSubstr("request_id: ")) << bad;
   }
-  EXPECT_TRUE(cluster_->SubmitJob(Spec("r", 1), "alice", std::string(64, 'Z')).ok());
-  EXPECT_TRUE(cluster_->SubmitJob(Spec("r", 1), "alice", "a-B_9").ok());
+  EXPECT_TRUE(cluster_->SubmitJob(Spec("r", 1), "alice", false, std::string(64, 'Z')).ok());
+  EXPECT_TRUE(cluster_->SubmitJob(Spec("r", 1), "alice", false, "a-B_9").ok());
   EXPECT_THAT(cluster_->ListJobs({}), SizeIs(2));
 }
 
 TEST_F(ClusterTest, AFailedSubmitForgetsItsRequestId) {
   Register("w-1", "a", 2);
   state_.FailNextCommits(1);
-  EXPECT_EQ(cluster_->SubmitJob(Spec("flaky", 2), "alice", "req-9").status().code(),
+  EXPECT_EQ(cluster_->SubmitJob(Spec("flaky", 2), "alice", false, "req-9").status().code(),
             absl::StatusCode::kUnavailable);
   // The retry makes the only job.
-  absl::StatusOr<v1::Job> retried = cluster_->SubmitJob(Spec("flaky", 2), "alice", "req-9");
+  absl::StatusOr<v1::Job> retried =
+      cluster_->SubmitJob(Spec("flaky", 2), "alice", false, "req-9");
   ASSERT_TRUE(retried.ok()) << retried.status();
   EXPECT_THAT(cluster_->ListJobs({}), SizeIs(1));
+}
+
+// Every variable no job may set, refused at submit through the Cluster, with the field and
+// why; the administrator's --job-env-allow extends the allowlist but never to those.
+TEST_F(ClusterTest, SubmitRefusesEnvironmentVariablesThatCouldRunCode) {
+  cluster_.reset();
+  options_.job_env_allow = {"WANDB_*", "HF_HOME", "LD_*", "PYTHON*"};
+  cluster_ = MakeCluster(state_);
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CPU, {"/opt/p"}).ok());
+  struct Case {
+    const char* name;
+    const char* why;
+  };
+  const Case refused[] = {
+      {"LD_PRELOAD", "denied: the dynamic loader"},
+      {"LD_LIBRARY_PATH", "denied: the dynamic loader"},
+      {"BASH_ENV", "denied: shells read it"},
+      {"ENV", "denied: shells read it"},
+      {"BASHOPTS", "denied: shells read it"},
+      {"SHELLOPTS", "denied: shells read it"},
+      {"PS4", "denied: shells read it"},
+      {"IFS", "denied: shells read it"},
+      {"PATH", "denied: it chooses which programs run"},
+      {"PYTHONPATH", "denied: an interpreter"},
+      {"PYTHONSTARTUP", "denied: an interpreter"},
+      {"PERL5OPT", "denied: an interpreter"},
+      {"RUBYOPT", "denied: an interpreter"},
+      {"NODE_OPTIONS", "denied: an interpreter"},
+      {"OPENSSL_CONF", "denied: a library loads"},
+      {"OPENSSL_MODULES", "denied: a library loads"},
+      {"GCONV_PATH", "denied: the dynamic loader"},
+      {"GLIBC_TUNABLES", "denied: the dynamic loader"},
+      {"CUDA_INJECTION64_PATH", "denied: a library loads"},
+      {"NCCL_NET_PLUGIN", "denied: a library loads"},
+      {"NCCL_TUNER_PLUGIN", "denied: a library loads"},
+      {"PJRT_NAMES_AND_LIBRARY_PATHS", "denied: a library loads"},
+      {"MALLOC_ARENA_MAX", "denied: the dynamic loader"},
+      {"HOSTALIASES", "denied: the dynamic loader"},
+      {"SUBSTRAX_LAUNCH", "denied: the agent sets it"},
+      {"HOME", "denied: the agent sets it"},
+      {"CUDA_VISIBLE_DEVICES", "denied: the agent sets it"},
+      {"MASTER_ADDR", "denied: reserved for the agent"},
+      {"MASTER_PORT", "denied: reserved for the agent"},
+      {"RANK", "denied: reserved for the agent"},
+      {"WORLD_SIZE", "denied: reserved for the agent"},
+      {"LOCAL_RANK", "denied: reserved for the agent"},
+      {"LOCAL_WORLD_SIZE", "denied: reserved for the agent"},
+      {"GROUP_RANK", "denied: reserved for the agent"},
+      {"NODE_RANK", "denied: reserved for the agent"},
+      {"PET_NNODES", "denied: reserved for the agent"},
+      {"TORCHELASTIC_RUN_ID", "denied: reserved for the agent"},
+      {"JAX_COORDINATOR_ADDRESS", "denied: reserved for the agent"},
+      {"JAX_NUM_PROCESSES", "denied: reserved for the agent"},
+      {"JAX_PROCESS_ID", "denied: reserved for the agent"},
+      {"JAX_LOCAL_DEVICE_IDS", "denied: reserved for the agent"},
+      {"SOME_SETTING", "not allowed: a job may set only variables matching OMP_*"},
+      {"XLA_FLAGS", "not allowed: "},
+      {"BAD-NAME", "an environment variable name is letters, digits and '_'"},
+  };
+  for (const Case& c : refused) {
+    v1::JobSpec spec = ProgramSpec("env", 1, "/opt/p/train");
+    (*spec.mutable_program()->mutable_env())[c.name] = "/tmp/x";
+    (*spec.mutable_program()->mutable_env())["OMP_NUM_THREADS"] = "1";
+    absl::StatusOr<v1::Job> job = cluster_->SubmitJob(spec);
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(job.status().message(),
+                HasSubstr(absl::StrCat("spec.program.env.", c.name, ": ", c.why)))
+        << c.name;
+    EXPECT_THAT(job.status().message(), ::testing::Not(HasSubstr("OMP_NUM_THREADS"))) << c.name;
+  }
+  v1::JobSpec other = ProgramSpec("env", 1, "/opt/p/train");
+  (*other.mutable_program()->mutable_env())["SOME_SETTING"] = "x";
+  EXPECT_THAT(cluster_->SubmitJob(other).status().message(),
+              HasSubstr("WANDB_*, HF_HOME, LD_*, PYTHON*; an administrator allows more with the "
+                        "coordinator's --job-env-allow"));
+  EXPECT_THAT(cluster_->ListJobs({}), IsEmpty());
+
+  // The default allowlist and the administrator's patterns are admitted.
+  v1::JobSpec allowed = ProgramSpec("env", 1, "/opt/p/train");
+  for (const char* name : {"OMP_NUM_THREADS", "NCCL_DEBUG", "JOB_LR", "WANDB_MODE", "HF_HOME"}) {
+    (*allowed.mutable_program()->mutable_env())[name] = "1";
+  }
+  EXPECT_FALSE(Submit(allowed).empty());
+}
+
+TEST_F(ClusterTest, CreateRefusesAPatternThatNamesADeniedVariable) {
+  options_.job_env_allow = {"LD_PRELOAD"};
+  InMemoryStateStore state;
+  absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+      Cluster::Create(options_, [] { return absl::Now(); }, &state);
+  EXPECT_EQ(cluster.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cluster.status().message(),
+              HasSubstr("--job-env-allow: LD_PRELOAD is denied: the dynamic loader"));
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "coordinator/server.h"
 #include "coordinator/state_dir.h"
 #include "coordinator/state_store.h"
+#include "core/job_env.h"
 #include "rpc/transport_flags.h"
 
 namespace substrax {
@@ -150,6 +151,13 @@ void AddClusterFlags(CLI::App& app, Flags& f) {
                  "Before those, only steps that are multiples of N are kept")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--job-env-allow", f.cluster.job_env_allow,
+                 "Environment variables a job's spec.program.env may set beyond the default "
+                 "allowlist (docs/job-spec.md): names or prefixes ending in '*', such as "
+                 "WANDB_*,HF_HOME. The loader's, shells' and interpreters' start-up variables "
+                 "stay refused")
+      ->delimiter(',')
+      ->type_name("PATTERN,...");
   app.add_option("--log-max-bytes-per-process", f.cluster.log_max_bytes_per_process,
                  "Bytes of each job process's log kept (its newest; substraxctl logs); at least "
                  "65536, 0: unbounded")
@@ -185,6 +193,10 @@ bool FinishClusterFlags(Flags& f) {
       c.dead_worker_retention < absl::ZeroDuration()) {
     std::cerr << "substrax-coordinator: --dead-worker-retention: '" << f.dead_worker_retention
               << "' is not a duration such as 24h (0: only to make room)\n";
+    return false;
+  }
+  if (absl::Status s = ValidateJobEnvAllow(c.job_env_allow); !s.ok()) {
+    std::cerr << "substrax-coordinator: " << s.message() << "\n";
     return false;
   }
   if (c.heartbeat_timeout <= c.heartbeat_interval) {

@@ -191,6 +191,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   SUBSTRAX_RETURN_IF_ERROR(ValidateTransport(options.transport, /*server=*/true));
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  // Attempt tokens are verified with the key the assignments' tokens are made with.
+  auth->SetAttemptKey(options.rendezvous_key);
   server->impl_ = std::make_unique<Impl>(options, cluster, rendezvous, auth);
   Impl& impl = *server->impl_;
   cluster->SetAttemptEndedCallback(

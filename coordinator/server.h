@@ -44,8 +44,9 @@ struct CoordinatorServerOptions {
   std::string worker_listen;
   // How both listeners are secured (mutual TLS, or --insecure).
   TransportOptions transport;
-  // Key of the attempts' rendezvous secrets (HMAC-SHA256 of "job/attempt"); stable over
-  // restarts (the coordinator keeps it in its state directory), so running attempts keep theirs.
+  // Key of the attempts' rendezvous secrets (HMAC-SHA256 of "job/attempt") and of their
+  // processes' attempt tokens (auth.h); stable over restarts (the coordinator keeps it in its
+  // state directory), so running attempts keep theirs.
   std::string rendezvous_key;
   // host:port of a plaintext gRPC server with only grpc.health.v1 (for Kubernetes probes);
   // empty: health is served on `listen` only.

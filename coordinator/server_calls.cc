@@ -117,11 +117,41 @@ absl::Status ServerState::CheckOwner(const Caller& caller, const std::string& jo
       " submitted; a submitter may ", action, " only its own jobs (an admin any)"));
 }
 
+absl::StatusOr<std::string> ServerState::ReporterOf(const Caller& caller,
+                                                   const std::string& job_id,
+                                                   int attempt) const {
+  if (caller.unrestricted) return std::string();
+  if (!caller.attempt.has_value()) return caller.name;
+  const AttemptScope& own = *caller.attempt;
+  if (own.job_id != job_id || own.attempt != attempt) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the attempt token of ", own.Describe(), " cannot act for job ", job_id, " attempt ",
+        attempt, "; a job's process acts only for its own attempt"));
+  }
+  // Checked at every call, against the cluster: the token itself never expires, but what it
+  // admits ends with the attempt (cancelled, failed, restarted, the job deleted).
+  absl::StatusOr<std::string> worker =
+      cluster->WorkerOfProcess(own.job_id, own.attempt, own.process_index);
+  if (!worker.ok()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the attempt token of ", own.Describe(),
+                     " is valid only while that attempt runs: ", worker.status().message()));
+  }
+  return worker;
+}
+
 std::string ServerState::SecretOf(const std::string& job_id, int attempt) const {
   return pki::HmacSha256Hex(options.rendezvous_key, absl::StrCat(job_id, "/", attempt));
 }
 
-absl::Status ServerState::CheckScope(const v1::RendezvousScope& scope) const {
+std::string ServerState::TokenOf(const std::string& job_id, int attempt,
+                                 int process_index) const {
+  return AttemptToken(options.rendezvous_key, AttemptScope{job_id, attempt, process_index});
+}
+
+absl::Status ServerState::CheckScope(const Caller& caller,
+                                     const v1::RendezvousScope& scope) const {
+  SUBSTRAX_RETURN_IF_ERROR(ReporterOf(caller, scope.job_id(), scope.attempt()).status());
   SUBSTRAX_RETURN_IF_ERROR(cluster->CheckAttemptRunning(scope.job_id(), scope.attempt()));
   if (!pki::ConstantTimeEquals(scope.secret(), SecretOf(scope.job_id(), scope.attempt()))) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -192,9 +222,11 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                         const v1::ReportStepsRequest* request,
                                         v1::ReportStepsResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
-      // A worker reports only its own devices (unchecked with --insecure).
-      const absl::Status status =
-          s_->cluster->ReportSteps(*request, caller.unrestricted ? "" : caller.name);
+      // A worker reports only its own devices, a job's process only its process's (unchecked
+      // with --insecure).
+      SUBSTRAX_ASSIGN_OR_RETURN(std::string reporter,
+                                s_->ReporterOf(caller, request->job_id(), request->attempt()));
+      const absl::Status status = s_->cluster->ReportSteps(*request, reporter);
       if (status.ok() && s_->step_reports != nullptr) {
         s_->step_reports->Increment(request->reports_size());
       }
@@ -228,17 +260,24 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                               const v1::ReportCheckpointsRequest* request,
                                               v1::ReportCheckpointsResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
-      // Only the worker of process 0 (unchecked with --insecure).
-      return s_->cluster->ReportCheckpoints(*request, caller.unrestricted ? "" : caller.name);
+      // Only the worker of process 0, or process 0's attempt token (unchecked with --insecure).
+      SUBSTRAX_ASSIGN_OR_RETURN(std::string reporter,
+                                s_->ReporterOf(caller, request->job_id(), request->attempt()));
+      if (caller.attempt.has_value() && caller.attempt->process_index != 0) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "the attempt token of ", caller.attempt->Describe(),
+            " cannot report checkpoints: only process 0 of an attempt does"));
+      }
+      return s_->cluster->ReportCheckpoints(*request, reporter);
     });
   }
 
   grpc::ServerUnaryReactor* KeyValueSet(grpc::CallbackServerContext* context,
                                         const v1::KeyValueSetRequest* request,
                                         v1::KeyValueSetResponse*) override {
-    return s_->Inline(context, [&](const Caller&) {
+    return s_->Inline(context, [&](const Caller& caller) {
       const auto& scope = request->scope();
-      SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(scope));
+      SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(caller, scope));
       return s_->rendezvous->Set({scope.job_id(), scope.attempt()}, request->key(),
                                  request->value(), request->allow_overwrite());
     });
@@ -250,9 +289,9 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                         v1::KeyValueGetResponse* response) override {
     return s_->Blocking(
         context,
-        [this, context, request, response](const Caller&) {
+        [this, context, request, response](const Caller& caller) {
           const auto& scope = request->scope();
-          SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(scope));
+          SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(caller, scope));
           absl::StatusOr<std::string> value = s_->rendezvous->Get(
               {scope.job_id(), scope.attempt()}, request->key(),
               s_->CapWait(request->timeout()), [context] { return context->IsCancelled(); });
@@ -267,9 +306,17 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                     v1::BarrierResponse*) override {
     return s_->Blocking(
         context,
-        [this, context, request](const Caller&) {
+        [this, context, request](const Caller& caller) {
           const auto& scope = request->scope();
-          SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(scope));
+          SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(caller, scope));
+          // A job's process stands in a barrier only as itself.
+          if (caller.attempt.has_value() &&
+              request->participant() != caller.attempt->process_index) {
+            return absl::PermissionDeniedError(absl::StrCat(
+                "the attempt token of ", caller.attempt->Describe(),
+                " cannot enter barrier '", request->barrier_id(), "' as participant ",
+                request->participant(), "; a process takes part as its own index"));
+          }
           return s_->rendezvous->Barrier(
               {scope.job_id(), scope.attempt()}, request->barrier_id(), request->participant(),
               request->num_participants(), s_->CapWait(request->timeout()),
@@ -302,8 +349,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       const v1::SubmitJobRequest* request,
                                       v1::SubmitJobResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
-      SUBSTRAX_ASSIGN_OR_RETURN(
-          v1::Job job, s_->cluster->SubmitJob(request->spec(), caller.name, request->request_id()));
+      // An admin's job may use any checkpoint path under the roots; everyone else's stays in
+      // their own directory. On an --insecure cluster every caller is "anonymous", and all
+      // jobs share its directory (docs/checkpoints.md).
+      const bool admin = !caller.unrestricted && caller.Has(Role::kAdmin);
+      SUBSTRAX_ASSIGN_OR_RETURN(v1::Job job, s_->cluster->SubmitJob(request->spec(), caller.name,
+                                                                    admin, request->request_id()));
       if (s_->jobs_submitted != nullptr) s_->jobs_submitted->Increment();
       *response->mutable_job() = std::move(job);
       return absl::OkStatus();

@@ -91,10 +91,20 @@ struct ServerState {
   // A submitter cancels or deletes only its own jobs; an admin any.
   absl::Status CheckOwner(const Caller& caller, const std::string& job_id,
                           absl::string_view action) const;
+  // An attempt token (a job's process) acts only for its own job and attempt, and only while
+  // that attempt is the job's running attempt. Returns the worker its reports count as: for an
+  // attempt token the worker that runs its process, for a worker itself, "" with --insecure
+  // (unchecked). Errors: PERMISSION_DENIED (another job or attempt; the attempt has ended or
+  // the job is gone: the message says so).
+  absl::StatusOr<std::string> ReporterOf(const Caller& caller, const std::string& job_id,
+                                         int attempt) const;
   // The secret of an attempt's rendezvous scope (Assignment.rendezvous_secret).
   std::string SecretOf(const std::string& job_id, int attempt) const;
-  // OK iff the scope is a running attempt and carries that attempt's secret.
-  absl::Status CheckScope(const v1::RendezvousScope& scope) const;
+  // The attempt token of process `process_index` of an attempt (Assignment.attempt_token).
+  std::string TokenOf(const std::string& job_id, int attempt, int process_index) const;
+  // OK iff the scope is a running attempt and carries that attempt's secret, and an attempt
+  // token's holder asks for its own attempt (ReporterOf).
+  absl::Status CheckScope(const Caller& caller, const v1::RendezvousScope& scope) const;
   absl::Duration CapWait(const google::protobuf::Duration& d) const;
 
   void AddStream(const std::shared_ptr<StreamHandle>& handle) ABSL_LOCKS_EXCLUDED(streams_mu);

@@ -166,6 +166,7 @@ class AssignmentStream final : public NotifiedStream<v1::WatchAssignmentsRespons
       if (event.has_start()) {
         v1::Assignment* a = event.mutable_start();
         a->set_rendezvous_secret(state_->SecretOf(a->job_id(), a->attempt()));
+        a->set_attempt_token(state_->TokenOf(a->job_id(), a->attempt(), a->process_index()));
       }
       step->out.push_back(std::move(event));
     }

@@ -26,9 +26,13 @@ struct AliveDevices {
 // ValidateJobSpec's message: one "path: problem" per line; then a data path that is not
 // absolute and normalized or not under one of `data_roots`, the data roots the known workers
 // report: CheckDataPathsUnderRoots in core/data_paths.h, by the path string alone; then a
-// checkpoint directory or resume_from not under one of `checkpoint_roots`:
-// CheckCheckpointPathsUnderRoots; then a program job's spec.program.path not under one of
-// `programs_dirs`: CheckProgramPathUnderDirs), and, when `refuse_jobs_that_cannot_fit`,
+// checkpoint directory, resume_from or TensorBoard directory not under one of
+// `checkpoint_roots`, or, when `checkpoint_owner_dir` is not empty, not in that directory of
+// one: CheckCheckpointPathsUnderRoots; then a program job's spec.program.path not under one of
+// `programs_dirs`: CheckProgramPathUnderDirs; then a spec.program.env variable that
+// core/job_env.h refuses with `job_env_allow`, the administrator's --job-env-allow patterns
+// added to the default allowlist: one "spec.program.env.NAME: not allowed: ..." line each),
+// and, when `refuse_jobs_that_cannot_fit`,
 // RESOURCE_EXHAUSTED (even idle, `alive` could not hold the job's smallest mesh on the devices
 // of its SchedulingBackend, CPU devices for a program job; the message is CreateMeshForJob's and
 // says how many alive workers there are). A job that fits but finds the devices busy is
@@ -36,7 +40,9 @@ struct AliveDevices {
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
                                          const std::vector<std::string>& data_roots,
                                          const std::vector<std::string>& checkpoint_roots,
+                                         const std::string& checkpoint_owner_dir,
                                          const std::vector<std::string>& programs_dirs,
+                                         const std::vector<std::string>& job_env_allow,
                                          bool refuse_jobs_that_cannot_fit);
 
 // Steps an admitted job will run: spec.steps, or epochs x steps per epoch for synthetic data;

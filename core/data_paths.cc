@@ -139,11 +139,56 @@ std::vector<std::pair<std::string, std::string>> CheckpointRootPaths(const v1::J
   return paths;
 }
 
+std::string OwnerDirectoryName(absl::string_view owner) {
+  std::string out;
+  for (size_t i = 0; i < owner.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(owner[i]);
+    const bool plain = absl::ascii_isalnum(c) || c == '_' || c == '-' || c == '@' || c == '+' ||
+                       (c == '.' && i > 0);
+    if (plain) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      constexpr char kHex[] = "0123456789ABCDEF";
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 0xf]);
+    }
+  }
+  return out;
+}
+
+bool IsDirectoryEntryName(absl::string_view name) {
+  return !name.empty() && name != "." && name != ".." && name.size() <= kMaxDirectoryNameBytes &&
+         name.find('/') == absl::string_view::npos && name.find('\0') == absl::string_view::npos;
+}
+
+std::vector<std::string> OwnerCheckpointRoots(const std::vector<std::string>& roots,
+                                              absl::string_view owner_dir) {
+  std::vector<std::string> out;
+  for (const std::string& root : roots) {
+    out.push_back(root == "/" ? absl::StrCat("/", owner_dir) : absl::StrCat(root, "/", owner_dir));
+  }
+  return out;
+}
+
 absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
-                                            const std::vector<std::string>& roots) {
-  return Problems(
-      PathsNotUnderRoots(CheckpointRootPaths(spec), roots, "checkpoint", "checkpoint root",
-                         "--checkpoint-root"));
+                                            const std::vector<std::string>& roots,
+                                            absl::string_view owner_dir) {
+  const std::vector<std::pair<std::string, std::string>> paths = CheckpointRootPaths(spec);
+  std::vector<std::string> problems =
+      PathsNotUnderRoots(paths, roots, "checkpoint", "checkpoint root", "--checkpoint-root");
+  if (!problems.empty() || owner_dir.empty()) return Problems(problems);
+  // Under a root, but it must be the owner's part of it: another owner's directory holds their
+  // weights, the checkpoints their next resume reads, and what their keep_last rotates.
+  const std::vector<std::string> owned = OwnerCheckpointRoots(roots, owner_dir);
+  for (const auto& [field, path] : paths) {
+    if (FindRoot(path, owned) != nullptr) continue;
+    problems.push_back(absl::StrCat(
+        field, ": '", path, "' is not in the submitter's own directory: a job writes and resumes "
+        "checkpoints only under ", absl::StrJoin(owned, " or "),
+        " (<checkpoint root>/<owner>; an admin may name any path under the roots)"));
+  }
+  return Problems(problems);
 }
 
 absl::Status CheckProgramPathUnderDirs(const v1::JobSpec& spec,

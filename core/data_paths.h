@@ -20,6 +20,10 @@
 
 namespace substrax {
 
+// The longest name of one directory entry (NAME_MAX on Linux): an owner's directory name must
+// fit.
+inline constexpr size_t kMaxDirectoryNameBytes = 255;
+
 // The longest DNS-1123 label (RFC 1123): what a job id must fit in.
 inline constexpr size_t kMaxDnsLabelLength = 63;
 // The longest metadata.name: the coordinator appends "-<sequence>" to make the job id, and ten
@@ -67,11 +71,29 @@ std::vector<std::pair<std::string, std::string>> CheckpointPaths(const v1::JobSp
 // CheckpointPaths and spec.tensorboard.directory.
 std::vector<std::pair<std::string, std::string>> CheckpointRootPaths(const v1::JobSpec& spec);
 
+// The directory beneath every checkpoint root that belongs to `owner` (a job's submitter,
+// "anonymous" on an --insecure cluster): the name itself when it is made of ASCII letters,
+// digits, '_', '-', '@', '+' and '.' (not first); otherwise every other byte, and a leading '.',
+// written %XX (upper-case hex), so that no owner name can be ".", "..", hold a '/' or collide
+// with another's. Empty for an empty owner.
+std::string OwnerDirectoryName(absl::string_view owner);
+
+// Whether `name` can only name an entry of a directory: not empty, ".", ".." or longer than
+// kMaxDirectoryNameBytes, and no '/' or NUL in it.
+bool IsDirectoryEntryName(absl::string_view name);
+
+// `<root>/<owner_dir>` for each of `roots`, in order.
+std::vector<std::string> OwnerCheckpointRoots(const std::vector<std::string>& roots,
+                                              absl::string_view owner_dir);
+
 // OK when every path of CheckpointRootPaths(spec) is absolute, normalized and under one of
-// `roots` (the workers' --checkpoint-root directories). INVALID_ARGUMENT otherwise, as for data
-// paths.
+// `roots` (the workers' --checkpoint-root directories) and, unless `owner_dir` is empty, under
+// `<root>/<owner_dir>` (OwnerCheckpointRoots): a job writes, resumes and logs only in its
+// owner's directory. INVALID_ARGUMENT otherwise, as for data paths, naming the field, the path
+// and the directories the owner may use.
 absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
-                                            const std::vector<std::string>& roots);
+                                            const std::vector<std::string>& roots,
+                                            absl::string_view owner_dir = "");
 
 // OK when `spec` has no program, or its program.path is absolute, normalized and under one of
 // `dirs` (the workers' --programs-dir directories). INVALID_ARGUMENT otherwise, as for data

@@ -115,5 +115,53 @@ TEST(DataPathsTest, TheTensorBoardDirectoryIsConfinedLikeCheckpoints) {
               HasSubstr("spec.tensorboard.directory: '/ckpt/../etc' has a '..'"));
 }
 
+
+TEST(DataPathsTest, OwnerDirectoryNamesAreSafeAndDistinct) {
+  EXPECT_EQ(OwnerDirectoryName("alice"), "alice");
+  EXPECT_EQ(OwnerDirectoryName("alice@example.com"), "alice@example.com");
+  EXPECT_EQ(OwnerDirectoryName("team-a_x+1"), "team-a_x+1");
+  EXPECT_EQ(OwnerDirectoryName(".."), "%2E.");
+  EXPECT_EQ(OwnerDirectoryName("."), "%2E");
+  EXPECT_EQ(OwnerDirectoryName("a/b"), "a%2Fb");
+  EXPECT_EQ(OwnerDirectoryName("a b"), "a%20b");
+  // '%' itself is escaped: "a%2Fb" as an owner is not the directory of "a/b".
+  EXPECT_EQ(OwnerDirectoryName("a%2Fb"), "a%252Fb");
+  EXPECT_EQ(OwnerDirectoryName("\xc3\xa9"), "%C3%A9");
+  EXPECT_EQ(OwnerDirectoryName(""), "");
+  for (const char* name : {"alice", "%2E.", "a%2Fb", "%C3%A9"}) {
+    EXPECT_TRUE(IsDirectoryEntryName(name)) << name;
+  }
+  for (const std::string& name : std::vector<std::string>{"", ".", "..", "a/b", std::string(256, 'a'), std::string("a\0b", 3)}) {
+    EXPECT_FALSE(IsDirectoryEntryName(name)) << name;
+  }
+  EXPECT_EQ(OwnerCheckpointRoots({"/ckpt", "/"}, "bob"),
+            (std::vector<std::string>{"/ckpt/bob", "/bob"}));
+}
+
+TEST(DataPathsTest, CheckpointPathsStayInTheOwnersDirectory) {
+  v1::JobSpec spec;
+  spec.mutable_checkpoint()->set_directory("/ckpt/alice/run");
+  EXPECT_TRUE(CheckCheckpointPathsUnderRoots(spec, {"/ckpt", "/scratch"}, "alice").ok());
+  absl::Status s = CheckCheckpointPathsUnderRoots(spec, {"/ckpt", "/scratch"}, "bob");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("spec.checkpoint.directory: '/ckpt/alice/run' is not in the "
+                                     "submitter's own directory"));
+  EXPECT_THAT(s.message(), HasSubstr("/ckpt/bob or /scratch/bob"));
+  // "/ckpt/alice-2" is not alice's: the boundary is a path component.
+  spec.mutable_checkpoint()->set_directory("/ckpt/alice-2/run");
+  EXPECT_FALSE(CheckCheckpointPathsUnderRoots(spec, {"/ckpt"}, "alice").ok());
+  // The root's owner directory itself is the owner's too.
+  spec.mutable_checkpoint()->set_directory("/ckpt/alice");
+  EXPECT_TRUE(CheckCheckpointPathsUnderRoots(spec, {"/ckpt"}, "alice").ok());
+  // Resuming from another owner's checkpoints, and logging into their directory, are refused.
+  spec.set_resume_from("/ckpt/bob/run");
+  spec.mutable_tensorboard()->set_directory("/ckpt/bob/tb");
+  s = CheckCheckpointPathsUnderRoots(spec, {"/ckpt"}, "alice");
+  EXPECT_THAT(s.message(), HasSubstr("spec.resume_from: '/ckpt/bob/run'"));
+  EXPECT_THAT(s.message(), HasSubstr("spec.tensorboard.directory: '/ckpt/bob/tb'"));
+  // No owner directory (an admin's job): anywhere under a root.
+  EXPECT_TRUE(CheckCheckpointPathsUnderRoots(spec, {"/ckpt"}).ok());
+}
+
 }  // namespace
 }  // namespace substrax

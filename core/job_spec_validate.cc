@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data_paths.h"
+#include "core/job_env.h"
 #include "core/job_spec.h"
 #include "core/job_spec_internal.h"
 #include "core/models.h"
@@ -377,7 +378,7 @@ void ValidateBatch(const v1::JobSpec& spec, Validator& v) {
   }
 }
 
-// [A-Za-z_][A-Za-z0-9_]*: environment variable and program metric names.
+// [A-Za-z_][A-Za-z0-9_]*: program metric names (environment variable names: job_env.h).
 bool IsIdentifier(const std::string& name) {
   if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
   for (char c : name) {
@@ -497,11 +498,12 @@ void ValidateProgram(const v1::JobSpec& spec, Validator& v) {
   }
   for (const auto& [name, value] : program.env()) {
     const std::string path = absl::StrCat("spec.program.env.", name);
-    if (!IsIdentifier(name)) {
-      v.Add(path, "an environment variable name is letters, digits and '_', not starting with "
-                  "a digit");
-    } else if (absl::StartsWith(name, "SUBSTRAX_")) {
-      v.Add(path, "names beginning with SUBSTRAX_ are reserved for the SDK; rename it");
+    // The allowlist, which the administrator extends, is the coordinator's (AdmitJobSpec);
+    // what no setting allows is refused everywhere a spec is validated.
+    if (std::string problem = JobEnvNameProblem(name); !problem.empty()) {
+      v.Add(path, problem);
+    } else if (std::string denial = JobEnvDenial(name); !denial.empty()) {
+      v.Add(path, denial);
     }
     if (value.find('\0') != std::string::npos) {
       v.Add(path, "the value must not contain a NUL character");

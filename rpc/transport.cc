@@ -122,7 +122,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
       std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       grpc::experimental::TlsCredentials(tls);
-  if (!options.token_file.empty()) {
+  if (!options.token.empty()) {
+    credentials = grpc::CompositeChannelCredentials(
+        credentials, grpc::AccessTokenCredentials(options.token));
+  } else if (!options.token_file.empty()) {
     absl::StatusOr<std::string> text = ReadCredentialFile("--token-file", options.token_file);
     if (!text.ok()) return text.status();
     const std::string token(absl::StripAsciiWhitespace(*text));

@@ -32,6 +32,9 @@ struct TransportOptions {
   std::string key_file;
   // Client: a file holding a bearer token, sent as "authorization: Bearer <token>"; empty: none.
   std::string token_file;
+  // Client: a bearer token itself (a job's attempt token, from its launch file), sent the same
+  // way; used instead of token_file when set.
+  std::string token;
   // Client: the name the server's certificate must carry (a DNS SAN); empty: the host of the
   // target address (an IP address must then be an IP SAN).
   std::string server_name;

@@ -107,6 +107,7 @@ absl::Status RunBuiltinTrainer(v1::ProgramLaunch launch) {
 
   TrainerOptions trainer(program.mesh());
   trainer.spec = assignment.spec();
+  trainer.job_id = assignment.job_id();
   trainer.process_of_position = program.process_of_position();
   trainer.process_index = program.process_index();
   trainer.store = program.store();

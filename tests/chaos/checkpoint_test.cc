@@ -136,8 +136,9 @@ TEST(CheckpointTest, AKilledRunnerResumesAndEndsBitwiseEqualAndCheckpointsReshar
   ChaosCluster cluster("checkpoint", options);
   ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
 
-  // The uninterrupted run.
-  const std::string clean_dir = root + "/clean";
+  // The uninterrupted run. On an --insecure cluster every job's owner is "anonymous": its
+  // checkpoints go in <root>/anonymous.
+  const std::string clean_dir = root + "/anonymous/clean";
   std::optional<v1::Job> clean =
       RunToEnd(cluster, Job("clean", kHybrid, 1000, Checkpointed(clean_dir)));
   ASSERT_TRUE(clean.has_value() && clean->state() == v1::JOB_STATE_SUCCEEDED)
@@ -147,7 +148,7 @@ TEST(CheckpointTest, AKilledRunnerResumesAndEndsBitwiseEqualAndCheckpointsReshar
   EXPECT_EQ(clean->checkpoints(0).step(), 1000);
 
   // The same job, one runner killed at ~60%.
-  const std::string killed_dir = root + "/killed";
+  const std::string killed_dir = root + "/anonymous/killed";
   const std::string killed = cluster.Submit(Job("killed", kHybrid, 1000, Checkpointed(killed_dir)));
   ASSERT_TRUE(KillARunnerAt(cluster, killed, 600)) << cluster.Logs();
   std::optional<v1::Job> resumed = cluster.WaitForEnd(killed, absl::Minutes(3));
@@ -211,7 +212,7 @@ TEST(CheckpointTest, AnElasticJobLosesAWorkerForGoodAndSucceedsOnTheRest) {
   ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
 
   const std::string job = cluster.Submit(Job("elastic", "{data_parallel_size: {min: 2, max: 4}}",
-                                             1000, Checkpointed(root + "/elastic")));
+                                             1000, Checkpointed(root + "/anonymous/elastic")));
   ASSERT_EQ(job.rfind("error", 0), std::string::npos) << job;
   ASSERT_TRUE(PollUntil(
       [&] {
@@ -252,7 +253,8 @@ void ExpectFullDiskFailsTheJob(bool tmpfs) {
   ASSERT_TRUE(cluster.WaitForWorkers(1, absl::Seconds(30))) << cluster.Logs();
   // Adam's state of this model is ~500 KiB per checkpoint: the first save does not fit.
   const std::string yaml =
-      absl::StrReplaceAll(Job("full", "{data_parallel_size: 2}", 300, Checkpointed(root + "/full")),
+      absl::StrReplaceAll(Job("full", "{data_parallel_size: 2}", 300,
+                              Checkpointed(root + "/anonymous/full")),
                           {{"hidden_sizes: [64, 64]", "hidden_sizes: [256, 128]"},
                            {"max_restarts: 2", "max_restarts: 0"}});
   std::optional<v1::Job> job = RunToEnd(cluster, yaml);

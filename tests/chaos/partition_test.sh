@@ -230,8 +230,13 @@ log "cut $V_NS ($V_ID, incarnation $V_INCARNATION) off at step $(job_field step)
 no_victim_runners() { [ -z "$(victim_runners)" ]; }
 poll $((HEARTBEAT_TIMEOUT + 1)) "the cut-off daemon stops its runner (fencing)" no_victim_runners
 log "the cut-off daemon stopped its runner ~$((SECONDS - CUT)) s after the cut"
-grep -q "): fencing, since the coordinator may restart" "$TMP/w$((VICTIM + 1)).log" \
-  || die "the victim's log does not say it fenced"
+# The runner's supervisor fences first (its deadline is the lease less a margin); the agent,
+# still running, says so too once the lease is over.
+fenced_line() {
+  grep -q "the agent did not renew the attempt's lease in time" "$TMP/w$((VICTIM + 1)).log" &&
+    grep -q "): fencing, since the coordinator may restart" "$TMP/w$((VICTIM + 1)).log"
+}
+poll 5 "the victim's log says it fenced (its supervisor, then the agent)" fenced_line
 # 2. Declared dead.
 dead() { [ "$(worker_field "$V_ID" state)" = WORKER_STATE_DEAD ]; }
 poll $((2 * HEARTBEAT_TIMEOUT)) "the coordinator marks $V_ID dead" dead

@@ -31,7 +31,7 @@ std::string ProgramJob(const std::string& name, const std::string& path,
                        const std::string& args = "[]") {
   return absl::StrCat("apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: ", name,
                       "}\nspec:\n  program:\n    path: ", path, "\n    args: ", args,
-                      "\n    env: {MY_SETTING: mine}\n  mesh: {data_parallel_size: 1}\n");
+                      "\n    env: {JOB_SETTING: mine}\n  mesh: {data_parallel_size: 1}\n");
 }
 
 // Submits `yaml` and waits for its end; the job's error ("" unless FAILED).
@@ -90,7 +90,7 @@ TEST(ProgramTest, ProgramsAreConfinedAndMustCallInitAndTheWorkerKeepsServing) {
   EXPECT_THAT(error, HasSubstr(absl::StrCat("the program ", programs, "/quit.sh exited (exit "
                                             "status 0) without calling substrax::Init")));
   const std::string env = ReadFile(env_file);
-  EXPECT_THAT(env, HasSubstr("MY_SETTING=mine\n"));
+  EXPECT_THAT(env, HasSubstr("JOB_SETTING=mine\n"));
   EXPECT_THAT(env, HasSubstr(absl::StrCat("SUBSTRAX_LAUNCH=", cluster.dir(),
                                           "/worker-1/quit-")));
   EXPECT_THAT(env, HasSubstr("-attempt-1-process-0.launch\n"));

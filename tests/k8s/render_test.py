@@ -12,6 +12,11 @@ overlay plus the worker's --programs-dir on a read-only ReadOnlyMany claim and
 --program-init-timeout (testProgramsOverlay); Dockerfile.worker-programs is the worker-cpu image
 plus the SDK's library and programs in that directory (testProgramsImage).
 
+approver-policy's CertificateRequestPolicies (policy.cert-manager.io/v1alpha1) are evaluated as
+approver-policy would (testApproverPolicy): every certificate the render requests is approved
+for its requester, the requests an attacker would make through a pod's csi volume or a
+Certificate are not, and cert-manager's Helm values turn its default approver off.
+
 cert-manager's objects (cert-manager.io/v1 Issuer, Certificate) have no schema in
 kubernetes-validate, nor anywhere else offline: they are validated against a schema if the
 validator ever has one, and otherwise checked structurally here (testCertManagerObjects: kinds,
@@ -71,6 +76,14 @@ PROGRAMS_DIR = "/opt/substrax/programs"
 PROGRAMS_CLAIM = "substrax-programs"
 
 CERT_MANAGER_API = "cert-manager.io/v1"
+# cert-manager's approver-policy (CertificateRequestPolicy): which requests get signed.
+APPROVER_POLICY_API = "policy.cert-manager.io/v1alpha1"
+# The ServiceAccounts that make CertificateRequests: cert-manager's controller (for Certificate
+# resources) and its csi-driver (for pods' csi.cert-manager.io volumes), as their charts name them.
+CERT_MANAGER_SA = ("cert-manager", "cert-manager")
+CSI_DRIVER_SA = ("cert-manager", "cert-manager-csi-driver")
+# The Helm values cert-manager is installed with (docs/deploy.md#prerequisites).
+CERT_MANAGER_VALUES = "deploy/k8s/cert-manager/cert-manager-values.yaml"
 # The Prometheus Operator's API (ServiceMonitor) and the fields substrax may use of it
 # (monitoring.coreos.com/v1 ServiceMonitorSpec and Endpoint), so that a misspelt one is an error.
 MONITORING_API = "monitoring.coreos.com/v1"
@@ -196,6 +209,94 @@ def Render(overlay):
     return out.stdout, [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
+def Wildcard(pattern, value):
+    """approver-policy's wildcard match: '*' stands for any run of characters."""
+    return re.fullmatch(".*".join(map(re.escape, str(pattern).split("*"))), str(value)) is not None
+
+
+# The allowed.* fields this test evaluates; any other is an error (a policy it cannot judge).
+POLICY_ALLOWED_FIELDS = {"commonName", "dnsNames", "ipAddresses", "uris", "emailAddresses",
+                         "isCA", "usages", "subject"}
+POLICY_SUBJECT_FIELDS = {"organizations"}
+
+
+def PolicyPermits(policy, request):
+    """Whether approver-policy's `allowed` of `policy` permits `request` (a dict: commonName,
+    organizations, dnsNames, ipAddresses, usages, isCA, duration in seconds): each value the
+    request carries must match an allowed one, every required field must be present, and what
+    the policy leaves out must be empty. Returns (permitted, why not)."""
+    spec = policy.get("spec") or {}
+    allowed = spec.get("allowed") or {}
+    for field, values in (("dnsNames", request.get("dnsNames", [])),
+                          ("ipAddresses", request.get("ipAddresses", [])),
+                          ("organizations", request.get("organizations", []))):
+        rule = ((allowed.get("subject") or {}) if field == "organizations" else allowed).get(field)
+        if rule is None:
+            if values:
+                return False, "%s %s not allowed" % (field, values)
+            continue
+        if rule.get("required") and not values:
+            return False, "%s required" % field
+        for v in values:
+            if not any(Wildcard(p, v) for p in rule.get("values") or []):
+                return False, "%s %r not allowed" % (field, v)
+    cn = request.get("commonName", "")
+    rule = allowed.get("commonName")
+    if rule is None:
+        if cn:
+            return False, "commonName %r not allowed" % cn
+    elif (rule.get("required") and not cn) or (cn and not Wildcard(rule.get("value", ""), cn)):
+        return False, "commonName %r not allowed" % cn
+    if request.get("isCA") and allowed.get("isCA") is not True:
+        return False, "isCA not allowed"
+    for u in request.get("usages", []):
+        if u not in (allowed.get("usages") or []):
+            return False, "usage %r not allowed" % u
+    most = ParseDuration(((spec.get("constraints") or {}).get("maxDuration")) or "")
+    if most is not None and request.get("duration", 0) > most:
+        return False, "duration over %s" % spec["constraints"]["maxDuration"]
+    return True, ""
+
+
+def Approves(objects, requester, issuer, request):
+    """Whether approver-policy approves `request` against Issuer `issuer`, made by ServiceAccount
+    `requester` ((namespace, name)) in the render's namespace: a policy counts when it selects
+    the issuer and a RoleBinding lets the requester `use` it; approved when one of those permits
+    it. Returns (approved, the reasons each counted policy gave)."""
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role"}
+    usable = set()
+    for binding in (o for o in objects if o["kind"] == "RoleBinding"):
+        if not any(s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) ==
+                   requester for s in binding.get("subjects", [])):
+            continue
+        role = roles.get(binding["roleRef"]["name"]) or {}
+        for rule in role.get("rules", []):
+            if ("policy.cert-manager.io" in rule.get("apiGroups", []) and
+                    "certificaterequestpolicies" in rule.get("resources", []) and
+                    "use" in rule.get("verbs", [])):
+                usable.update(rule.get("resourceNames", []))
+    reasons = []
+    for policy in (o for o in objects if o["kind"] == "CertificateRequestPolicy"):
+        ref = (policy.get("spec") or {}).get("selector", {}).get("issuerRef") or {}
+        if policy["metadata"]["name"] not in usable or not Wildcard(ref.get("name", "*"), issuer):
+            continue
+        permitted, why = PolicyPermits(policy, request)
+        if permitted:
+            return True, []
+        reasons.append("%s: %s" % (policy["metadata"]["name"], why))
+    return False, reasons or ["no policy selects it for this requester"]
+
+
+def CertificateRequestOf(cert):
+    """What a Certificate's CertificateRequest asks for, as PolicyPermits reads it."""
+    spec = cert["spec"]
+    return {"commonName": spec.get("commonName", ""),
+            "organizations": (spec.get("subject") or {}).get("organizations", []),
+            "dnsNames": spec.get("dnsNames", []), "ipAddresses": spec.get("ipAddresses", []),
+            "usages": spec.get("usages", []), "isCA": bool(spec.get("isCA")),
+            "duration": ParseDuration(spec.get("duration", "2160h")) or 0}
+
+
 def PodTemplates(objects):
     for obj in objects:
         if obj["kind"] in POD_KINDS:
@@ -236,9 +337,9 @@ def HealthPort(container):
     return None
 
 
-def ValidateSchemas(renders, structural_api, structural_test):
+def ValidateSchemas(renders, structural_apis, structural_test):
     """Errors of each object of each (where, objects) render against the API schema of its kind
-    (strict). Objects of `structural_api` may have no schema offline (CRDs): then
+    (strict). Objects of the `structural_apis` may have no schema offline (CRDs): then
     `structural_test` checks them, and this says so on stderr."""
     errors = []
     structural = set()
@@ -249,7 +350,7 @@ def ValidateSchemas(renders, structural_api, structural_test):
             errors.append("%s: %s: %s at %s" % (where, Name(obj), e.message,
                                                 "/".join(map(str, e.path))))
         except kubernetes_validate.SchemaNotFoundError as e:
-            if obj.get("apiVersion") == structural_api:
+            if obj.get("apiVersion") in structural_apis:
                 structural.add("%s %s" % (obj["apiVersion"], obj["kind"]))
             else:
                 errors.append("%s: %s: no schema (%s)" % (where, Name(obj), e))
@@ -275,13 +376,22 @@ class RenderedOverlayTest(unittest.TestCase):
             yield overlay, self.rendered[overlay][1]
 
     def testEveryObjectMatchesTheApiSchema(self):
-        Fail(ValidateSchemas(self.Each(), CERT_MANAGER_API, "testCertManagerObjects"))
+        Fail(ValidateSchemas(self.Each(), (CERT_MANAGER_API, APPROVER_POLICY_API),
+                             "testCertManagerObjects, testApproverPolicy"))
 
     def testExpectedObjects(self):
         for overlay, objects in self.Each():
             kinds = sorted(Name(o) for o in objects
                            if o["kind"] not in ("ConfigMap", "Secret", "Namespace"))
             self.assertEqual(kinds, sorted([
+                "CertificateRequestPolicy/substrax-admin",
+                "CertificateRequestPolicy/substrax-ca",
+                "CertificateRequestPolicy/substrax-coordinator",
+                "CertificateRequestPolicy/substrax-worker",
+                "Role/substrax-certificate-policies",
+                "Role/substrax-worker-certificate-policy",
+                "RoleBinding/substrax-certificate-policies",
+                "RoleBinding/substrax-worker-certificate-policy",
                 "Certificate/substrax-admin",
                 "Certificate/substrax-ca",
                 "Certificate/substrax-coordinator",
@@ -747,6 +857,95 @@ class RenderedOverlayTest(unittest.TestCase):
                 errors.append("%s: name ca-file, certificate-file and privatekey-file" % w)
         Fail(errors)
 
+    def testApproverPolicy(self):
+        """approver-policy's CertificateRequestPolicies (structurally: no schema offline), and
+        what they decide: every certificate the render asks for is approved, for its requester,
+        and an administrator's or another identity's certificate asked for through a pod's csi
+        volume, or any other subject through a Certificate, is not. cert-manager's own default
+        approver must be off (CERT_MANAGER_VALUES), or it signs everything."""
+        errors = []
+        with open(os.path.join(ARGS.root, CERT_MANAGER_VALUES)) as f:
+            values = yaml.safe_load(f) or {}
+        if values.get("disableAutoApproval") is not True:
+            errors.append("%s: disableAutoApproval must be true: cert-manager's default approver "
+                          "signs any subject, an admin's included" % CERT_MANAGER_VALUES)
+        for overlay, objects in self.Each():
+            policies = [o for o in objects if o["kind"] == "CertificateRequestPolicy"]
+            issuers = {o["metadata"]["name"] for o in objects if o["kind"] == "Issuer"}
+            for policy in policies:
+                w = "%s: %s" % (overlay, Name(policy))
+                spec = policy.get("spec") or {}
+                if policy.get("apiVersion") != APPROVER_POLICY_API:
+                    errors.append("%s: apiVersion %s, want %s" % (w, policy.get("apiVersion"),
+                                                                  APPROVER_POLICY_API))
+                for field in sorted(set(spec) - {"allowed", "constraints", "selector"}):
+                    errors.append("%s: unknown spec field %s" % (w, field))
+                allowed = spec.get("allowed") or {}
+                for field in sorted(set(allowed) - POLICY_ALLOWED_FIELDS):
+                    errors.append("%s: allowed.%s is not evaluated by this test" % (w, field))
+                for field in sorted(set(allowed.get("subject") or {}) - POLICY_SUBJECT_FIELDS):
+                    errors.append("%s: allowed.subject.%s is not evaluated here" % (w, field))
+                ref = spec.get("selector", {}).get("issuerRef") or {}
+                if ref.get("name") not in issuers or ref.get("kind") != "Issuer":
+                    errors.append("%s: selector.issuerRef %s names no Issuer of this render" %
+                                  (w, ref))
+                for org in (allowed.get("subject") or {}).get("organizations", {}).get(
+                        "values", []):
+                    if org not in ROLES:
+                        errors.append("%s: organization %r is not exactly a substrax role" %
+                                      (w, org))
+            # Every certificate of the render is approved for cert-manager's controller.
+            for cert in (o for o in objects if o["kind"] == "Certificate"):
+                ok, why = Approves(objects, CERT_MANAGER_SA, cert["spec"]["issuerRef"]["name"],
+                                   CertificateRequestOf(cert))
+                if not ok:
+                    errors.append("%s: %s would never be signed: %s" % (overlay, Name(cert),
+                                                                        "; ".join(why)))
+            # Each worker pod's csi volume, as the csi-driver asks for it.
+            ds = [o for o in objects if o["kind"] == "DaemonSet"][0]
+            csi = [v["csi"] for v in ds["spec"]["template"]["spec"].get("volumes", [])
+                   if "csi" in v]
+            attrs = {k[len(CSI_DRIVER) + 1:]: v for k, v in
+                     ((csi[0].get("volumeAttributes") or {}) if csi else {}).items()}
+            worker = {"commonName": "substrax-worker-x7k2p",
+                      "organizations": [o for o in attrs.get("organizations", "").split(",") if o],
+                      "usages": [u.strip() for u in attrs.get("key-usages", "").split(",")
+                                 if u.strip()],
+                      "duration": ParseDuration(attrs.get("duration", "")) or 0}
+            ok, why = Approves(objects, CSI_DRIVER_SA, attrs.get("issuer-name"), worker)
+            if not ok:
+                errors.append("%s: a worker pod's certificate would never be signed: %s" %
+                              (overlay, "; ".join(why)))
+            # What an attacker who can create pods (csi volumes) or Certificates would ask for.
+            admin = {"commonName": "admin", "organizations": ["substrax:admin"],
+                     "usages": ["client auth", "digital signature", "key encipherment"]}
+            refused = [
+                ("a pod's csi volume asking for the admin's certificate", CSI_DRIVER_SA, admin),
+                ("a pod's csi volume asking for a submitter's", CSI_DRIVER_SA,
+                 dict(worker, organizations=["substrax:submitter"])),
+                ("a pod's csi volume asking for two roles", CSI_DRIVER_SA,
+                 dict(worker, organizations=["substrax:worker", "substrax:admin"])),
+                ("a pod's csi volume asking for a worker certificate named after no worker pod",
+                 CSI_DRIVER_SA, dict(worker, commonName="admin")),
+                ("a pod's csi volume asking for a server certificate", CSI_DRIVER_SA,
+                 dict(worker, usages=["server auth"])),
+                ("a pod's csi volume asking for a CA", CSI_DRIVER_SA, dict(worker, isCA=True)),
+                ("a worker certificate of a year", CSI_DRIVER_SA,
+                 dict(worker, duration=365 * 24 * 3600)),
+                ("a Certificate for another admin", CERT_MANAGER_SA,
+                 dict(admin, commonName="mallory")),
+                ("a Certificate for a worker identity", CERT_MANAGER_SA, worker),
+                ("a Certificate for the coordinator's name with a role", CERT_MANAGER_SA,
+                 {"commonName": "substrax-coordinator", "organizations": ["substrax:admin"],
+                  "usages": ["client auth"]}),
+                ("another service account", ("default", "default"), admin),
+            ]
+            for what, requester, request in refused:
+                ok, _ = Approves(objects, requester, "substrax-ca", request)
+                if ok:
+                    errors.append("%s: %s is approved" % (overlay, what))
+        Fail(errors)
+
     def testEveryMountedSourceIsRendered(self):
         """Every volume a pod mounts comes from something in the render (a Secret, a
         Certificate's Secret, a ConfigMap, a claim, an Issuer for csi volumes; emptyDir), and
@@ -923,7 +1122,7 @@ class MonitoringTest(unittest.TestCase):
         self.assertEqual(sorted(Name(o) for o in self.objects),
                          ["ConfigMap/" + DASHBOARD_CONFIGMAP,
                           "ServiceMonitor/substrax-coordinator"])
-        Fail(ValidateSchemas([(MONITORING, self.objects)], MONITORING_API,
+        Fail(ValidateSchemas([(MONITORING, self.objects)], (MONITORING_API,),
                              "MonitoringTest.testServiceMonitorScrapesTheCoordinator"))
 
     def testSameNamespaceAsTheOverlays(self):

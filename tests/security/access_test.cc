@@ -14,6 +14,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +58,18 @@ v1::JobSpec Spec(const std::string& name) {
   return spec;
 }
 
+// A report of `step` from the first device of `a`'s process.
+v1::ReportStepsRequest StepOf(const v1::Assignment& a, int64_t step) {
+  v1::ReportStepsRequest steps;
+  steps.set_job_id(a.job_id());
+  steps.set_attempt(a.attempt());
+  v1::StepReport* r = steps.add_reports();
+  r->set_step(step);
+  r->set_device_id(a.local_device_ids(0));
+  (*r->mutable_values())["loss"] = 0.5;
+  return steps;
+}
+
 std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = absl::Seconds(10)) {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -71,8 +84,11 @@ struct Client {
   std::unique_ptr<v1::CoordinatorService::Stub> coordinator;
 
   grpc::Status Submit(const std::string& name, std::string* id = nullptr) {
+    return Submit(Spec(name), id);
+  }
+  grpc::Status Submit(const v1::JobSpec& spec, std::string* id = nullptr) {
     v1::SubmitJobRequest request;
-    *request.mutable_spec() = Spec(name);
+    *request.mutable_spec() = spec;
     v1::SubmitJobResponse response;
     grpc::Status status = jobs->SubmitJob(Context().get(), request, &response);
     if (id != nullptr) *id = response.job().id();
@@ -102,8 +118,10 @@ struct Client {
     v1::QueryMetricsResponse response;
     return metrics->QueryMetrics(Context().get(), request, &response);
   }
-  grpc::Status Register(const std::string& worker_id) {
+  grpc::Status Register(const std::string& worker_id,
+                        const std::vector<std::string>& checkpoint_roots = {}) {
     v1::RegisterWorkerRequest request;
+    for (const std::string& root : checkpoint_roots) request.add_checkpoint_roots(root);
     request.set_worker_id(worker_id);
     request.set_host("host-" + worker_id);
     request.set_incarnation("inc-" + worker_id);
@@ -226,7 +244,18 @@ class SecurityTest : public ::testing::Test {
                                      // Fake workers never heartbeat; their leases outlast the test.
                                      "--heartbeat-timeout=10m"};
     for (std::string& flag : pki_->CoordinatorFlags()) argv.push_back(std::move(flag));
-    coordinator_ = std::make_unique<Process>(argv, dir_ + "/coordinator.log");
+    coordinator_argv_ = argv;
+    StartCoordinator();
+    admin_transport_ = pki_->Issue("admin", "admin");
+    admin_ = For(admin_transport_);
+  }
+
+  // Starts the coordinator on its state directory and waits for its address.
+  void StartCoordinator() {
+    std::remove((dir_ + "/address").c_str());
+    address_.clear();
+    coordinator_ = std::make_unique<Process>(
+        coordinator_argv_, absl::StrCat(dir_, "/coordinator-", ++coordinator_starts_, ".log"));
     ASSERT_TRUE(PollUntil(
         [&] {
           std::ifstream in(dir_ + "/address");
@@ -234,8 +263,6 @@ class SecurityTest : public ::testing::Test {
         },
         absl::Seconds(30)))
         << coordinator_->Log();
-    admin_transport_ = pki_->Issue("admin", "admin");
-    admin_ = For(admin_transport_);
   }
 
   void TearDown() override {
@@ -291,6 +318,8 @@ class SecurityTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<TestPki> pki_;
+  std::vector<std::string> coordinator_argv_;
+  int coordinator_starts_ = 0;
   std::unique_ptr<Process> coordinator_;
   std::string address_;
   std::string bob_token_;
@@ -429,6 +458,52 @@ TEST_F(SecurityTest, RolesAndOwnership) {
   EXPECT_EQ(For(server_cert).List(&list).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+// Checkpoints are their owner's: a job writes, resumes and logs only in its submitter's
+// directory under a checkpoint root; an admin may name any path there.
+TEST_F(SecurityTest, CheckpointsBelongToTheirOwner) {
+  ASSERT_TRUE(For(pki_->Issue("w-1", "worker")).Register("w-1", {"/ckpt"}).ok());
+  Client alice = For(pki_->Issue("alice", "submitter"));
+  Client bob = WithToken(bob_token_);
+  v1::JobSpec spec = Spec("weights");
+  spec.mutable_checkpoint()->set_directory("/ckpt/alice/run");
+  std::string alices;
+  ASSERT_TRUE(alice.Submit(spec, &alices).ok());
+
+  // Bob can neither write into alice's directory (and rotate her checkpoints away with his
+  // keep_last) nor resume from it (and read her weights).
+  grpc::Status into = bob.Submit(spec);
+  EXPECT_EQ(into.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(into.error_message(),
+              HasSubstr("spec.checkpoint.directory: '/ckpt/alice/run' is not in the submitter's "
+                        "own directory: a job writes and resumes checkpoints only under "
+                        "/ckpt/bob"));
+  v1::JobSpec resume = spec;
+  resume.mutable_checkpoint()->set_directory("/ckpt/bob/run");
+  resume.set_resume_from("/ckpt/alice/run");
+  grpc::Status from = bob.Submit(resume);
+  EXPECT_EQ(from.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(from.error_message(), HasSubstr("spec.resume_from: '/ckpt/alice/run'"));
+  EXPECT_THAT(from.error_message(), HasSubstr("only under /ckpt/bob"));
+  // A symbolic-looking escape is no way around it either.
+  resume.set_resume_from("/ckpt/bob/../alice/run");
+  EXPECT_EQ(bob.Submit(resume).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(admin_.List(&list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).id(), alices);
+  EXPECT_EQ(list.jobs(0).checkpoint_owner_directory(), "alice");
+
+  // Alice resumes from her own earlier job's checkpoints; an admin may use any path.
+  v1::JobSpec again = spec;
+  again.mutable_checkpoint()->set_directory("/ckpt/alice/run-2");
+  again.set_resume_from("/ckpt/alice/run");
+  EXPECT_TRUE(alice.Submit(again).ok());
+  v1::JobSpec admins = spec;
+  admins.mutable_checkpoint()->set_directory("/ckpt/shared/run");
+  admins.set_resume_from("/ckpt/alice/run");
+  EXPECT_TRUE(admin_.Submit(admins).ok());
+}
+
 // A worker registers, heartbeats, watches and reports only as itself.
 TEST_F(SecurityTest, AWorkerActsOnlyAsItself) {
   Client w1 = For(pki_->Issue("w-1", "worker"));
@@ -538,6 +613,133 @@ TEST_F(SecurityTest, RendezvousIsScopedToTheAttempt) {
   // A user with every role cannot touch rendezvous either.
   EXPECT_EQ(admin_.KeyGet(*b, b->rendezvous_secret(), "gloo/0", &value).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// A job's process holds its attempt's token, not its worker's certificate: with it, it reports
+// and meets its peers for its own attempt only, and only while that attempt runs; everything a
+// worker daemon or a user calls is refused.
+TEST_F(SecurityTest, AnAttemptTokenActsOnlyForItsAttemptWhileItRuns) {
+  Client w1 = For(pki_->Issue("w-1", "worker"));
+  Client w2 = For(pki_->Issue("w-2", "worker"));
+  ASSERT_TRUE(w1.Register("w-1").ok());
+  ASSERT_TRUE(w2.Register("w-2").ok());
+  std::string id;
+  ASSERT_TRUE(admin_.Submit("tokened", &id).ok());
+  ASSERT_TRUE(admin_.Submit("other").ok());
+  // Each job fills one worker (2 devices).
+  std::optional<v1::Assignment> a = w1.NextAssignment("w-1");
+  std::optional<v1::Assignment> b = w2.NextAssignment("w-2");
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  if (a->job_id() != id) std::swap(a, b);
+  ASSERT_EQ(a->job_id(), id);
+  ASSERT_FALSE(a->attempt_token().empty());
+  ASSERT_NE(a->attempt_token(), b->attempt_token());
+  Client job = WithToken(a->attempt_token());
+
+  // Its own reports and rendezvous.
+  const v1::ReportStepsRequest steps = StepOf(*a, 1);
+  v1::ReportStepsResponse reported;
+  grpc::Status own = job.coordinator->ReportSteps(Context().get(), steps, &reported);
+  EXPECT_TRUE(own.ok()) << own.error_message();
+  v1::ReportCheckpointsRequest checkpoints;
+  checkpoints.set_job_id(a->job_id());
+  checkpoints.set_attempt(a->attempt());
+  v1::ReportCheckpointsResponse listed;
+  grpc::Status checkpointed =
+      job.coordinator->ReportCheckpoints(Context().get(), checkpoints, &listed);
+  EXPECT_TRUE(checkpointed.ok()) << checkpointed.error_message();
+  ASSERT_TRUE(job.KeySet(*a, a->rendezvous_secret(), "gloo/0", "10.0.0.1:4000").ok());
+  std::string value;
+  ASSERT_TRUE(job.KeyGet(*a, a->rendezvous_secret(), "gloo/0", &value).ok());
+  EXPECT_EQ(value, "10.0.0.1:4000");
+  // In a barrier only as its own process.
+  v1::BarrierRequest barrier;
+  barrier.mutable_scope()->set_job_id(a->job_id());
+  barrier.mutable_scope()->set_attempt(a->attempt());
+  barrier.mutable_scope()->set_secret(a->rendezvous_secret());
+  barrier.set_barrier_id("b");
+  barrier.set_participant(a->process_index() + 1);
+  barrier.set_num_participants(2);
+  barrier.mutable_timeout()->set_seconds(1);
+  v1::BarrierResponse passed;
+  grpc::Status posing = job.coordinator->Barrier(Context().get(), barrier, &passed);
+  EXPECT_EQ(posing.error_code(), grpc::StatusCode::PERMISSION_DENIED) << posing.error_message();
+  EXPECT_THAT(posing.error_message(), HasSubstr("a process takes part as its own index"));
+
+  // Not another job's attempt, even with that attempt's secret.
+  grpc::Status cross = job.KeySet(*b, b->rendezvous_secret(), "gloo/0", "6.6.6.6:1");
+  EXPECT_EQ(cross.error_code(), grpc::StatusCode::PERMISSION_DENIED) << cross.error_message();
+  EXPECT_THAT(cross.error_message(), HasSubstr("acts only for its own attempt"));
+  v1::ReportStepsRequest theirs = steps;
+  theirs.set_job_id(b->job_id());
+  theirs.mutable_reports(0)->set_device_id(b->local_device_ids(0));
+  EXPECT_EQ(job.coordinator->ReportSteps(Context().get(), theirs, &reported).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  // Nothing of its worker's, nothing of a user's.
+  v1::ListJobsResponse list;
+  v1::ReportAttemptStatusRequest done;
+  done.set_job_id(a->job_id());
+  done.set_attempt(a->attempt());
+  done.set_worker_id("w-1");
+  done.set_process_index(a->process_index());
+  done.set_state(v1::RUNNER_STATE_SUCCEEDED);
+  v1::ReportAttemptStatusResponse ack;
+  v1::WatchAssignmentsRequest watch;
+  watch.set_worker_id("w-1");
+  auto watching = Context();
+  auto reader = job.coordinator->WatchAssignments(watching.get(), watch);
+  v1::WatchAssignmentsResponse event;
+  EXPECT_FALSE(reader->Read(&event));
+  for (const grpc::Status& s :
+       {job.Register("w-1"), job.Heartbeat("w-1"), job.ShipLogs("w-1", id, "forged\n"),
+        job.coordinator->ReportAttemptStatus(Context().get(), done, &ack), reader->Finish(),
+        job.Submit("j"), job.List(&list), job.Cancel(id), job.Delete(id), job.Query(id)}) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("(job, by attempt token)"));
+  }
+  // A changed token is nobody's.
+  std::string forged = a->attempt_token();
+  forged.back() = forged.back() == '0' ? '1' : '0';
+  EXPECT_EQ(WithToken(forged).coordinator->ReportSteps(Context().get(), steps, &reported)
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // Once the attempt has ended the token admits nothing more.
+  ASSERT_TRUE(admin_.Cancel(id).ok());
+  grpc::Status ended = job.coordinator->ReportSteps(Context().get(), steps, &reported);
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::PERMISSION_DENIED) << ended.error_message();
+  EXPECT_THAT(ended.error_message(), HasSubstr("valid only while that attempt runs"));
+  EXPECT_THAT(ended.error_message(), HasSubstr("has ended"));
+  grpc::Status late = job.KeyGet(*a, a->rendezvous_secret(), "gloo/0", &value);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::PERMISSION_DENIED) << late.error_message();
+  EXPECT_THAT(late.error_message(), HasSubstr("has ended"));
+}
+
+// An attempt token is stateless: a restarted coordinator (same state directory, same key)
+// still admits it for the attempt that kept running.
+TEST_F(SecurityTest, AnAttemptTokenOutlivesACoordinatorRestart) {
+  Client w1 = For(pki_->Issue("w-1", "worker"));
+  ASSERT_TRUE(w1.Register("w-1").ok());
+  std::string id;
+  ASSERT_TRUE(admin_.Submit("restarted", &id).ok());
+  std::optional<v1::Assignment> a = w1.NextAssignment("w-1");
+  ASSERT_TRUE(a.has_value());
+  v1::ReportStepsResponse reported;
+  grpc::Status before = WithToken(a->attempt_token())
+                            .coordinator->ReportSteps(Context().get(), StepOf(*a, 1), &reported);
+  ASSERT_TRUE(before.ok()) << before.error_message();
+
+  coordinator_->Signal(SIGTERM);
+  ASSERT_EQ(coordinator_->Wait(absl::Seconds(30)), 0) << coordinator_->Log();
+  StartCoordinator();
+  Client job = WithToken(a->attempt_token());
+  grpc::Status after = job.coordinator->ReportSteps(Context().get(), StepOf(*a, 2), &reported);
+  EXPECT_TRUE(after.ok()) << after.error_message() << coordinator_->Log();
+  std::string value;
+  ASSERT_TRUE(job.KeySet(*a, a->rendezvous_secret(), "k", "v").ok());
+  ASSERT_TRUE(job.KeyGet(*a, a->rendezvous_secret(), "k", &value).ok());
+  EXPECT_EQ(value, "v");
 }
 
 // Tokens and certificates change without a restart: a new token file is read, and new

@@ -57,8 +57,9 @@ class DataPathsTest : public ::testing::Test {
     ChaosClusterOptions options;
     options.workers = 1;
     options.cpu_devices_per_worker = 1;
-    options.worker_flags = {"--data-root", root_};
-    // The runners inherit it: /proc/self/environ of a runner holds the marker.
+    // The runners get it (passed on by name: jobs start from a clean environment), so
+    // /proc/self/environ of a runner holds the marker.
+    options.worker_flags = {"--data-root", root_, "--job-env-pass", "SUBSTRAX_TEST_MARKER"};
     options.worker_env = {absl::StrCat("SUBSTRAX_TEST_MARKER=", kMarker)};
     options.coordinator_env = options.worker_env;
     cluster_ = std::make_unique<ChaosCluster>("data_paths_cluster", options);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,19 @@ absl::Status SyncDirectory(const std::string& dir) {
   }
   close(fd);
   return absl::OkStatus();
+}
+
+// The job that wrote the committed checkpoint in `dir` (its manifest's job_id); nullopt when
+// the manifest cannot be read (no job's: never counted or removed by keep_last, replaced by a
+// commit of the same step, since no reader would take it).
+std::optional<std::string> JobOfCheckpoint(const std::string& dir) {
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir);
+  if (!reader.ok()) return std::nullopt;
+  return reader->manifest().job_id();
+}
+
+std::string DescribeJob(const std::string& job_id) {
+  return job_id.empty() ? "a run outside any job" : absl::StrCat("job ", job_id);
 }
 
 }  // namespace
@@ -86,7 +100,18 @@ absl::Status CommitCheckpoint(const std::string& dir, const v1::CheckpointManife
   }
   const std::string committed = CommittedCheckpointDir(dir, manifest.step());
   std::error_code ec;
-  fs::remove_all(committed, ec);  // a previous attempt's checkpoint of the same step
+  // A previous attempt's checkpoint of the same step is replaced; another job's never is.
+  if (fs::exists(committed, ec)) {
+    const std::optional<std::string> writer = JobOfCheckpoint(committed);
+    if (writer.has_value() && *writer != manifest.job_id()) {
+      fs::remove_all(staging, ec);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint of step ", manifest.step(), " not committed: ", committed, " holds ",
+          DescribeJob(*writer), "'s checkpoint of that step, which ", DescribeJob(manifest.job_id()),
+          " does not replace; give each job a checkpoint directory of its own"));
+    }
+  }
+  fs::remove_all(committed, ec);
   if (std::rename(staging.c_str(), committed.c_str()) != 0) {
     return absl::UnavailableError(absl::StrCat("checkpoint of step ", manifest.step(),
                                                " not committed: cannot rename ", staging, " to ",
@@ -94,9 +119,12 @@ absl::Status CommitCheckpoint(const std::string& dir, const v1::CheckpointManife
   }
   if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
   if (keep_last > 0) {
-    std::vector<CommittedCheckpoint> all = ListCheckpoints(dir);
-    for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
-      fs::remove_all(all[i].path, ec);
+    // Only this job's own count and go: a directory shared with another job (the same owner's
+    // earlier run, resumed from) keeps that job's checkpoints.
+    size_t kept = 0;
+    for (const CommittedCheckpoint& c : ListCheckpoints(dir)) {
+      if (JobOfCheckpoint(c.path) != manifest.job_id()) continue;
+      if (++kept > static_cast<size_t>(keep_last)) fs::remove_all(c.path, ec);
     }
   }
   return absl::OkStatus();

@@ -36,8 +36,11 @@ absl::Status WriteShardFile(const std::string& dir, int64_t step, const ProcessS
 // Process 0, once every process's WriteShardFile has returned: checks that the staging
 // directory holds every file of `manifest` at its size, writes manifest.json, renames the
 // staging directory to the committed one, and removes the oldest committed checkpoints beyond
-// `keep_last` (0: keep all). Errors: FAILED_PRECONDITION (a shard file missing or of another
-// size: not committed), UNAVAILABLE (a write or rename failed; nothing committed).
+// `keep_last` (0: keep all) among those of manifest.job_id: another job's checkpoints in the
+// same directory are neither counted nor removed. Errors: FAILED_PRECONDITION (a shard file
+// missing or of another size; or the directory holds another job's committed checkpoint of
+// the same step, which is never replaced: not committed), UNAVAILABLE (a write or rename
+// failed; nothing committed).
 absl::Status CommitCheckpoint(const std::string& dir, const v1::CheckpointManifest& manifest,
                               int keep_last);
 

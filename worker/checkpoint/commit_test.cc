@@ -32,7 +32,8 @@ class CommitTest : public ::testing::Test {
   }
 
   // Both processes write their files; process 0 commits unless `commit` is false.
-  absl::Status Save(int64_t step, int processes = 2, bool commit = true) {
+  absl::Status Save(int64_t step, int processes = 2, bool commit = true,
+                    const std::string& job_id = "") {
     std::vector<v1::CheckpointFile> entries;
     Tensor storage[2];
     std::map<std::string, LocalArray> all = {{"w", {layout_, {}}}};
@@ -56,6 +57,7 @@ class CommitTest : public ::testing::Test {
     }
     absl::StatusOr<v1::CheckpointManifest> manifest = MakeManifest(step, mesh_, all, entries);
     if (!manifest.ok()) return manifest.status();
+    manifest->set_job_id(job_id);
     return CommitCheckpoint(dir_, *manifest, /*keep_last=*/2);
   }
 
@@ -82,6 +84,26 @@ TEST_F(CommitTest, CommitsKeepTheLastKAndTheNewestIsRead) {
   absl::StatusOr<Tensor> w = reader->ReadBlock("w", {{0, 4}});
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_THAT(std::vector<float>(w->data(), w->data() + 4), ElementsAre(300, 301, 302, 303));
+}
+
+TEST_F(CommitTest, KeepLastNeverRemovesAnotherJobsCheckpoints) {
+  // Job a-1 wrote 100 and 200; job b-2 resumed from them in the same directory.
+  ASSERT_TRUE(Save(100, 2, true, "a-1").ok());
+  ASSERT_TRUE(Save(200, 2, true, "a-1").ok());
+  for (int64_t step : {300, 400, 500}) ASSERT_TRUE(Save(step, 2, true, "b-2").ok());
+  // b-2 keeps its last 2; a-1's are neither counted nor removed.
+  EXPECT_THAT(Steps(), ElementsAre(500, 400, 200, 100));
+  // Nor is another job's checkpoint of the same step replaced.
+  absl::Status clash = Save(200, 2, true, "b-2");
+  EXPECT_EQ(clash.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(clash.message(), HasSubstr("holds job a-1's checkpoint of that step"));
+  EXPECT_THAT(clash.message(), HasSubstr("which job b-2 does not replace"));
+  EXPECT_FALSE(std::filesystem::exists(StagingCheckpointDir(dir_, 200)));
+  absl::StatusOr<CheckpointReader> kept = CheckpointReader::Open(CommittedCheckpointDir(dir_, 200));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->manifest().job_id(), "a-1");
+  // The same job's own checkpoint of a step (an earlier attempt's) is replaced.
+  EXPECT_TRUE(Save(500, 2, true, "b-2").ok());
 }
 
 TEST_F(CommitTest, ACorruptedShardFallsBackToThePreviousCheckpointSayingWhy) {

@@ -375,6 +375,7 @@ absl::Status Checkpointer::Write(const Snapshot& snapshot) {
     }
     SUBSTRAX_ASSIGN_OR_RETURN(v1::CheckpointManifest manifest,
                               MakeManifest(step, *options_.mesh, arrays, std::move(files)));
+    manifest.set_job_id(options_.job_id);
     return CommitCheckpoint(options_.directory, manifest, options_.keep_last);
   };
   const absl::Status committed = commit();

@@ -93,6 +93,8 @@ struct CheckpointerOptions {
   std::string directory;
   // Committed checkpoints kept (0: all).
   int keep_last = 0;
+  // The job writing them (CheckpointManifest.job_id): keep_last counts and removes only its own.
+  std::string job_id;
   const Mesh* mesh = nullptr;
   int process_index = 0;
   int num_processes = 1;

@@ -206,6 +206,7 @@ absl::Status TrainingProcess::StartCheckpoints() {
   CheckpointerOptions writer;
   writer.directory = spec.checkpoint().directory();
   writer.keep_last = spec.checkpoint().keep_last();
+  writer.job_id = options_.job_id;
   writer.mesh = &options_.mesh;
   writer.process_index = options_.process_index;
   writer.num_processes = NumProcesses(options_.process_of_position);

@@ -47,6 +47,9 @@ struct TrainerOptions {
 
   // A defaulted, validated spec (ParseJobSpecYaml does both).
   v1::JobSpec spec;
+  // The job this process is part of (empty for `substrax-job train`): its checkpoints carry it,
+  // and keep_last removes only its own.
+  std::string job_id;
   // The job's mesh and, for each mesh position, the process that drives that device.
   Mesh mesh;
   std::vector<int> process_of_position;

@@ -63,13 +63,21 @@ JobSettings SettingsOf(const v1::Assignment& assignment) {
   return settings;
 }
 
-TransportOptions TransportOf(const v1::TransportSettings& t) {
+// TLS that verifies the coordinator, with the attempt token as the call credential (no client
+// certificate: the process holds no worker identity); or plaintext under --insecure, where the
+// coordinator asks for nothing. Errors: FAILED_PRECONDITION when a TLS launch has no token.
+absl::StatusOr<TransportOptions> TransportOf(const v1::TransportSettings& t) {
   TransportOptions options;
   options.insecure = t.insecure();
+  if (options.insecure) return options;
+  if (t.attempt_token().empty()) {
+    return absl::FailedPreconditionError(
+        "the launch file has no attempt token (transport.attempt_token) to call the "
+        "coordinator with: the coordinator is older than this worker's agent; upgrade it");
+  }
   options.ca_file = t.ca_file();
-  options.cert_file = t.cert_file();
-  options.key_file = t.key_file();
   options.server_name = t.server_name();
+  options.token = t.attempt_token();
   if (t.has_reload_interval()) options.reload_interval = FromProtoDuration(t.reload_interval());
   return options;
 }
@@ -130,8 +138,10 @@ absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunchProto(
         index.emplace(d.worker_id, static_cast<int>(index.size())).first->second);
   }
   program->process_index_ = assignment.process_index();
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(
-      launch.coordinator(), TransportOf(launch.transport()), KeepaliveChannelArguments());
+  absl::StatusOr<TransportOptions> transport = TransportOf(launch.transport());
+  if (!transport.ok()) return Annotate(transport.status(), "the coordinator's channel");
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(launch.coordinator(), *transport, KeepaliveChannelArguments());
   if (!channel.ok()) return Annotate(channel.status(), "the coordinator's channel");
   program->stub_ = v1::CoordinatorService::NewStub(*channel);
   program->store_ = std::make_unique<CoordinatorStore>(

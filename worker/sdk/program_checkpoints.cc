@@ -115,6 +115,7 @@ absl::Status ProgramImpl::ConfigureCheckpoints(const CheckpointOptions& options)
     CheckpointerOptions writer;
     writer.directory = directory;
     writer.keep_last = keep_last;
+    writer.job_id = settings_.job_id;
     writer.mesh = &mesh_;
     writer.process_index = process_index_;
     writer.num_processes = num_processes();

@@ -8,6 +8,8 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "substrax/device.h"
+#include "substrax/device_mesh_manager.h"
 #include "substrax/substrax.h"
 #include "substrax/v1/program.pb.h"
 #include "contract/launch.h"
@@ -105,6 +107,26 @@ TEST(InitTest, LaunchFilesAreCheckedBeforeAnythingConnects) {
   EXPECT_THAT(program.status().message(),
               HasSubstr(absl::StrCat("agent that started this program speaks SDK ",
                                      SUBSTRAX_VERSION_MAJOR + 1)));
+}
+
+// A job's process calls the coordinator with its attempt's token only: a launch over TLS that
+// carries none (a coordinator older than the agent) is refused before anything connects.
+TEST(InitTest, ALaunchOverTlsWithoutAnAttemptTokenIsRefused) {
+  std::vector<Device> devices = MakeUniformCluster(1, 1);
+  for (Device& d : devices) d.worker_id = d.host;
+  absl::StatusOr<Mesh> mesh = DeviceMeshManager::CreateDataParallelMesh(devices);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  v1::ProgramLaunch launch;
+  launch.set_sdk_version_major(SUBSTRAX_VERSION_MAJOR);
+  launch.mutable_assignment()->set_job_id("j");
+  launch.mutable_assignment()->set_attempt(1);
+  *launch.mutable_assignment()->mutable_mesh() = mesh->ToProto();
+  launch.set_coordinator("127.0.0.1:1");
+  launch.mutable_transport()->set_ca_file(TempPath("ca.crt"));
+  absl::StatusOr<std::unique_ptr<ProgramImpl>> program =
+      ProgramImpl::FromLaunchProto(launch);
+  EXPECT_EQ(program.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(program.status().message(), HasSubstr("no attempt token"));
 }
 
 TEST(ProgramTest, RunOnDevicesReducesAcrossTheLocalDevicesAndRunsOnce) {

@@ -146,7 +146,8 @@ void StepReporter::Deliver(std::vector<v1::StepReport> batch) {
         return;
       }
     }
-    if (absl::IsFailedPrecondition(status)) {
+    // PERMISSION_DENIED: the attempt token is no longer admitted, the attempt has ended too.
+    if (absl::IsFailedPrecondition(status) || absl::IsPermissionDenied(status)) {
       {
         absl::MutexLock lock(&mu_);
         ended_ = true;

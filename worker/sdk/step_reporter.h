@@ -18,9 +18,11 @@
 //   - RESOURCE_EXHAUSTED or INVALID_ARGUMENT for a request of several reports (a per-request
 //     limit lower than ours): the request is split in halves and the cap halved for the rest of
 //     the run; a single report refused so is dropped, counted and logged.
-//   - FAILED_PRECONDITION: the coordinator says the attempt has ended (cancelled, failed
-//     elsewhere, this worker fenced). Nothing more is sent and `on_attempt_ended` is called once,
-//     from the reporter's thread (the runner writes a FAILED result and exits at once).
+//   - FAILED_PRECONDITION, or PERMISSION_DENIED (the attempt's token is refused: its attempt
+//     is no longer the running one): the coordinator says the attempt has ended (cancelled,
+//     failed elsewhere, this worker fenced). Nothing more is sent and `on_attempt_ended` is
+//     called once, from the reporter's thread (the runner writes a FAILED result and exits at
+//     once).
 //   - Other errors (NOT_FOUND: the job is gone) drop the request, counted and logged.
 //
 // Flush(timeout) waits until everything queued before it was delivered or the timeout passed; the
@@ -67,7 +69,7 @@ struct StepReporterOptions {
 struct StepReporterStats {
   int64_t sent = 0;      // reports the coordinator acknowledged
   int64_t dropped = 0;   // reports dropped: the queue was full, or left at the end
-  int64_t refused = 0;   // reports the coordinator refused (not FAILED_PRECONDITION)
+  int64_t refused = 0;   // reports the coordinator refused (not as an ended attempt)
 };
 
 // Where the requests go. Send is called from the reporter's thread only; Cancel from any thread.

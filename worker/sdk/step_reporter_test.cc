@@ -178,6 +178,25 @@ TEST(StepReporterTest, FailedPreconditionEndsTheAttemptOnce) {
   EXPECT_EQ(sender.requests().size(), 1u);
 }
 
+// A job's attempt token is refused once its attempt ended: that ends the attempt as well.
+TEST(StepReporterTest, ARefusedAttemptTokenEndsTheAttempt) {
+  FakeSender sender;
+  sender.Script({absl::PermissionDeniedError(
+      "the attempt token of process 0 of job job-1 attempt 2 is valid only while that attempt "
+      "runs: attempt 2 of job job-1 has ended")});
+  absl::Notification ended;
+  StepReporter reporter(Options(), &sender, [&](const absl::Status& s) {
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+    ended.Notify();
+  });
+  reporter.Enqueue(Report(1));
+  ended.WaitForNotification();
+  reporter.Enqueue(Report(2));  // ignored: the attempt is over
+  EXPECT_TRUE(absl::IsFailedPrecondition(reporter.Flush(absl::Seconds(60))));
+  EXPECT_EQ(sender.requests().size(), 1u);
+  EXPECT_EQ(reporter.stats().refused, 0);
+}
+
 TEST(StepReporterTest, RefusedLargeRequestsAreSplit) {
   FakeSender sender;
   sender.RefuseOver(100);
