@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/failpoint.h"
 #include "core/status.h"
+#include "coordinator/request_limits.h"
 #include "coordinator/server_internal.h"
 #include "rpc/grpc_status.h"
 #include "rpc/pki.h"
@@ -117,6 +118,14 @@ absl::Status ServerState::CheckOwner(const Caller& caller, const std::string& jo
       " submitted; a submitter may ", action, " only its own jobs (an admin any)"));
 }
 
+void RedactForCaller(const Caller& caller, v1::Job* job) {
+  if (caller.Has(Role::kAdmin) || job->owner() == caller.name) return;
+  if (!job->has_spec() || !job->spec().has_program()) return;
+  for (auto& [name, value] : *job->mutable_spec()->mutable_program()->mutable_env()) {
+    value = kRedactedEnvValue;
+  }
+}
+
 std::string ServerState::SecretOf(const std::string& job_id, int attempt) const {
   return pki::HmacSha256Hex(options.rendezvous_key, absl::StrCat(job_id, "/", attempt));
 }
@@ -172,6 +181,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                            const v1::RegisterWorkerRequest* request,
                                            v1::RegisterWorkerResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       SUBSTRAX_RETURN_IF_ERROR(ServerState::CheckWorker(caller, request->worker_id()));
       return Into(s_->cluster->RegisterWorker(*request), response);
     });
@@ -184,6 +194,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
     absl::StatusOr<Caller> caller = s_->authorizer.Decision(context);
     absl::Status allowed =
         caller.ok() ? ServerState::CheckWorker(*caller, request->worker_id()) : caller.status();
+    if (allowed.ok()) allowed = CheckRequest(*request);
     if (!allowed.ok()) return new Refusal<v1::WatchAssignmentsResponse>(ToGrpcStatus(allowed));
     return StartAssignmentStream(s_, *request);
   }
@@ -192,6 +203,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                         const v1::ReportStepsRequest* request,
                                         v1::ReportStepsResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       // A worker reports only its own devices (unchecked with --insecure).
       const absl::Status status =
           s_->cluster->ReportSteps(*request, caller.unrestricted ? "" : caller.name);
@@ -206,6 +218,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                                 const v1::ReportAttemptStatusRequest* request,
                                                 v1::ReportAttemptStatusResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       // The cluster checks that this worker runs the reported process.
       SUBSTRAX_RETURN_IF_ERROR(ServerState::CheckWorker(caller, request->worker_id()));
       if (request->state() == v1::RUNNER_STATE_SUCCEEDED &&
@@ -228,6 +241,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                               const v1::ReportCheckpointsRequest* request,
                                               v1::ReportCheckpointsResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       // Only the worker of process 0 (unchecked with --insecure).
       return s_->cluster->ReportCheckpoints(*request, caller.unrestricted ? "" : caller.name);
     });
@@ -237,6 +251,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                         const v1::KeyValueSetRequest* request,
                                         v1::KeyValueSetResponse*) override {
     return s_->Inline(context, [&](const Caller&) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       const auto& scope = request->scope();
       SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(scope));
       return s_->rendezvous->Set({scope.job_id(), scope.attempt()}, request->key(),
@@ -251,6 +266,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
     return s_->Blocking(
         context,
         [this, context, request, response](const Caller&) {
+          SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
           const auto& scope = request->scope();
           SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(scope));
           absl::StatusOr<std::string> value = s_->rendezvous->Get(
@@ -268,6 +284,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
     return s_->Blocking(
         context,
         [this, context, request](const Caller&) {
+          SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
           const auto& scope = request->scope();
           SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(scope));
           return s_->rendezvous->Barrier(
@@ -282,6 +299,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                      const v1::ShipLogsRequest* request,
                                      v1::ShipLogsResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       // The cluster checks that this worker ran the process.
       SUBSTRAX_RETURN_IF_ERROR(ServerState::CheckWorker(caller, request->worker_id()));
       SUBSTRAX_ASSIGN_OR_RETURN(int64_t next, s_->cluster->ShipLogs(*request));
@@ -312,16 +330,22 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request,
                                    v1::GetJobResponse* response) override {
-    return s_->Inline(context, [&](const Caller&) {
-      return Into(s_->cluster->GetJob(request->job_id()), response->mutable_job());
+    return s_->Inline(context, [&](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
+      SUBSTRAX_RETURN_IF_ERROR(Into(s_->cluster->GetJob(request->job_id()), response->mutable_job()));
+      RedactForCaller(caller, response->mutable_job());
+      return absl::OkStatus();
     });
   }
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override {
-    return s_->Inline(context, [&](const Caller&) {
-      return Into(s_->cluster->ListJobsPage(*request), response);
+    return s_->Inline(context, [&](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
+      SUBSTRAX_RETURN_IF_ERROR(Into(s_->cluster->ListJobsPage(*request), response));
+      for (v1::Job& job : *response->mutable_jobs()) RedactForCaller(caller, &job);
+      return absl::OkStatus();
     });
   }
 
@@ -329,6 +353,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       SUBSTRAX_RETURN_IF_ERROR(s_->CheckOwner(caller, request->job_id(), "cancel"));
       return Into(s_->cluster->CancelJob(request->job_id(), request->reason()),
                   response->mutable_job());
@@ -339,6 +364,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       const v1::DeleteJobRequest* request,
                                       v1::DeleteJobResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       SUBSTRAX_RETURN_IF_ERROR(s_->CheckOwner(caller, request->job_id(), "delete"));
       return s_->cluster->DeleteJob(request->job_id());
     });
@@ -347,14 +373,16 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerWriteReactor<v1::WatchJobResponse>* WatchJob(
       grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) override {
     absl::StatusOr<Caller> caller = s_->authorizer.Decision(context);
-    if (!caller.ok()) return new Refusal<v1::WatchJobResponse>(ToGrpcStatus(caller.status()));
-    return StartJobStream(s_, *request);
+    absl::Status allowed = caller.ok() ? CheckRequest(*request) : caller.status();
+    if (!allowed.ok()) return new Refusal<v1::WatchJobResponse>(ToGrpcStatus(allowed));
+    return StartJobStream(s_, *request, *caller);
   }
 
   grpc::ServerWriteReactor<v1::ReadLogsResponse>* ReadLogs(
       grpc::CallbackServerContext* context, const v1::ReadLogsRequest* request) override {
     absl::StatusOr<Caller> caller = s_->authorizer.Decision(context);
-    if (!caller.ok()) return new Refusal<v1::ReadLogsResponse>(ToGrpcStatus(caller.status()));
+    absl::Status allowed = caller.ok() ? CheckRequest(*request) : caller.status();
+    if (!allowed.ok()) return new Refusal<v1::ReadLogsResponse>(ToGrpcStatus(allowed));
     return StartLogStream(s_, *request);
   }
 
@@ -371,6 +399,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                     const v1::GetMeshRequest* request,
                                     v1::GetMeshResponse* response) override {
     return s_->Inline(context, [&](const Caller&) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       return Into(s_->cluster->GetMesh(request->job_id()), response);
     });
   }
@@ -388,6 +417,7 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
                                          const v1::QueryMetricsRequest* request,
                                          v1::QueryMetricsResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller&) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       return Into(s_->cluster->QueryMetrics(*request), response);
     });
   }
