@@ -59,6 +59,14 @@ class CallAuthorizer {
   // The calls of `name` counted against its caps now (tests: they go with their calls).
   int counted(const std::string& name) const;
 
+  // The caps' half of the step, which the interceptor takes with Authorize's decision for a
+  // call of `method` (a server stream when `stream`): the decision itself, counted (*counted
+  // true: Release when the call is done) when the caps apply and the caller is under them, or
+  // RESOURCE_EXHAUSTED naming the caller, the cap and its flag.
+  absl::StatusOr<Caller> Admit(absl::StatusOr<Caller> decision, bool stream,
+                               absl::string_view method, bool* counted);
+  void Release(const std::string& name, bool stream);
+
  private:
   class Interceptor;
   class Factory;
@@ -70,12 +78,6 @@ class CallAuthorizer {
   uint64_t Record(const grpc::ServerContextBase* context, absl::StatusOr<Caller> decision);
   // Erases the entry of `context` if it is still the one Record returned `serial` for.
   void Forget(const grpc::ServerContextBase* context, uint64_t serial);
-
-  // Counts a call of `caller` (a stream or a unary call) if its caps apply, or refuses it:
-  // the decision to record. *counted says whether Release must undo it.
-  absl::StatusOr<Caller> Admit(absl::StatusOr<Caller> decision, bool stream,
-                               absl::string_view method, bool* counted);
-  void Release(const std::string& name, bool stream);
 
   Authenticator* const auth_;
   const CallerCaps caps_;
