@@ -1,7 +1,7 @@
 // Every fixed limit the coordinator's rpcs enforce, in one place (docs/operations.md lists them
 // with the configurable ones: --max-active-jobs, --max-finished-jobs, --finished-job-ttl,
 // --metrics-raw-steps, --metrics-history-every, --max-rpc-threads, --max-worker-rpc-threads,
-// --blocking-call-threads); the configurable ones' defaults are here too. A request past a limit is
+// --blocking-call-threads, --max-streams-per-caller, --max-calls-per-caller); the configurable ones' defaults are here too. A request past a limit is
 // refused with INVALID_ARGUMENT (a malformed request: too long, too many) or RESOURCE_EXHAUSTED
 // (the coordinator is full), and the message names the field and the limit; nothing of it is
 // kept. Text the coordinator stores on a job's behalf (errors, stderr tails) is cut instead.

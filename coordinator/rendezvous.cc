@@ -17,6 +17,10 @@ std::string ScopeName(const Rendezvous::Scope& scope) {
 
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(250);
 
+// What a key costs beyond its bytes (the map's node and the strings' headers), counted against
+// the byte limits so that empty keys and values are not free.
+constexpr size_t kKeyOverheadBytes = 64;
+
 absl::Status TooManyWaiters() {
   return absl::ResourceExhaustedError(absl::StrCat(
       "the coordinator already has ", limits::kMaxRendezvousWaiters,
@@ -69,8 +73,9 @@ absl::Status Rendezvous::Set(const Scope& scope, const std::string& key, const s
     return absl::AlreadyExistsError(
         absl::StrCat("rendezvous key '", key, "' of job ", ScopeName(scope), " is already set"));
   }
-  const size_t freed = old == values.end() ? 0 : key.size() + old->second.size();
-  const size_t added = key.size() + value.size();
+  const size_t freed =
+      old == values.end() ? 0 : key.size() + old->second.size() + kKeyOverheadBytes;
+  const size_t added = key.size() + value.size() + kKeyOverheadBytes;
   if (state.bytes - freed + added > options_.max_bytes_per_attempt) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "job ", ScopeName(scope), " holds ", state.bytes, " bytes of rendezvous keys and values; ",

@@ -95,20 +95,22 @@ TEST(RendezvousTest, KeysAndValuesAreBounded) {
 
 TEST(RendezvousTest, BytesAreBoundedPerAttemptAndOverall) {
   Rendezvous::Options options;
-  options.max_bytes_per_attempt = 100;
-  options.max_bytes = 150;
+  options.max_bytes_per_attempt = 200;
+  options.max_bytes = 300;
   Rendezvous r(options);
   const Rendezvous::Scope kC = {"job-2", 1};
-  ASSERT_TRUE(r.Set(kA, "a", std::string(89, 'v'), false).ok());  // 90 bytes with its key
+  // Each key costs its bytes and 64 more.
+  ASSERT_TRUE(r.Set(kA, "a", std::string(99, 'v'), false).ok());  // 164
   absl::Status attempt_full = r.Set(kA, "b", std::string(10, 'v'), false);
   EXPECT_EQ(attempt_full.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(attempt_full.message()), HasSubstr("limit per attempt of 100"));
+  EXPECT_THAT(std::string(attempt_full.message()), HasSubstr("limit per attempt of 200"));
   // An overwrite counts what it replaces.
-  EXPECT_TRUE(r.Set(kA, "a", std::string(99, 'v'), true).ok());
-  ASSERT_TRUE(r.Set(kB, "a", std::string(49, 'v'), false).ok());  // 150 in all
-  absl::Status all_full = r.Set(kC, "a", "v", false);
+  EXPECT_TRUE(r.Set(kA, "a", std::string(135, 'v'), true).ok());  // 200
+  ASSERT_TRUE(r.Set(kB, "a", std::string(35, 'v'), false).ok());  // 300 in all
+  // Empty keys and values are not free.
+  absl::Status all_full = r.Set(kC, "", "", false);
   EXPECT_EQ(all_full.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(all_full.message()), HasSubstr("over all attempts, its limit of 150"));
+  EXPECT_THAT(std::string(all_full.message()), HasSubstr("over all attempts, its limit of 300"));
   // An attempt that ends gives its bytes back.
   r.CloseScope(kA);
   EXPECT_TRUE(r.Set(kC, "a", std::string(99, 'v'), false).ok());
