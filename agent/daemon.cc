@@ -16,6 +16,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -490,9 +491,34 @@ void WorkerDaemon::WatchLoop() {
     stream_done = true;
     canceller.join();
     if (stopped_.HasBeenNotified()) break;
+    SkipUnreceivableEvent(status, request.incarnation());
     Log(absl::StrCat("assignment stream ended (", status.error_message(), "); reopening"));
     stopped_.WaitForNotificationWithTimeout(absl::Seconds(1));
   }
+}
+
+void WorkerDaemon::SkipUnreceivableEvent(const grpc::Status& status,
+                                         const std::string& incarnation) {
+  // gRPC ends a stream whose next message is over the channel's receive limit with
+  // RESOURCE_EXHAUSTED "Received message larger than max": reopened at the same cursor, the same
+  // event would end it again, forever. Events are numbered one by one (the next is cursor + 1),
+  // so resume after it. The coordinator never sends one that large (kMaxAssignmentEventBytes);
+  // this guards a daemon with a smaller limit. Before the first event (no epoch yet) the
+  // coordinator would resend from the start whatever cursor is asked, so nothing is skipped.
+  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED ||
+      !absl::StrContains(status.error_message(), "larger than max")) {
+    return;
+  }
+  int64_t skipped = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (incarnation_ != incarnation || watch_epoch_.empty()) return;
+    skipped = ++watch_cursor_;
+  }
+  Log(absl::StrCat("skipped assignment event ", skipped,
+                   ": larger than this daemon receives (", status.error_message(),
+                   "); an attempt it started or stopped is not run here. Check the "
+                   "coordinator's version (it cuts events to 4 MiB)"));
 }
 
 bool WorkerDaemon::CheckJobId(const std::string& job_id, absl::string_view what) const {

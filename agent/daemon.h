@@ -183,6 +183,11 @@ class WorkerDaemon {
   void SetReady(bool ready);
   void WatchLoop();
   void Launch(const v1::Assignment& assignment);
+  // After the assignment stream of `incarnation` ended with `status`: when gRPC refused the
+  // next event as over the receive limit, moves the cursor past it (with a log line), so that
+  // the stream does not re-read it forever.
+  void SkipUnreceivableEvent(const grpc::Status& status, const std::string& incarnation)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // False, with a log line, when `job_id` (from the coordinator) is not a DNS-1123 label: it
   // names files in the work dir, so anything else ("../x", "a/b") is refused before use.
   bool CheckJobId(const std::string& job_id, absl::string_view what) const;

@@ -163,17 +163,19 @@ class HeldStream : public grpc::ClientReadReactor<Response> {
 using WatchStream = HeldStream<v1::WatchJobRequest, v1::WatchJobResponse>;
 using LogsStream = HeldStream<v1::ReadLogsRequest, v1::ReadLogsResponse>;
 
-// The clients: each its own connection, holding a WatchJob and a ReadLogs follow of `job_id`.
+// The clients: each its own connection (and, with TLS, its own identity: the coordinator caps
+// streams per caller), holding a WatchJob and a ReadLogs follow of `job_id`.
 class Clients {
  public:
-  Clients(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+  Clients(const std::string& address,
+          const std::function<std::shared_ptr<grpc::ChannelCredentials>(int)>& credentials,
           int clients, const std::string& job_id) {
     for (int c = 0; c < clients; ++c) {
       grpc::ChannelArguments args;
       args.SetInt("substrax.bench.client", c);
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
       stubs_.push_back(
-          v1::JobService::NewStub(grpc::CreateCustomChannel(address, credentials, args)));
+          v1::JobService::NewStub(grpc::CreateCustomChannel(address, credentials(c), args)));
       v1::WatchJobRequest watch;
       watch.set_job_id(job_id);
       v1::JobService::Stub* stub = stubs_.back().get();
@@ -280,7 +282,13 @@ Result Run(const Options& o, const std::string& binary, const std::string& label
         fleet.AddRunner(a->worker, job_id, a->assignment.attempt(),
                         a->assignment.process_index());
       }
-      Clients clients(coordinator.address(), client_credentials, o.clients, job_id);
+      Clients clients(
+          coordinator.address(),
+          [&](int c) {
+            return tls ? TlsCredentials(pki->Issue(absl::StrCat("bench-viewer-", c), "viewer"))
+                       : client_credentials;
+          },
+          o.clients, job_id);
       // The window starts once every worker registered and every stream is open: registering
       // is measured apart (reg_s), and a heartbeat's latency here is the steady state's.
       absl::SleepFor(absl::Seconds(2));  // one heartbeat round opens the assignment streams

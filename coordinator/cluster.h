@@ -343,8 +343,8 @@ class Cluster {
   std::vector<v1::Job> ListJobs(const std::vector<v1::JobState>& states, size_t offset = 0,
                                 size_t limit = SIZE_MAX, bool* more = nullptr) const;
   // One page of ListJobs: `page_size` jobs (limits::kDefaultJobsPageSize when <= 0, at most
-  // limits::kMaxJobsPageSize) after the page token, newest first, and the next token when
-  // more match. Errors: INVALID_ARGUMENT (a page token this coordinator did not hand out).
+  // limits::kMaxJobsPageSize; fewer once the page passes limits::kMaxJobsPageBytes) after the
+  // page token, newest first, and the next token when more match. Errors: INVALID_ARGUMENT (a page token this coordinator did not hand out).
   absl::StatusOr<v1::ListJobsResponse> ListJobsPage(const v1::ListJobsRequest& request) const;
   // How many jobs are in each state (for gauges: copies nothing).
   std::map<v1::JobState, int> JobCounts() const;

@@ -493,10 +493,20 @@ absl::StatusOr<v1::ListJobsResponse> Cluster::ListJobsPage(
   for (int state : request.states()) states.push_back(static_cast<v1::JobState>(state));
   bool more = false;
   v1::ListJobsResponse response;
-  for (v1::Job& job : ListJobs(states, offset, page, &more)) {
+  std::vector<v1::Job> jobs = ListJobs(states, offset, page, &more);
+  // A page also ends once its bytes pass kMaxJobsPageBytes (with at least one job in it), so that
+  // no number of large jobs makes a page that clients cannot receive.
+  size_t bytes = 0;
+  for (v1::Job& job : jobs) {
+    const size_t size = job.ByteSizeLong();
+    if (response.jobs_size() > 0 && bytes + size > limits::kMaxJobsPageBytes) {
+      more = true;
+      break;
+    }
+    bytes += size;
     *response.add_jobs() = std::move(job);
   }
-  if (more) response.set_next_page_token(absl::StrCat(offset + page));
+  if (more) response.set_next_page_token(absl::StrCat(offset + response.jobs_size()));
   return response;
 }
 

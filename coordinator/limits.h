@@ -2,7 +2,7 @@
 // with the configurable ones: --max-active-jobs, --max-finished-jobs, --finished-job-ttl,
 // --dead-worker-retention,
 // --metrics-raw-steps, --metrics-history-every, --max-rpc-threads, --max-worker-rpc-threads,
-// --blocking-call-threads); the configurable ones' defaults are here too. A request past a limit is
+// --blocking-call-threads, --max-streams-per-caller, --max-calls-per-caller); the configurable ones' defaults are here too. A request past a limit is
 // refused with INVALID_ARGUMENT (a malformed request: too long, too many) or RESOURCE_EXHAUSTED
 // (the coordinator is full), and the message names the field and the limit; nothing of it is
 // kept. Text the coordinator stores on a job's behalf (errors, stderr tails) is cut instead.
@@ -45,6 +45,25 @@ inline constexpr size_t kMaxKeyBytes = 1024;
 inline constexpr size_t kMaxValueBytes = 1024 * 1024;
 inline constexpr int kMaxKeysPerAttempt = 10000;
 inline constexpr int kMaxRendezvousWaiters = 4096;
+// Rendezvous totals: the bytes of keys and values one attempt holds, and all attempts together
+// (so that a runner cannot fill the coordinator's memory within the per-attempt limits); barriers
+// one attempt opens, and the participants of one barrier (no job has more processes than a
+// worker has devices times the workers, and a barrier's bookkeeping grows with its count).
+inline constexpr size_t kMaxRendezvousBytesPerAttempt = size_t{64} << 20;
+inline constexpr size_t kMaxRendezvousBytes = size_t{512} << 20;
+inline constexpr int kMaxBarriersPerAttempt = 10000;
+inline constexpr int kMaxBarrierParticipants = 65536;
+// What a client sends that the coordinator stores or relays (coordinator/request_limits.h checks
+// each request against these): a cancel reason (stored in the job's history and relayed to the
+// daemons in a stop event); the final metrics of one process (ReportAttemptStatus); metric names
+// one QueryMetrics asks for; job states one ListJobs filters by; the entries of a resume's
+// skipped list; the bytes of one checkpoint listing (ReportCheckpoints), which a job carries
+// in every GetJob and ListJobs answer.
+inline constexpr size_t kMaxReasonBytes = 1024;
+inline constexpr int kMaxFinalMetrics = 64;
+inline constexpr int kMaxQueryMetricNames = 64;
+inline constexpr int kMaxListStates = 16;
+inline constexpr size_t kMaxCheckpointListingBytes = 256 * 1024;
 // Text stored with a failed attempt's transition: the runner's error and its stderr tail.
 inline constexpr size_t kMaxErrorBytes = 2048;
 inline constexpr size_t kMaxStderrBytes = 2048;
@@ -63,6 +82,21 @@ inline constexpr int kLogFollowGraceSeconds = 30;
 // largest page served (a larger page_size is served this many).
 inline constexpr int kDefaultJobsPageSize = 100;
 inline constexpr int kMaxJobsPageSize = 1000;
+// ...and the bytes of a page: a page ends early (next_page_token continues) once its jobs pass
+// this, well under the clients' receive limit (gRPC's default, 4 MiB). A page holds at least one
+// job, and one job is bounded by kMaxSpecBytes, kMaxTransitionsKept transitions of bounded text
+// and kMaxCheckpointListingBytes.
+inline constexpr size_t kMaxJobsPageBytes = size_t{1} << 20;
+// The largest WatchAssignments event the coordinator sends: the daemons' receive limit (gRPC's
+// default). A larger start event is skipped and logged (the attempt then fails at its progress
+// timeout, its runner never started); a stop event's reason is cut to fit. Daemons skip an event they cannot
+// receive too (agent/daemon.cc).
+inline constexpr size_t kMaxAssignmentEventBytes = size_t{4} << 20;
+// Calls of one identity at a time (CoordinatorServerOptions, --max-streams-per-caller and
+// --max-calls-per-caller): open server streams (WatchJob, ReadLogs) and unary calls in flight.
+// Workers (role worker) are never counted: a user cannot starve them.
+inline constexpr int kDefaultMaxStreamsPerCaller = 64;
+inline constexpr int kDefaultMaxCallsPerCaller = 64;
 // Retention: the defaults of ClusterOptions and their flags (--max-active-jobs,
 // --finished-job-ttl, --max-finished-jobs, --metrics-raw-steps, --metrics-history-every,
 // --log-max-bytes-per-process).

@@ -104,6 +104,16 @@ void AddServingFlags(CLI::App& app, Flags& f) {
                  "so that clients never starve heartbeats")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-streams-per-caller", f.server.max_streams_per_caller,
+                 "Open streams (watch, logs -f) one identity may hold at once; beyond, "
+                 "RESOURCE_EXHAUSTED (workers are not counted; 0: no cap)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-calls-per-caller", f.server.max_calls_per_caller,
+                 "Unary calls one identity may have in flight at once; beyond, "
+                 "RESOURCE_EXHAUSTED (workers are not counted; 0: no cap)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--blocking-call-threads", f.server.blocking_call_threads,
                  "Threads that run the calls which wait for a commit of the state (register, "
                  "report, submit, ...); more such calls queue")

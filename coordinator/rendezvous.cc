@@ -17,6 +17,10 @@ std::string ScopeName(const Rendezvous::Scope& scope) {
 
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(250);
 
+// What a key costs beyond its bytes (the map's node and the strings' headers), counted against
+// the byte limits so that empty keys and values are not free.
+constexpr size_t kKeyOverheadBytes = 64;
+
 absl::Status TooManyWaiters() {
   return absl::ResourceExhaustedError(absl::StrCat(
       "the coordinator already has ", limits::kMaxRendezvousWaiters,
@@ -57,16 +61,33 @@ absl::Status Rendezvous::Set(const Scope& scope, const std::string& key, const s
   }
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
-  auto& values = scopes_[scope].values;
-  if (values.count(key) == 0 && static_cast<int>(values.size()) >= limits::kMaxKeysPerAttempt) {
+  ScopeState& state = scopes_[scope];
+  auto& values = state.values;
+  auto old = values.find(key);
+  if (old == values.end() && static_cast<int>(values.size()) >= limits::kMaxKeysPerAttempt) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "job ", ScopeName(scope), " already has ", values.size(),
         " rendezvous keys, the limit per attempt"));
   }
-  if (!allow_overwrite && values.count(key)) {
+  if (!allow_overwrite && old != values.end()) {
     return absl::AlreadyExistsError(
         absl::StrCat("rendezvous key '", key, "' of job ", ScopeName(scope), " is already set"));
   }
+  const size_t freed =
+      old == values.end() ? 0 : key.size() + old->second.size() + kKeyOverheadBytes;
+  const size_t added = key.size() + value.size() + kKeyOverheadBytes;
+  if (state.bytes - freed + added > options_.max_bytes_per_attempt) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", ScopeName(scope), " holds ", state.bytes, " bytes of rendezvous keys and values; ",
+        added, " more would pass the limit per attempt of ", options_.max_bytes_per_attempt));
+  }
+  if (bytes_ - freed + added > options_.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the coordinator holds ", bytes_, " bytes of rendezvous keys and values over all "
+        "attempts, its limit of ", options_.max_bytes, "; retry later"));
+  }
+  state.bytes = state.bytes - freed + added;
+  bytes_ = bytes_ - freed + added;
   values[key] = value;
   return absl::OkStatus();
 }
@@ -111,7 +132,18 @@ absl::Status Rendezvous::Barrier(const Scope& scope, const std::string& id, int 
     return absl::InvalidArgumentError(absl::StrCat("barrier '", id, "': participant ", participant,
                                                    " of ", num_participants));
   }
-  BarrierState& barrier = scopes_[scope].barriers[id];
+  if (num_participants > limits::kMaxBarrierParticipants) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("barrier '", id, "': ", num_participants,
+                     " participants, more than the limit of ", limits::kMaxBarrierParticipants));
+  }
+  auto& barriers = scopes_[scope].barriers;
+  if (barriers.count(id) == 0 && static_cast<int>(barriers.size()) >= limits::kMaxBarriersPerAttempt) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", ScopeName(scope), " already has ", barriers.size(),
+        " barriers, the limit per attempt"));
+  }
+  BarrierState& barrier = barriers[id];
   if (barrier.num_participants == 0) barrier.num_participants = num_participants;
   if (barrier.num_participants != num_participants) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -130,21 +162,29 @@ absl::Status Rendezvous::Barrier(const Scope& scope, const std::string& id, int 
   if (absl::Status s = CheckOpenLocked(scope); !s.ok()) return s;
   if (was_cancelled) return absl::CancelledError("the caller went away");
   if (!done) {
+    // The first few missing, and how many: the message stays small whatever the count.
+    constexpr int kMissingShown = 16;
     std::vector<int> missing;
     const auto& arrived = scopes_[scope].barriers[id].arrived;
-    for (int p = 0; p < num_participants; ++p) {
+    const int absent = num_participants - static_cast<int>(arrived.size());
+    for (int p = 0; p < num_participants && static_cast<int>(missing.size()) < kMissingShown;
+         ++p) {
       if (!arrived.count(p)) missing.push_back(p);
     }
     return absl::DeadlineExceededError(absl::StrCat(
         "barrier '", id, "' of job ", ScopeName(scope), ": participants ",
-        absl::StrJoin(missing, ", "), " did not arrive within ", absl::FormatDuration(timeout)));
+        absl::StrJoin(missing, ", "), absent > kMissingShown ? absl::StrCat(" (", absent, " in all)") : "",
+        " did not arrive within ", absl::FormatDuration(timeout)));
   }
   return absl::OkStatus();
 }
 
 void Rendezvous::CloseScope(const Scope& scope) {
   absl::MutexLock lock(&mu_);
-  scopes_.erase(scope);
+  if (auto it = scopes_.find(scope); it != scopes_.end()) {
+    bytes_ -= it->second.bytes;
+    scopes_.erase(it);
+  }
   if (!closed_.insert(scope).second) return;
   closed_order_.push_back(scope);
   if (closed_order_.size() > kClosedScopesKept) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -90,6 +91,55 @@ TEST(RendezvousTest, KeysAndValuesAreBounded) {
   EXPECT_THAT(std::string(full.message()), HasSubstr("the limit per attempt"));
   EXPECT_TRUE(r.Set(kA, "0", "overwritten", true).ok());  // an existing key may still change
   EXPECT_TRUE(r.Set(kB, "k", "v", false).ok());           // other attempts are not affected
+}
+
+TEST(RendezvousTest, BytesAreBoundedPerAttemptAndOverall) {
+  Rendezvous::Options options;
+  options.max_bytes_per_attempt = 200;
+  options.max_bytes = 300;
+  Rendezvous r(options);
+  const Rendezvous::Scope kC = {"job-2", 1};
+  // Each key costs its bytes and 64 more.
+  ASSERT_TRUE(r.Set(kA, "a", std::string(99, 'v'), false).ok());  // 164
+  absl::Status attempt_full = r.Set(kA, "b", std::string(10, 'v'), false);
+  EXPECT_EQ(attempt_full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(attempt_full.message()), HasSubstr("limit per attempt of 200"));
+  // An overwrite counts what it replaces.
+  EXPECT_TRUE(r.Set(kA, "a", std::string(135, 'v'), true).ok());  // 200
+  ASSERT_TRUE(r.Set(kB, "a", std::string(35, 'v'), false).ok());  // 300 in all
+  // Empty keys and values are not free.
+  absl::Status all_full = r.Set(kC, "", "", false);
+  EXPECT_EQ(all_full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(all_full.message()), HasSubstr("over all attempts, its limit of 300"));
+  // An attempt that ends gives its bytes back.
+  r.CloseScope(kA);
+  EXPECT_TRUE(r.Set(kC, "a", std::string(99, 'v'), false).ok());
+}
+
+TEST(RendezvousTest, AHugeBarrierIsRefusedAndAMissingListStaysShort) {
+  Rendezvous r;
+  absl::Status huge = r.Barrier(kA, "b", 0, 2000000000, absl::Milliseconds(10));
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(huge.message()),
+              HasSubstr(absl::StrCat("limit of ", limits::kMaxBarrierParticipants)));
+  // At the limit: the timeout names the first missing and their count, not all of them.
+  absl::Status late =
+      r.Barrier(kA, "b", 0, limits::kMaxBarrierParticipants, absl::Milliseconds(10));
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(late.message()), HasSubstr("(65535 in all)"));
+  EXPECT_LT(late.message().size(), 300u);
+}
+
+TEST(RendezvousTest, BarriersPerAttemptAreBounded) {
+  Rendezvous r;
+  for (int i = 0; i < limits::kMaxBarriersPerAttempt; ++i) {
+    // Participant 0 of 1: each barrier releases at once.
+    ASSERT_TRUE(r.Barrier(kA, std::to_string(i), 0, 1, absl::Seconds(10)).ok()) << i;
+  }
+  absl::Status full = r.Barrier(kA, "one-more", 0, 1, absl::Seconds(10));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.message()), HasSubstr("barriers, the limit per attempt"));
+  EXPECT_TRUE(r.Barrier(kB, "one-more", 0, 1, absl::Seconds(10)).ok());
 }
 
 }  // namespace

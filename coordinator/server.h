@@ -74,6 +74,11 @@ struct CoordinatorServerOptions {
   int blocking_call_threads = limits::kBlockingCallThreads;
   // The largest request accepted.
   int max_receive_message_bytes = limits::kMaxReceiveMessageBytes;
+  // What one identity may have in flight on JobService and MetricsService: open server streams
+  // (WatchJob, ReadLogs), and unary calls; past either, RESOURCE_EXHAUSTED naming the cap.
+  // Workers and --insecure callers are not counted (server_auth.h). 0: no cap.
+  int max_streams_per_caller = limits::kDefaultMaxStreamsPerCaller;
+  int max_calls_per_caller = limits::kDefaultMaxCallsPerCaller;
 };
 
 class CoordinatorServer {

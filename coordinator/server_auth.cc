@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace substrax {
@@ -16,6 +17,7 @@ class CallAuthorizer::Interceptor final : public grpc::experimental::Interceptor
       : owner_(owner), info_(info) {}
   ~Interceptor() override {
     if (serial_ != 0) owner_->Forget(info_->server_context(), serial_);
+    if (counted_) owner_->Release(name_, stream_);
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -39,7 +41,11 @@ class CallAuthorizer::Interceptor final : public grpc::experimental::Interceptor
           peer.authorization.emplace(header->second.data(), header->second.size());
         }
       }
-      serial_ = owner_->Record(context, owner_->auth_->Authorize(peer, info_->method()));
+      stream_ = info_->type() != grpc::experimental::ServerRpcInfo::Type::UNARY;
+      absl::StatusOr<Caller> decision = owner_->Admit(
+          owner_->auth_->Authorize(peer, info_->method()), stream_, info_->method(), &counted_);
+      if (counted_) name_ = decision->name;
+      serial_ = owner_->Record(context, std::move(decision));
     }
     methods->Proceed();
   }
@@ -49,6 +55,10 @@ class CallAuthorizer::Interceptor final : public grpc::experimental::Interceptor
   grpc::experimental::ServerRpcInfo* const info_;
   // What Record returned; 0 until then.
   uint64_t serial_ = 0;
+  // Counted against name_'s caps (Admit), as a stream or a unary call.
+  bool counted_ = false;
+  bool stream_ = false;
+  std::string name_;
 };
 
 class CallAuthorizer::Factory final
@@ -82,6 +92,46 @@ absl::StatusOr<Caller> CallAuthorizer::Decision(const grpc::ServerContextBase* c
 size_t CallAuthorizer::calls() const {
   absl::MutexLock lock(&mu_);
   return decisions_.size();
+}
+
+int CallAuthorizer::counted(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = in_flight_.find(name);
+  return it == in_flight_.end() ? 0 : it->second.first + it->second.second;
+}
+
+absl::StatusOr<Caller> CallAuthorizer::Admit(absl::StatusOr<Caller> decision, bool stream,
+                                             absl::string_view method, bool* counted) {
+  *counted = false;
+  // The worker-facing service is never capped (its calls are the cluster's own work), nor a
+  // worker wherever it calls, nor --insecure's one anonymous caller.
+  if (!decision.ok() || decision->unrestricted || decision->Has(Role::kWorker) ||
+      absl::StrContains(method, "CoordinatorService/")) {
+    return decision;
+  }
+  const int cap = stream ? caps_.max_streams_per_caller : caps_.max_calls_per_caller;
+  absl::MutexLock lock(&mu_);
+  auto& [streams, calls] = in_flight_[decision->name];
+  int& count = stream ? streams : calls;
+  if (cap > 0 && count >= cap) {
+    if (streams == 0 && calls == 0) in_flight_.erase(decision->name);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        decision->Describe(), " already has ", count,
+        stream ? " open streams (watch, logs -f), the cap per caller (--max-streams-per-caller="
+               : " calls in flight, the cap per caller (--max-calls-per-caller=",
+        cap, "); close some and retry, or ask the administrator to raise the cap"));
+  }
+  ++count;
+  *counted = true;
+  return decision;
+}
+
+void CallAuthorizer::Release(const std::string& name, bool stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = in_flight_.find(name);
+  if (it == in_flight_.end()) return;
+  --(stream ? it->second.first : it->second.second);
+  if (it->second.first <= 0 && it->second.second <= 0) in_flight_.erase(it);
 }
 
 uint64_t CallAuthorizer::Record(const grpc::ServerContextBase* context,

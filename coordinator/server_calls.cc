@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/failpoint.h"
 #include "core/status.h"
+#include "coordinator/request_limits.h"
 #include "coordinator/server_internal.h"
 #include "rpc/grpc_status.h"
 #include "rpc/pki.h"
@@ -140,6 +141,14 @@ absl::StatusOr<std::string> ServerState::ReporterOf(const Caller& caller,
   return worker;
 }
 
+void RedactForCaller(const Caller& caller, v1::Job* job) {
+  if (caller.Has(Role::kAdmin) || job->owner() == caller.name) return;
+  if (!job->has_spec() || !job->spec().has_program()) return;
+  for (auto& [name, value] : *job->mutable_spec()->mutable_program()->mutable_env()) {
+    value = kRedactedEnvValue;
+  }
+}
+
 std::string ServerState::SecretOf(const std::string& job_id, int attempt) const {
   return pki::HmacSha256Hex(options.rendezvous_key, absl::StrCat(job_id, "/", attempt));
 }
@@ -202,6 +211,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                            const v1::RegisterWorkerRequest* request,
                                            v1::RegisterWorkerResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       SUBSTRAX_RETURN_IF_ERROR(ServerState::CheckWorker(caller, request->worker_id()));
       return Into(s_->cluster->RegisterWorker(*request), response);
     });
@@ -214,6 +224,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
     absl::StatusOr<Caller> caller = s_->authorizer.Decision(context);
     absl::Status allowed =
         caller.ok() ? ServerState::CheckWorker(*caller, request->worker_id()) : caller.status();
+    if (allowed.ok()) allowed = CheckRequest(*request);
     if (!allowed.ok()) return new Refusal<v1::WatchAssignmentsResponse>(ToGrpcStatus(allowed));
     return StartAssignmentStream(s_, *request);
   }
@@ -222,6 +233,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                         const v1::ReportStepsRequest* request,
                                         v1::ReportStepsResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       // A worker reports only its own devices, a job's process only its process's (unchecked
       // with --insecure).
       SUBSTRAX_ASSIGN_OR_RETURN(std::string reporter,
@@ -238,6 +250,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                                 const v1::ReportAttemptStatusRequest* request,
                                                 v1::ReportAttemptStatusResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       // The cluster checks that this worker runs the reported process.
       SUBSTRAX_RETURN_IF_ERROR(ServerState::CheckWorker(caller, request->worker_id()));
       if (request->state() == v1::RUNNER_STATE_SUCCEEDED &&
@@ -260,6 +273,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                               const v1::ReportCheckpointsRequest* request,
                                               v1::ReportCheckpointsResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       // Only the worker of process 0, or process 0's attempt token (unchecked with --insecure).
       SUBSTRAX_ASSIGN_OR_RETURN(std::string reporter,
                                 s_->ReporterOf(caller, request->job_id(), request->attempt()));
@@ -276,6 +290,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                         const v1::KeyValueSetRequest* request,
                                         v1::KeyValueSetResponse*) override {
     return s_->Inline(context, [&](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       const auto& scope = request->scope();
       SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(caller, scope));
       return s_->rendezvous->Set({scope.job_id(), scope.attempt()}, request->key(),
@@ -290,6 +305,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
     return s_->Blocking(
         context,
         [this, context, request, response](const Caller& caller) {
+          SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
           const auto& scope = request->scope();
           SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(caller, scope));
           absl::StatusOr<std::string> value = s_->rendezvous->Get(
@@ -307,6 +323,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
     return s_->Blocking(
         context,
         [this, context, request](const Caller& caller) {
+          SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
           const auto& scope = request->scope();
           SUBSTRAX_RETURN_IF_ERROR(s_->CheckScope(caller, scope));
           // A job's process stands in a barrier only as itself.
@@ -329,6 +346,7 @@ class CoordinatorServiceImpl final : public CoordinatorServiceBase {
                                      const v1::ShipLogsRequest* request,
                                      v1::ShipLogsResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       // The cluster checks that this worker ran the process.
       SUBSTRAX_RETURN_IF_ERROR(ServerState::CheckWorker(caller, request->worker_id()));
       SUBSTRAX_ASSIGN_OR_RETURN(int64_t next, s_->cluster->ShipLogs(*request));
@@ -364,16 +382,22 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request,
                                    v1::GetJobResponse* response) override {
-    return s_->Inline(context, [&](const Caller&) {
-      return Into(s_->cluster->GetJob(request->job_id()), response->mutable_job());
+    return s_->Inline(context, [&](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
+      SUBSTRAX_RETURN_IF_ERROR(Into(s_->cluster->GetJob(request->job_id()), response->mutable_job()));
+      RedactForCaller(caller, response->mutable_job());
+      return absl::OkStatus();
     });
   }
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override {
-    return s_->Inline(context, [&](const Caller&) {
-      return Into(s_->cluster->ListJobsPage(*request), response);
+    return s_->Inline(context, [&](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
+      SUBSTRAX_RETURN_IF_ERROR(Into(s_->cluster->ListJobsPage(*request), response));
+      for (v1::Job& job : *response->mutable_jobs()) RedactForCaller(caller, &job);
+      return absl::OkStatus();
     });
   }
 
@@ -381,6 +405,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       SUBSTRAX_RETURN_IF_ERROR(s_->CheckOwner(caller, request->job_id(), "cancel"));
       return Into(s_->cluster->CancelJob(request->job_id(), request->reason()),
                   response->mutable_job());
@@ -391,6 +416,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       const v1::DeleteJobRequest* request,
                                       v1::DeleteJobResponse*) override {
     return s_->Blocking(context, [this, request](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       SUBSTRAX_RETURN_IF_ERROR(s_->CheckOwner(caller, request->job_id(), "delete"));
       return s_->cluster->DeleteJob(request->job_id());
     });
@@ -399,14 +425,16 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerWriteReactor<v1::WatchJobResponse>* WatchJob(
       grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) override {
     absl::StatusOr<Caller> caller = s_->authorizer.Decision(context);
-    if (!caller.ok()) return new Refusal<v1::WatchJobResponse>(ToGrpcStatus(caller.status()));
-    return StartJobStream(s_, *request);
+    absl::Status allowed = caller.ok() ? CheckRequest(*request) : caller.status();
+    if (!allowed.ok()) return new Refusal<v1::WatchJobResponse>(ToGrpcStatus(allowed));
+    return StartJobStream(s_, *request, *caller);
   }
 
   grpc::ServerWriteReactor<v1::ReadLogsResponse>* ReadLogs(
       grpc::CallbackServerContext* context, const v1::ReadLogsRequest* request) override {
     absl::StatusOr<Caller> caller = s_->authorizer.Decision(context);
-    if (!caller.ok()) return new Refusal<v1::ReadLogsResponse>(ToGrpcStatus(caller.status()));
+    absl::Status allowed = caller.ok() ? CheckRequest(*request) : caller.status();
+    if (!allowed.ok()) return new Refusal<v1::ReadLogsResponse>(ToGrpcStatus(allowed));
     return StartLogStream(s_, *request);
   }
 
@@ -423,6 +451,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                     const v1::GetMeshRequest* request,
                                     v1::GetMeshResponse* response) override {
     return s_->Inline(context, [&](const Caller&) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       return Into(s_->cluster->GetMesh(request->job_id()), response);
     });
   }
@@ -440,6 +469,7 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
                                          const v1::QueryMetricsRequest* request,
                                          v1::QueryMetricsResponse* response) override {
     return s_->Blocking(context, [this, request, response](const Caller&) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
       return Into(s_->cluster->QueryMetrics(*request), response);
     });
   }

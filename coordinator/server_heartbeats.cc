@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "coordinator/request_limits.h"
 #include "coordinator/server_internal.h"
 #include "rpc/grpc_status.h"
 
@@ -62,7 +63,8 @@ void HeartbeatServer::Answer(Call* call) {
   absl::Status status;
   if (absl::StatusOr<Caller> caller = state_->authorizer.Decision(&call->context); !caller.ok()) {
     status = caller.status();
-  } else if (status = ServerState::CheckWorker(*caller, call->request.worker_id()); status.ok()) {
+  } else if (status = ServerState::CheckWorker(*caller, call->request.worker_id());
+             status.ok() && (status = CheckRequest(call->request)).ok()) {
     absl::StatusOr<v1::HeartbeatResponse> answer = state_->cluster->Heartbeat(call->request);
     status = answer.status();
     if (answer.ok()) call->response = *std::move(answer);

@@ -70,7 +70,7 @@ struct ServerState {
       : options(o),
         cluster(c),
         rendezvous(r),
-        authorizer(a),
+        authorizer(a, CallerCaps{o.max_streams_per_caller, o.max_calls_per_caller}),
         pool(o.blocking_call_threads),
         rendezvous_pool(limits::kMaxRendezvousWaiters) {}
 
@@ -127,6 +127,12 @@ struct ServerState {
   absl::Mutex streams_mu;
   std::set<std::shared_ptr<StreamHandle>> streams ABSL_GUARDED_BY(streams_mu);
 };
+
+// Env values a reader who is neither the job's owner nor an admin sees, in place of each value
+// of spec.program.env (the names stay): a spec's env may hold a submitter's secrets.
+inline constexpr char kRedactedEnvValue[] = "<redacted>";
+// `job` as `caller` may see it (GetJob, ListJobs, WatchJob, CancelJob's answer).
+void RedactForCaller(const Caller& caller, v1::Job* job);
 
 // The worker-facing service: every method on gRPC's callback API but Heartbeat, which is served
 // on a completion queue of its own (HeartbeatServer).
@@ -186,7 +192,7 @@ std::unique_ptr<v1::MetricsService::CallbackService> MakeMetricsService(ServerSt
 grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>* StartAssignmentStream(
     ServerState* state, const v1::WatchAssignmentsRequest& request);
 grpc::ServerWriteReactor<v1::WatchJobResponse>* StartJobStream(
-    ServerState* state, const v1::WatchJobRequest& request);
+    ServerState* state, const v1::WatchJobRequest& request, const Caller& caller);
 grpc::ServerWriteReactor<v1::ReadLogsResponse>* StartLogStream(
     ServerState* state, const v1::ReadLogsRequest& request);
 // A stream refused before it started: answers `status` and deletes itself.

@@ -6,6 +6,7 @@
 // writing.
 #include <chrono>
 #include <deque>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/change_feed.h"
 #include "coordinator/failpoint.h"
+#include "coordinator/limits.h"
 #include "coordinator/server_internal.h"
 #include "grpcpp/alarm.h"
 #include "rpc/grpc_status.h"
@@ -168,8 +170,28 @@ class AssignmentStream final : public NotifiedStream<v1::WatchAssignmentsRespons
         a->set_rendezvous_secret(state_->SecretOf(a->job_id(), a->attempt()));
         a->set_attempt_token(state_->TokenOf(a->job_id(), a->attempt(), a->process_index()));
       }
-      step->out.push_back(std::move(event));
+      if (FitForDaemon(event)) step->out.push_back(std::move(event));
     }
+  }
+
+  // Whether `event` fits what a daemon receives (limits::kMaxAssignmentEventBytes): a stop
+  // event's reason is cut to fit (a stop must arrive); a start event too large is skipped and
+  // logged, never re-sent (the cursor moves past it), and the attempt fails at its progress
+  // timeout, its runner never having started. The rpcs bound what goes into events, so this is the last guard.
+  bool FitForDaemon(v1::WatchAssignmentsResponse& event) const {
+    const size_t size = event.ByteSizeLong();
+    if (size <= limits::kMaxAssignmentEventBytes) return true;
+    if (event.has_stop()) {
+      v1::StopAttempt* stop = event.mutable_stop();
+      stop->set_reason(BoundedText(stop->reason(), limits::kMaxReasonBytes));
+      return true;
+    }
+    std::cerr << "substrax-coordinator: skipped the assignment of job "
+              << BoundedText(event.start().job_id(), limits::kMaxNameBytes) << " attempt "
+              << event.start().attempt() << " to worker " << request_.worker_id() << ": "
+              << size << " bytes, more than a daemon receives ("
+              << limits::kMaxAssignmentEventBytes << ")\n";
+    return false;
   }
 
   void BeforeWrite(v1::WatchAssignmentsResponse& event) override {
@@ -184,8 +206,8 @@ class AssignmentStream final : public NotifiedStream<v1::WatchAssignmentsRespons
 // A job as it changes, until it ends.
 class JobStream final : public NotifiedStream<v1::WatchJobResponse> {
  public:
-  JobStream(ServerState* state, const v1::WatchJobRequest& request)
-      : NotifiedStream(state), job_id_(request.job_id()) {}
+  JobStream(ServerState* state, const v1::WatchJobRequest& request, const Caller& caller)
+      : NotifiedStream(state), job_id_(request.job_id()), caller_(caller) {}
 
  private:
   void Poll(Step<v1::WatchJobResponse>* step) override {
@@ -194,6 +216,7 @@ class JobStream final : public NotifiedStream<v1::WatchJobResponse> {
       step->finish = ToGrpcStatus(job.status());
       return;
     }
+    RedactForCaller(caller_, &*job);
     std::string now = job->SerializeAsString();
     if (now != last_) {
       v1::WatchJobResponse response;
@@ -205,6 +228,7 @@ class JobStream final : public NotifiedStream<v1::WatchJobResponse> {
   }
 
   const std::string job_id_;
+  const Caller caller_;
   std::string last_;
 };
 
@@ -282,8 +306,8 @@ grpc::ServerWriteReactor<v1::WatchAssignmentsResponse>* StartAssignmentStream(
 }
 
 grpc::ServerWriteReactor<v1::WatchJobResponse>* StartJobStream(
-    ServerState* state, const v1::WatchJobRequest& request) {
-  auto* stream = new JobStream(state, request);
+    ServerState* state, const v1::WatchJobRequest& request, const Caller& caller) {
+  auto* stream = new JobStream(state, request, caller);
   stream->Begin({ChangeFeed::JobTopic(request.job_id())});
   return stream;
 }

@@ -298,6 +298,7 @@ int RunnerWatch::Overlaps() {
 
 ChaosCluster::ChaosCluster(const std::string& name, ChaosClusterOptions options)
     : options_(std::move(options)), dir_(TempDir(name)) {
+  if (options_.tls) pki_ = std::make_unique<TestPki>(dir_ + "/tls");
   workers_.resize(options_.workers);
   StartCoordinator(options_.coordinator_env);
   for (int w = 0; w < options_.workers; ++w) StartWorker(w);
@@ -318,8 +319,8 @@ void ChaosCluster::StartCoordinator(const std::vector<std::string>& env) {
                                    options_.heartbeat_interval, "--heartbeat-timeout",
                                    options_.heartbeat_timeout};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
-  // Faults, not credentials, are under test here (tests/security has those).
-  for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
+  // Faults, not credentials, are under test here unless options_.tls (tests/security).
+  for (std::string& flag : TransportFlags("")) argv.push_back(std::move(flag));
   // Each run has its own log, so that a restart keeps the first run's.
   ++coordinator_runs_;
   const std::string log = absl::StrCat(dir_, "/coordinator-", coordinator_runs_, ".log");
@@ -338,7 +339,27 @@ void ChaosCluster::StartCoordinator(const std::vector<std::string>& env) {
 }
 
 void ChaosCluster::Connect() {
-  jobs_ = v1::JobService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  if (pki_ == nullptr) {
+    jobs_ = v1::JobService::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(address_, pki_->Issue("admin", "admin"));
+  if (channel.ok()) jobs_ = v1::JobService::NewStub(*channel);
+}
+
+TransportOptions ChaosCluster::ClientTransport() const {
+  if (pki_ == nullptr) return InsecureTransport();
+  TransportOptions transport;
+  transport.ca_file = pki_->ca_file();
+  return transport;
+}
+
+std::vector<std::string> ChaosCluster::TransportFlags(const std::string& worker_id) {
+  if (pki_ == nullptr) return InsecureFlags();
+  if (worker_id.empty()) return pki_->CoordinatorFlags();
+  return TestPki::Flags(pki_->Issue(worker_id, "worker"));
 }
 
 std::string ChaosCluster::worker_address() const {
@@ -355,7 +376,9 @@ void ChaosCluster::StartWorker(int w) {
                                    options_.collective_timeout, "--stop-grace",
                                    options_.stop_grace};
   argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
-  for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
+  for (std::string& flag : TransportFlags(absl::StrCat("w-", w + 1))) {
+    argv.push_back(std::move(flag));
+  }
   argv.insert(argv.begin(), options_.worker_wrapper.begin(), options_.worker_wrapper.end());
   workers_[w] = std::make_unique<Process>(argv, absl::StrCat(dir_, "/worker-", w + 1, ".log"),
                                           options_.worker_env);

@@ -20,6 +20,8 @@
 #include "substrax/v1/job.pb.h"
 #include "substrax/v1/job_service.grpc.pb.h"
 #include "substrax/v1/metrics_service.grpc.pb.h"
+#include "rpc/transport.h"
+#include "tests/credentials.h"
 #include "tests/proc.h"
 #include "tests/process.h"
 
@@ -89,6 +91,10 @@ struct ChaosClusterOptions {
   // their runners inherit).
   std::vector<std::string> worker_flags;
   std::vector<std::string> worker_env;
+  // Mutual TLS instead of plaintext (tests of who may do what with real daemons): a TestPki in
+  // dir()/tls, a worker certificate per daemon, the admin's for jobs(). Tokens come from an
+  // --auth-config in coordinator_flags.
+  bool tls = false;
   // A command the daemons are started under ({"prlimit", "--fsize=1024", "--"}): it must run
   // the rest of its arguments as the daemon, in the same process (exec).
   std::vector<std::string> worker_wrapper;
@@ -122,6 +128,11 @@ class ChaosCluster {
   // Polls until the job is in a terminal state; the last view.
   std::optional<v1::Job> WaitForEnd(const std::string& id, absl::Duration timeout);
   std::unique_ptr<v1::JobService::Stub>& jobs() { return jobs_; }
+  // With tls: the CA and the issuer of more certificates; null without.
+  TestPki* pki() { return pki_.get(); }
+  // How a client of this cluster connects: plaintext, or (tls) verifying the coordinator with
+  // no identity of its own (add a certificate or a token_file).
+  TransportOptions ClientTransport() const;
 
   // Every log, for failure messages.
   std::string Logs();
@@ -132,8 +143,12 @@ class ChaosCluster {
  private:
   void Connect();
 
+  // The transport flags of a coordinator (tls: its certificate) or of worker `worker_id`.
+  std::vector<std::string> TransportFlags(const std::string& worker_id);
+
   const ChaosClusterOptions options_;
   const std::string dir_;
+  std::unique_ptr<TestPki> pki_;
   std::string address_;
   std::unique_ptr<TcpProxy> proxy_;
   std::unique_ptr<Process> coordinator_;

@@ -59,6 +59,7 @@ env > "$out/env"
 if cat "$2" > /dev/null 2>&1; then echo readable; else echo refused; fi > "$out/key"
 if ls "$3" > /dev/null 2>&1; then echo listed; else echo refused; fi > "$out/work-dir"
 if cat "$SUBSTRAX_LAUNCH" > /dev/null 2>&1; then echo readable; else echo refused; fi > "$out/launch"
+cat "$SUBSTRAX_LAUNCH" > "$out/launch.json" 2>&1
 touch "$out/done"
 exit 3
 )";
@@ -211,6 +212,20 @@ TEST_F(JobUserTest, AProgramRunsAsTheJobUserWithACleanEnvironmentAndNoWorkerKey)
   EXPECT_EQ(Trimmed(out_ + "/key"), "refused");
   EXPECT_EQ(Trimmed(out_ + "/work-dir"), "refused");
   EXPECT_EQ(Trimmed(out_ + "/launch"), "readable");
+  // What the launch file hands it: its attempt's token, no worker certificate, key or token.
+  // (The spec's args name the key, for the probe: only the transport is looked at.)
+  const std::string launch = ReadFile(out_ + "/launch.json");
+  const size_t transport_at = launch.find("\"transport\":{");
+  ASSERT_NE(transport_at, std::string::npos) << launch;
+  const std::string transport =
+      launch.substr(transport_at, launch.find('}', transport_at) - transport_at);
+  EXPECT_THAT(transport, HasSubstr("\"attempt_token\":\"sxa1."));
+  for (const std::string& worker_file : {worker_.key_file, worker_.cert_file}) {
+    EXPECT_THAT(transport, Not(HasSubstr(worker_file))) << transport;
+  }
+  EXPECT_THAT(launch, Not(HasSubstr("key_file")));
+  EXPECT_THAT(launch, Not(HasSubstr("cert_file")));
+  EXPECT_THAT(launch, Not(HasSubstr("token_file")));
   EXPECT_FALSE(fs::exists(dir_ + "/bash-env-ran"));
 
   // The whole environment: the documented base, the spec's variable, the launch file; and what

@@ -1,0 +1,128 @@
+// An assignment event larger than a daemon receives is skipped, never re-read forever: the real
+// agent against this test's own CoordinatorService, whose stream sends a small event, then one of
+// 5 MiB (over gRPC's default receive limit of 4 MiB, which the agent keeps), then a small one.
+// Before, the daemon reopened its stream at the same cursor every second and failed on the same
+// event for good; now it logs the skip, resumes after it, and its stream stays open.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "tests/process.h"
+#include "tests/proc.h"
+
+namespace substrax::testing {
+namespace {
+
+constexpr char kEpoch[] = "test-epoch";
+
+v1::WatchAssignmentsResponse StopEvent(int64_t cursor, const std::string& job_id,
+                                       size_t reason_bytes) {
+  v1::WatchAssignmentsResponse event;
+  event.set_epoch(kEpoch);
+  event.set_cursor(cursor);
+  event.mutable_stop()->set_job_id(job_id);
+  event.mutable_stop()->set_attempt(1);
+  event.mutable_stop()->set_reason(std::string(reason_bytes, 'r'));
+  return event;
+}
+
+// Events 1 (small), 2 (5 MiB) and 3 (small) after the cursor a stream asks for; each stream's
+// request is recorded.
+class FakeCoordinator final : public v1::CoordinatorService::Service {
+ public:
+  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerResponse* response) override {
+    *response->mutable_devices() = request->devices();
+    response->mutable_heartbeat_interval()->set_nanos(200 * 1000 * 1000);
+    response->mutable_heartbeat_timeout()->set_seconds(30);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
+                         v1::HeartbeatResponse*) override {
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WatchAssignments(grpc::ServerContext* context,
+                                const v1::WatchAssignmentsRequest* request,
+                                grpc::ServerWriter<v1::WatchAssignmentsResponse>* writer) override {
+    {
+      absl::MutexLock lock(&mu_);
+      cursors_.push_back(request->epoch() == kEpoch ? request->cursor() : 0);
+    }
+    const std::vector<v1::WatchAssignmentsResponse> events = {
+        StopEvent(1, "job-a", 10), StopEvent(2, "job-b", 5 << 20), StopEvent(3, "job-c", 10)};
+    const int64_t after = request->epoch() == kEpoch ? request->cursor() : 0;
+    for (const v1::WatchAssignmentsResponse& event : events) {
+      if (event.cursor() > after && !writer->Write(event)) return grpc::Status::OK;
+    }
+    while (!context->IsCancelled() &&
+           !done_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+    }
+    return grpc::Status::OK;
+  }
+
+  void Finish() {
+    if (!done_.HasBeenNotified()) done_.Notify();
+  }
+  std::vector<int64_t> cursors() {
+    absl::MutexLock lock(&mu_);
+    return cursors_;
+  }
+
+ private:
+  absl::Notification done_;
+  absl::Mutex mu_;
+  std::vector<int64_t> cursors_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(DaemonEventSizeTest, AnEventTooLargeToReceiveIsSkippedOnce) {
+  const std::string base = TempDir("daemon_event_size");
+  FakeCoordinator coordinator;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&coordinator);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+
+  std::vector<std::string> argv = {Runfile("agent/substrax-agent"), "--coordinator",
+                                   absl::StrCat("127.0.0.1:", port), "--cpu-devices", "1",
+                                   "--worker-id", "w-1", "--work-dir", base + "/work"};
+  for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
+  Process daemon(argv, base + "/daemon.log");
+
+  // The first stream fails on event 2; the second asks for what follows it.
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const std::vector<int64_t> cursors = coordinator.cursors();
+        return cursors.size() >= 2 && cursors[1] == 2;
+      },
+      absl::Seconds(30)))
+      << daemon.Log();
+  EXPECT_TRUE(absl::StrContains(daemon.Log(), "skipped assignment event 2")) << daemon.Log();
+  // And it stays on that stream (event 3 arrived; nothing failed it): no third stream comes in
+  // the time the old daemon would have reopened it three times.
+  EXPECT_FALSE(PollUntil([&] { return coordinator.cursors().size() > 2; }, absl::Seconds(3)))
+      << daemon.Log();
+  EXPECT_EQ(coordinator.cursors()[0], 0);
+
+  coordinator.Finish();
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.Wait(absl::Seconds(30)), 0) << daemon.Log();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  EXPECT_TRUE(PollUntil([&] { return ProcessesMentioning(base).empty(); }, absl::Seconds(10)));
+}
+
+}  // namespace
+}  // namespace substrax::testing
