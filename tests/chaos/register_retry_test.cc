@@ -4,22 +4,20 @@
 // ends up registered and heartbeats; and when the coordinator later says its lease is gone
 // (ABORTED) and refuses its re-registration the same way, it registers again and goes on
 // heartbeating (it used to stop heartbeating for good).
-#include <signal.h>
-
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
-#include "tests/proc.h"
+#include "tests/fake_coordinator.h"
 #include "tests/process.h"
 
 namespace substrax::testing {
@@ -111,18 +109,9 @@ TEST(RegisterRetryTest, AnAgentRefusedForLackOfRoomRetriesUntilRegisteredEvenAft
   const std::string base = TempDir("register_retry");
   FullCoordinator coordinator;
   coordinator.RefuseNext(3);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-
-  std::vector<std::string> argv = {Runfile("agent/substrax-agent"), "--coordinator",
-                                   absl::StrCat("127.0.0.1:", port), "--cpu-devices", "1",
-                                   "--worker-id", "w-1", "--work-dir", base + "/work"};
-  for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
-  Process agent(argv, base + "/agent.log");
+  absl::StatusOr<LoopbackServer> served = ServeOnLoopback(&coordinator);
+  ASSERT_TRUE(served.ok()) << served.status();
+  Process agent(AgentAgainst(served->port, base + "/work"), base + "/agent.log");
 
   // Three refusals, then registered, then heartbeats.
   ASSERT_TRUE(PollUntil(
@@ -145,10 +134,8 @@ TEST(RegisterRetryTest, AnAgentRefusedForLackOfRoomRetriesUntilRegisteredEvenAft
   EXPECT_TRUE(agent.Running()) << agent.Log();
 
   coordinator.Finish();
-  agent.Signal(SIGTERM);
-  EXPECT_EQ(agent.Wait(absl::Seconds(30)), 0) << agent.Log();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  EXPECT_TRUE(PollUntil([&] { return ProcessesMentioning(base).empty(); }, absl::Seconds(10)));
+  const absl::Status stopped = StopAgentAndServer(agent, *served->server, base);
+  EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
 }  // namespace

@@ -3,22 +3,20 @@
 // 5 MiB (over gRPC's default receive limit of 4 MiB, which the agent keeps), then a small one.
 // Before, the daemon reopened its stream at the same cursor every second and failed on the same
 // event for good; now it logs the skip, resumes after it, and its stream stays open.
-#include <signal.h>
-
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
+#include "tests/fake_coordinator.h"
 #include "tests/process.h"
-#include "tests/proc.h"
 
 namespace substrax::testing {
 namespace {
@@ -89,18 +87,9 @@ class FakeCoordinator final : public v1::CoordinatorService::Service {
 TEST(DaemonEventSizeTest, AnEventTooLargeToReceiveIsSkippedOnce) {
   const std::string base = TempDir("daemon_event_size");
   FakeCoordinator coordinator;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-
-  std::vector<std::string> argv = {Runfile("agent/substrax-agent"), "--coordinator",
-                                   absl::StrCat("127.0.0.1:", port), "--cpu-devices", "1",
-                                   "--worker-id", "w-1", "--work-dir", base + "/work"};
-  for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
-  Process daemon(argv, base + "/daemon.log");
+  absl::StatusOr<LoopbackServer> served = ServeOnLoopback(&coordinator);
+  ASSERT_TRUE(served.ok()) << served.status();
+  Process daemon(AgentAgainst(served->port, base + "/work"), base + "/daemon.log");
 
   // The first stream fails on event 2; the second asks for what follows it.
   ASSERT_TRUE(PollUntil(
@@ -118,10 +107,8 @@ TEST(DaemonEventSizeTest, AnEventTooLargeToReceiveIsSkippedOnce) {
   EXPECT_EQ(coordinator.cursors()[0], 0);
 
   coordinator.Finish();
-  daemon.Signal(SIGTERM);
-  EXPECT_EQ(daemon.Wait(absl::Seconds(30)), 0) << daemon.Log();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  EXPECT_TRUE(PollUntil([&] { return ProcessesMentioning(base).empty(); }, absl::Seconds(10)));
+  const absl::Status stopped = StopAgentAndServer(daemon, *served->server, base);
+  EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
 }  // namespace

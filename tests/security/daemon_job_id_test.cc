@@ -3,13 +3,12 @@
 // registration and then sends assignments (and stops) for "../../escape" and "a/b". The daemon
 // must stay alive, log each refusal, and create nothing for those ids, in its work dir or
 // anywhere else.
-#include <signal.h>
-
 #include <filesystem>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -19,7 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
-#include "tests/chaos/harness.h"
+#include "tests/fake_coordinator.h"
 #include "tests/process.h"
 
 namespace substrax::testing {
@@ -129,19 +128,9 @@ TEST(DaemonJobIdTest, RefusesJobIdsThatAreNotDnsLabelsAndStaysUp) {
   fs::create_directories(work_dir);
 
   FakeCoordinator coordinator;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  ASSERT_GT(port, 0);
-
-  std::vector<std::string> argv = {Runfile("agent/substrax-agent"), "--coordinator",
-                                   absl::StrCat("127.0.0.1:", port), "--cpu-devices", "1",
-                                   "--worker-id", "w-1", "--work-dir", work_dir};
-  for (std::string& flag : InsecureFlags()) argv.push_back(std::move(flag));
-  Process daemon(argv, base + "/daemon.log");
+  absl::StatusOr<LoopbackServer> served = ServeOnLoopback(&coordinator);
+  ASSERT_TRUE(served.ok()) << served.status();
+  Process daemon(AgentAgainst(served->port, work_dir), base + "/daemon.log");
 
   auto logged_refusals = [&] {
     const std::string log = daemon.Log();
@@ -171,11 +160,9 @@ TEST(DaemonJobIdTest, RefusesJobIdsThatAreNotDnsLabelsAndStaysUp) {
   // Still alive and serving: it stops cleanly on SIGTERM.
   EXPECT_TRUE(daemon.Running()) << daemon.Log();
   coordinator.Finish();
-  daemon.Signal(SIGTERM);
-  EXPECT_EQ(daemon.Wait(absl::Seconds(30)), 0) << daemon.Log();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   // Nothing outlives the test: no daemon or runner still names its directory.
-  EXPECT_TRUE(PollUntil([&] { return ProcessesMentioning(base).empty(); }, absl::Seconds(10)));
+  const absl::Status stopped = StopAgentAndServer(daemon, *served->server, base);
+  EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
 }  // namespace
