@@ -330,7 +330,12 @@ uint64_t Cluster::EnqueueLocked() {
     // Only the newest events are unstamped: stop at the first stamped one from the back.
     auto& tickets = worker->second.event_tickets;
     for (auto t = tickets.rbegin(); t != tickets.rend() && *t == kUnstamped; ++t) *t = ticket;
-    unreleased_workers_.insert(id);
+    // Already on disk (this call wrote nothing new): readable now, and no commit will say so.
+    if (ticket <= writer_->committed()) {
+      changes_.Mark(ChangeFeed::WorkerTopic(id));
+    } else {
+      unreleased_workers_.insert(id);
+    }
   }
   unstamped_workers_.clear();
   return ticket;
@@ -341,9 +346,18 @@ void Cluster::MarkReleasedEventsLocked(uint64_t committed) {
     auto worker = workers_.find(*it);
     const bool released = worker == workers_.end() || worker->second.event_tickets.empty() ||
                           worker->second.event_tickets.back() <= committed;
-    if (worker != workers_.end()) changes_.Mark(ChangeFeed::WorkerTopic(*it));
+    // Woken only when this commit made one of its events readable: a commit of something else
+    // (an earlier write) would wake a stream that then finds nothing to send.
+    bool readable = false;
+    if (worker != workers_.end()) {
+      for (uint64_t t : worker->second.event_tickets) {
+        readable = readable || (t > events_released_through_ && t <= committed);
+      }
+    }
+    if (readable) changes_.Mark(ChangeFeed::WorkerTopic(*it));
     it = released ? unreleased_workers_.erase(it) : std::next(it);
   }
+  events_released_through_ = std::max(events_released_through_, committed);
 }
 
 void Cluster::NotifyEnded(const EndedAttempts& ended) {

@@ -614,6 +614,8 @@ class Cluster {
   // Workers with stamped events that no commit has released yet (their streams are woken by
   // the commit that does).
   std::set<std::string> unreleased_workers_ ABSL_GUARDED_BY(mu_);
+  // The commit MarkReleasedEventsLocked last saw: events of tickets up to it are announced.
+  uint64_t events_released_through_ ABSL_GUARDED_BY(mu_) = 0;
   // Submits admitted against max_active_jobs whose job is being written.
   int submits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Not yet written to the state store.
