@@ -34,7 +34,8 @@
 // better by retrying (error_code INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
 // UNIMPLEMENTED) and a job past spec.max_duration_seconds end the job FAILED at once.
 //
-// Progress. Job.progress comes from the latest reports (MetricsStore::Latest); total_steps is
+// Progress. Job.progress comes from the latest reports (MetricsStore::Latest): the newest step
+// every device of the attempt's mesh reported, never one only some did; total_steps is
 // TotalSteps(spec) (0 for jobs given in epochs whose data headers the coordinator cannot read).
 // final_metrics are process 0's at success.
 //
@@ -580,8 +581,11 @@ class Cluster {
   StateStore* const state_;
   // Created after loading; the only writer of state_ (SubmitJob's first write aside).
   std::unique_ptr<StateWriter> writer_;
-  // Each running attempt's newest steps, for progress.
-  MetricsStore metrics_{/*keep_steps=*/2};
+  // Each running attempt's newest steps, for progress: from its newest step every device
+  // reported, at most kProgressSteps (how far one process's reports may run ahead of another's
+  // and still let the step they share become progress).
+  static constexpr int kProgressSteps = 64;
+  MetricsStore metrics_{kProgressSteps};
 
   // Who waits for what (streams); marked under mu_, flushed without it.
   mutable ChangeFeed changes_;
