@@ -47,7 +47,8 @@
 // in memory, so a failed submit leaves nothing). Progress is not written on every report: a
 // running job's is recomputed from its latest stored points at load; an ended job's is stored
 // with it. Metric history stays on disk (retention per ClusterOptions) and QueryMetrics reads it
-// there, without the lock; memory holds each running attempt's two newest steps.
+// there, without the lock; memory holds each running attempt's steps from its newest complete
+// one (every device reported it), at most kProgressSteps.
 //
 // Retention. Ended jobs expire after finished_job_ttl and beyond max_finished_jobs (Tick), or
 // when deleted (DeleteJob); their metric points go with them. Dead workers are forgotten after
