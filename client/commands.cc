@@ -271,8 +271,9 @@ int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
   const ProgressStyle style{ctx.terminal, ctx.columns, ctx.unicode};
   EtaEstimator eta;
   // The loss of each step the stream showed, latest last, for the trend beside the bar. The
-  // stream carries every report, so no metrics query is needed. A step's loss changes while
-  // more of its devices report: the latest value replaces the step's.
+  // stream carries every report, so no metrics query is needed. Progress moves only to a step
+  // every device reported (reduced over all of them); should a step's value change all the
+  // same (a resent report), the latest replaces it.
   std::vector<double> losses;
   int64_t loss_step = -1;
   std::optional<v1::Job> last;

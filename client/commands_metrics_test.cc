@@ -30,9 +30,9 @@ TEST_F(CommandsTest, MetricsSendsTheQueryAndTabulatesSeries) {
   flags.group_by = "host";
   EXPECT_EQ(MetricsCommand(ctx_, "demo-1", flags), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),
-            "STEP   loss/local-0   loss/local-1\n"
+            "STEP   loss/local-0   loss/local-1   NOTE\n"
             "100    0.1000         0.1000\n"
-            "150    0.1500         0.1500\n");
+            "150    0.1500         0.1500         partial (1/2 devices)\n");
   const v1::QueryMetricsRequest q = metrics_.last();
   EXPECT_EQ(q.job_id(), "demo-1");
   EXPECT_EQ(std::vector<std::string>(q.names().begin(), q.names().end()),
@@ -42,6 +42,15 @@ TEST_F(CommandsTest, MetricsSendsTheQueryAndTabulatesSeries) {
   EXPECT_EQ(q.reduction(), v1::REDUCTION_MAX);
   EXPECT_EQ(q.group_by(), v1::GROUP_BY_HOST);
   EXPECT_EQ(q.attempt(), 0);
+}
+
+TEST_F(CommandsTest, MetricsJsonCarriesTheDeviceCountsOfEveryPoint) {
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(MetricsCommand(ctx_, "demo-1", MetricsFlags()), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\"num_values\": 1"));
+  EXPECT_THAT(out_.str(), HasSubstr("\"expected_values\": 2"));
+  EXPECT_THAT(out_.str(), HasSubstr("\"partial\": true"));
+  EXPECT_THAT(out_.str(), HasSubstr("\"partial\": false"));
 }
 
 TEST_F(CommandsTest, MetricsTensorBoardWritesAnEventFileWithHostTags) {

@@ -111,6 +111,11 @@ class FakeMetricsService final : public v1::MetricsService::Service {
         v1::MetricPoint* p = s->add_points();
         p->set_step(step);
         p->set_value(step / 1000.0);
+        // One of local-1's two devices has not reported step 150 yet.
+        const bool partial = step == 150 && std::string(host) == "local-1";
+        p->set_num_values(partial ? 1 : 2);
+        p->set_expected_values(2);
+        p->set_partial(partial);
       }
     }
     return grpc::Status::OK;

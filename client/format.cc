@@ -365,6 +365,9 @@ std::string FormatMetricsTable(const v1::QueryMetricsResponse& response) {
   std::vector<std::string> header = {"STEP"};
   std::set<int64_t> steps;
   std::vector<std::map<int64_t, double>> columns;
+  // step -> "column n/m" of each partial point, and the distinct "n/m" among them.
+  std::map<int64_t, std::vector<std::string>> partial_columns;
+  std::map<int64_t, std::set<std::string>> partial_counts;
   for (const v1::MetricSeries& series : response.series()) {
     header.push_back(series.group().empty() ? series.name()
                                             : absl::StrCat(series.name(), "/", series.group()));
@@ -372,14 +375,31 @@ std::string FormatMetricsTable(const v1::QueryMetricsResponse& response) {
     for (const v1::MetricPoint& point : series.points()) {
       column[point.step()] = point.value();
       steps.insert(point.step());
+      if (!point.partial()) continue;
+      const std::string counts = absl::StrCat(point.num_values(), "/", point.expected_values());
+      partial_columns[point.step()].push_back(absl::StrCat(header.back(), " ", counts));
+      partial_counts[point.step()].insert(counts);
     }
   }
+  const bool notes = !partial_counts.empty();
+  if (notes) header.push_back("NOTE");
   Table table(std::move(header));
   for (int64_t step : steps) {
     std::vector<Cell> row = {absl::StrCat(step)};
     for (const auto& column : columns) {
       auto it = column.find(step);
       row.emplace_back(it == column.end() ? "-" : FormatMetricValue(it->second));
+    }
+    if (notes) {
+      auto counts = partial_counts.find(step);
+      if (counts == partial_counts.end()) {
+        row.emplace_back("");
+      } else {
+        const std::string which = counts->second.size() == 1
+                                      ? *counts->second.begin()
+                                      : absl::StrJoin(partial_columns[step], ", ");
+        row.emplace_back(absl::StrCat("partial (", which, " devices)"));
+      }
     }
     table.AddRow(std::move(row));
   }

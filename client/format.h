@@ -98,7 +98,9 @@ std::string FormatJobOutcome(const v1::Job& job);
 std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
                                const FormatOptions& options);
 // `substraxctl metrics`: STEP and one column per series ("loss", "loss/host-a"); a step a
-// series lacks shows "-". Steps ascending.
+// series lacks shows "-". Steps ascending. When a point is partial (some devices of its group
+// have not reported the step), a last column NOTE says so: "partial (3/4 devices)", or each
+// partial column's counts ("partial (loss/a 1/2, loss/b 1/2 devices)") when they differ.
 std::string FormatMetricsTable(const v1::QueryMetricsResponse& response);
 // `substraxctl mesh`: the device grid (DeviceMeshManager::GetMeshInfo) and the shard layouts.
 std::string FormatMeshDetails(const v1::GetMeshResponse& response);

@@ -181,6 +181,35 @@ TEST(FormatTest, MetricsTableHasAColumnPerSeriesAndDashesForGaps) {
             "100    0.5000   0.4500        100\n");
 }
 
+TEST(FormatTest, MetricsTableMarksPartialSteps) {
+  // Step 20 has 2 of the 4 devices (the mean of host a's, not the job's); older servers send
+  // no counts and nothing is marked.
+  auto response = Parse<v1::QueryMetricsResponse>(R"pb(
+    series { name: "loss"
+             points { step: 10 value: 0.5 num_values: 4 expected_values: 4 }
+             points { step: 20 value: 0.3836 num_values: 2 expected_values: 4 partial: true }
+             points { step: 30 value: 0.3 num_values: 1 } }
+    series { name: "step"
+             points { step: 10 value: 10 num_values: 4 expected_values: 4 }
+             points { step: 20 value: 20 num_values: 2 expected_values: 4 partial: true } }
+  )pb");
+  EXPECT_EQ(FormatMetricsTable(response),
+            "STEP   loss     step   NOTE\n"
+            "10     0.5000   10\n"
+            "20     0.3836   20     partial (2/4 devices)\n"
+            "30     0.3000   -\n");
+  // Columns whose counts differ are named.
+  response = Parse<v1::QueryMetricsResponse>(R"pb(
+    series { name: "loss" group: "a"
+             points { step: 20 value: 0.4 num_values: 1 expected_values: 2 partial: true } }
+    series { name: "loss" group: "b"
+             points { step: 20 value: 0.35 num_values: 2 expected_values: 3 partial: true } }
+  )pb");
+  EXPECT_EQ(FormatMetricsTable(response),
+            "STEP   loss/a   loss/b   NOTE\n"
+            "20     0.4000   0.3500   partial (loss/a 1/2, loss/b 2/3 devices)\n");
+}
+
 TEST(FormatTest, MeshShowsTheGridWithHostsAndTheLayouts) {
   auto response = Parse<v1::GetMeshResponse>(R"pb(
     mesh { axis_names: "data" shape: 2

@@ -193,8 +193,9 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
     // was stored with its final progress); history stays on disk.
     if (!IsTerminalJobState(job.state()) && job.attempt() > 0) {
       SUBSTRAX_ASSIGN_OR_RETURN(std::vector<v1::StepReport> latest,
-                                state_->LatestReports(job.id(), job.attempt(), 2));
-      for (const v1::StepReport& report : latest) metrics_.Add(report);
+                                state_->LatestReports(job.id(), job.attempt(), kProgressSteps));
+      const ExpectedDevices devices = DevicesOf(job.mesh());
+      for (const v1::StepReport& report : latest) metrics_.Add(report, devices);
       RefreshProgressLocked(entry);
     }
     for (const v1::JobTransition& t : job.transitions()) {

@@ -34,7 +34,8 @@
 // better by retrying (error_code INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
 // UNIMPLEMENTED) and a job past spec.max_duration_seconds end the job FAILED at once.
 //
-// Progress. Job.progress comes from the latest reports (MetricsStore::Latest); total_steps is
+// Progress. Job.progress comes from the latest reports (MetricsStore::Latest): the newest step
+// every device of the attempt's mesh reported, never one only some did; total_steps is
 // TotalSteps(spec) (0 for jobs given in epochs whose data headers the coordinator cannot read).
 // final_metrics are process 0's at success.
 //
@@ -46,7 +47,8 @@
 // in memory, so a failed submit leaves nothing). Progress is not written on every report: a
 // running job's is recomputed from its latest stored points at load; an ended job's is stored
 // with it. Metric history stays on disk (retention per ClusterOptions) and QueryMetrics reads it
-// there, without the lock; memory holds each running attempt's two newest steps.
+// there, without the lock; memory holds each running attempt's steps from its newest complete
+// one (every device reported it), at most kProgressSteps.
 //
 // Retention. Ended jobs expire after finished_job_ttl and beyond max_finished_jobs (Tick), or
 // when deleted (DeleteJob); their metric points go with them. Dead workers are forgotten after
@@ -580,8 +582,11 @@ class Cluster {
   StateStore* const state_;
   // Created after loading; the only writer of state_ (SubmitJob's first write aside).
   std::unique_ptr<StateWriter> writer_;
-  // Each running attempt's newest steps, for progress.
-  MetricsStore metrics_{/*keep_steps=*/2};
+  // Each running attempt's newest steps, for progress: from its newest step every device
+  // reported, at most kProgressSteps (how far one process's reports may run ahead of another's
+  // and still let the step they share become progress).
+  static constexpr int kProgressSteps = 64;
+  MetricsStore metrics_{kProgressSteps};
 
   // Who waits for what (streams); marked under mu_, flushed without it.
   mutable ChangeFeed changes_;

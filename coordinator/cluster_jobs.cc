@@ -31,8 +31,9 @@ using cluster_internal::StateName;
 void Cluster::RefreshProgressLocked(JobEntry& entry) {
   const v1::Job& job = entry.job;
   if (job.attempt() == 0) return;
+  // Job.mesh is the attempt's (an elastic one's current size): every device of every process.
   std::optional<v1::JobProgress> latest =
-      metrics_.Latest(job.id(), job.attempt(), job.spec().metrics());
+      metrics_.Latest(job.id(), job.attempt(), job.spec().metrics(), DevicesOf(job.mesh()));
   if (!latest.has_value()) return;
   v1::JobProgress* progress = entry.job.mutable_progress();
   progress->set_step(latest->step());
@@ -292,8 +293,9 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
   const absl::Time now = lease_clock_();
   const v1::StepReport* non_finite = nullptr;
   int64_t highest = 0;
+  const ExpectedDevices devices = DevicesOf(entry->job.mesh());
   for (const v1::StepReport& report : reports) {
-    metrics_.Add(report);
+    metrics_.Add(report, devices);
     highest = std::max(highest, report.step());
     NoteDataFactsLocked(*entry, report);
     Process& process = entry->processes[report.process_index()];
@@ -678,6 +680,8 @@ absl::StatusOr<v1::GetMeshResponse> Cluster::GetMesh(const std::string& job_id) 
 absl::StatusOr<v1::QueryMetricsResponse> Cluster::QueryMetrics(
     const v1::QueryMetricsRequest& request) const {
   DeclaredReductions declared;
+  int current_attempt = 0;
+  ExpectedDevices current_devices;
   {
     absl::MutexLock lock(&mu_);
     const JobEntry* entry = FindJobOrNullLocked(request.job_id());
@@ -685,6 +689,8 @@ absl::StatusOr<v1::QueryMetricsResponse> Cluster::QueryMetrics(
       return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
     }
     declared = entry->job.spec().metrics();
+    current_attempt = entry->job.attempt();
+    current_devices = DevicesOf(entry->job.mesh());
   }
   if (request.attempt() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -709,6 +715,9 @@ absl::StatusOr<v1::QueryMetricsResponse> Cluster::QueryMetrics(
   for (const v1::StepReport& r : reports) points.Add(r);
   v1::QueryMetricsRequest query = request;
   query.set_attempt(attempt);
-  return points.Query(query, declared);
+  // Only the current (or last) attempt's mesh is kept; an earlier one expects the devices that
+  // reported in it.
+  return points.Query(query, declared,
+                      attempt == current_attempt ? current_devices : ExpectedDevices());
 }
 }  // namespace substrax

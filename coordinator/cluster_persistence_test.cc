@@ -54,7 +54,7 @@ void ExpectRestartKeepsEverything(StateStore& state) {
       ASSERT_TRUE(c.ReportAttemptStatus(s).ok());
     }
     running = c.SubmitJob(Spec("running", 4)).value().id();
-    ASSERT_TRUE(c.ReportSteps(Steps(running, 1, 20, {{1, 3.0}})).ok());
+    ASSERT_TRUE(c.ReportSteps(Steps(running, 1, 20, {{0, 3.0}, {1, 3.0}, {2, 3.0}, {3, 3.0}})).ok());
     waiting = c.SubmitJob(Spec("waiting", 2)).value().id();
     done_before = c.GetJob(done).value();
     v1::QueryMetricsRequest q;
@@ -181,7 +181,9 @@ TEST_F(ClusterTest, RestartLoadsProgressNotHistory) {
   RegisterTwoWorkers();
   const std::string job = Submit(Spec("train", 4));
   for (int64_t step = 1; step <= 5; ++step) {
-    ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, step, {{0, 1.0 / step}})).ok());
+    ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, step, {{0, 1.0 / step}, {1, 1.0 / step},
+                                                         {2, 1.0 / step}, {3, 1.0 / step}}))
+                    .ok());
   }
   cluster_.reset();
   cluster_ = MakeCluster(state_);

@@ -33,11 +33,12 @@ TEST_F(ClusterTest, ReportsFeedProgressAndQueries) {
   ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 10, {{0, 0.5}, {2, 1.5}})).ok());
   EXPECT_GT(cluster_->version(), before);
 
+  // Step 10 lacks devices 1 and 3: progress stays at step 5, which all four reported.
   const v1::JobProgress progress = Get(job).progress();
-  EXPECT_EQ(progress.step(), 10);
+  EXPECT_EQ(progress.step(), 5);
   EXPECT_EQ(progress.total_steps(), 10);
-  EXPECT_EQ(progress.metrics().at("loss"), 1.0);  // mean of the two devices that reported
-  EXPECT_EQ(progress.metrics().at("step"), 10);
+  EXPECT_EQ(progress.metrics().at("loss"), 2.5);
+  EXPECT_EQ(progress.metrics().at("step"), 5);
   // Every device's latest rate: devices 0 and 2 at step 10, devices 1 and 3 at step 5.
   EXPECT_EQ(progress.samples_per_second(), 400);
 
@@ -51,6 +52,8 @@ TEST_F(ClusterTest, ReportsFeedProgressAndQueries) {
   EXPECT_EQ(response->series(1).group(), "b");  // host set from the mesh
   EXPECT_EQ(response->series(1).points(1).value(), 1.5);
   EXPECT_EQ(response->series(1).points(1).num_values(), 1);
+  EXPECT_EQ(response->series(1).points(1).expected_values(), 2);
+  EXPECT_TRUE(response->series(1).points(1).partial());
 
   absl::Status outside = cluster_->ReportSteps(Steps(job, 1, 15, {{9, 1.0}}));
   EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
@@ -61,6 +64,65 @@ TEST_F(ClusterTest, ReportsFeedProgressAndQueries) {
             absl::StatusCode::kNotFound);
   query.set_job_id("nope");
   EXPECT_EQ(cluster_->QueryMetrics(query).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Issue 34's bug: host a's process reported step 20 first, and `watch` showed its mean, 0.3836,
+// against the job's 0.3657 over all four devices.
+TEST_F(ClusterTest, AStepIsShownOnceEveryDeviceReportedItAndMarkedPartialBefore) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("train", 4));
+  ASSERT_TRUE(
+      cluster_->ReportSteps(Steps(job, 1, 10, {{0, 0.5}, {1, 0.5}, {2, 0.5}, {3, 0.5}})).ok());
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 20, {{0, 0.3900}, {1, 0.3772}})).ok());
+  // Process 1 drives devices 2 and 3: one of its reports is not enough either.
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 20, {{2, 0.3500}})).ok());
+  EXPECT_EQ(Get(job).progress().step(), 10);
+  EXPECT_EQ(Get(job).progress().metrics().at("loss"), 0.5);
+
+  v1::QueryMetricsRequest query;
+  query.set_job_id(job);
+  query.add_names("loss");
+  auto partial = cluster_->QueryMetrics(query);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  ASSERT_EQ(partial->series(0).points_size(), 2);
+  const v1::MetricPoint& whole = partial->series(0).points(0);
+  EXPECT_EQ(whole.num_values(), 4);
+  EXPECT_EQ(whole.expected_values(), 4);
+  EXPECT_FALSE(whole.partial());
+  const v1::MetricPoint& three = partial->series(0).points(1);
+  EXPECT_EQ(three.step(), 20);
+  EXPECT_EQ(three.num_values(), 3);
+  EXPECT_EQ(three.expected_values(), 4);
+  EXPECT_TRUE(three.partial());
+
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 20, {{3, 0.3456}})).ok());
+  const v1::JobProgress progress = Get(job).progress();
+  EXPECT_EQ(progress.step(), 20);
+  EXPECT_NEAR(progress.metrics().at("loss"), 0.3657, 1e-9);
+  auto all = cluster_->QueryMetrics(query);
+  ASSERT_TRUE(all.ok()) << all.status();
+  const v1::MetricPoint& four = all->series(0).points(1);
+  EXPECT_NEAR(four.value(), 0.3657, 1e-9);
+  EXPECT_EQ(four.num_values(), 4);
+  EXPECT_FALSE(four.partial());
+}
+
+TEST_F(ClusterTest, AnElasticAttemptExpectsTheDevicesOfItsOwnMesh) {
+  Register("w-1", "a", 2);  // room for 2 of the 4 devices the data axis may have
+  v1::JobSpec spec = Spec("elastic", 4);
+  spec.mutable_mesh()->set_min_data_parallel_size(2);
+  const std::string job = Submit(spec);
+  ASSERT_EQ(Get(job).mesh().devices_size(), 2);
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 10, {{0, 1.0}, {1, 3.0}})).ok());
+  EXPECT_EQ(Get(job).progress().step(), 10);
+  EXPECT_EQ(Get(job).progress().metrics().at("loss"), 2.0);
+  v1::QueryMetricsRequest query;
+  query.set_job_id(job);
+  query.add_names("loss");
+  auto response = cluster_->QueryMetrics(query);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->series(0).points(0).expected_values(), 2);
+  EXPECT_FALSE(response->series(0).points(0).partial());
 }
 
 TEST_F(ClusterTest, RunnersSayTheTotalStepsAndInputWidth) {

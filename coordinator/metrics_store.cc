@@ -1,6 +1,7 @@
 #include "coordinator/metrics_store.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <set>
 #include <utility>
@@ -49,7 +50,13 @@ v1::Reduction EffectiveReduction(const std::string& name, v1::Reduction requeste
   return name == kSamplesPerSecond ? v1::REDUCTION_SUM : v1::REDUCTION_MEAN;
 }
 
-void MetricsStore::Add(const v1::StepReport& report) {
+ExpectedDevices DevicesOf(const v1::Mesh& mesh) {
+  ExpectedDevices devices;
+  for (const v1::Device& device : mesh.devices()) devices[device.id()] = device.host();
+  return devices;
+}
+
+void MetricsStore::Add(const v1::StepReport& report, const ExpectedDevices& expected) {
   absl::MutexLock lock(&mu_);
   Attempt& attempt = jobs_[report.job_id()][report.attempt()];
   DevicePoint& point = attempt.steps[report.step()][report.device_id()];
@@ -66,7 +73,17 @@ void MetricsStore::Add(const v1::StepReport& report) {
   if (keep_steps_ <= 0) return;
   JobPoints& job = jobs_[report.job_id()];
   while (job.size() > 1) job.erase(job.begin());  // only the newest attempt
-  auto& steps = job.rbegin()->second.steps;
+  Attempt& newest = job.rbegin()->second;
+  auto& steps = newest.steps;
+  // Progress is the newest step every device reported, so nothing older than such a step can
+  // become it. The steps after it wait for the devices that are behind (up to keep_steps: one
+  // that never catches up must not grow the window).
+  const size_t devices = expected.empty() ? newest.devices.size() : expected.size();
+  for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+    if (step->second.size() < devices) continue;
+    steps.erase(steps.begin(), std::prev(step.base()));
+    break;
+  }
   while (static_cast<int>(steps.size()) > keep_steps_) steps.erase(steps.begin());
 }
 
@@ -76,7 +93,8 @@ void MetricsStore::Forget(const std::string& job_id) {
 }
 
 absl::StatusOr<v1::QueryMetricsResponse> MetricsStore::Query(
-    const v1::QueryMetricsRequest& request, const DeclaredReductions& declared) const {
+    const v1::QueryMetricsRequest& request, const DeclaredReductions& declared,
+    const ExpectedDevices& expected) const {
   const v1::StepRange& range = request.steps();
   if (request.attempt() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -132,7 +150,13 @@ absl::StatusOr<v1::QueryMetricsResponse> MetricsStore::Query(
       return std::make_pair(per_device ? device_id : 0, per_host ? host : std::string());
     };
     std::map<std::pair<int, std::string>, v1::MetricSeries> series;
-    for (const auto& [device_id, host] : attempt.devices) {
+    std::map<std::pair<int, std::string>, int> expected_values;
+    for (const auto& [device_id, host] : expected.empty() ? attempt.devices : expected) {
+      ++expected_values[group_of(device_id, host)];
+    }
+    ExpectedDevices with_series = attempt.devices;
+    with_series.insert(expected.begin(), expected.end());
+    for (const auto& [device_id, host] : with_series) {
       auto key = group_of(device_id, host);
       if (series.count(key) > 0) continue;
       v1::MetricSeries& s = series[key];
@@ -152,7 +176,11 @@ absl::StatusOr<v1::QueryMetricsResponse> MetricsStore::Query(
         p->set_step(step->first);
         p->set_value(ReduceValues(acc.values, reduction));
         *p->mutable_time() = acc.time;
-        p->set_num_values(static_cast<int32_t>(acc.values.size()));
+        const int32_t num_values = static_cast<int32_t>(acc.values.size());
+        p->set_num_values(num_values);
+        // At least the values there are (a device outside `expected` still counts).
+        p->set_expected_values(std::max(num_values, expected_values[key]));
+        p->set_partial(num_values < p->expected_values());
       }
     }
     for (auto& [key, s] : series) *response.add_series() = std::move(s);
@@ -161,13 +189,23 @@ absl::StatusOr<v1::QueryMetricsResponse> MetricsStore::Query(
 }
 
 std::optional<v1::JobProgress> MetricsStore::Latest(const std::string& job_id, int attempt,
-                                                    const DeclaredReductions& declared) const {
+                                                    const DeclaredReductions& declared,
+                                                    const ExpectedDevices& expected) const {
   absl::ReaderMutexLock lock(&mu_);
   auto job = jobs_.find(job_id);
   if (job == jobs_.end()) return std::nullopt;
   auto points = job->second.find(attempt);
-  if (points == job->second.end() || points->second.steps.empty()) return std::nullopt;
-  const auto& [step, devices] = *points->second.steps.rbegin();
+  if (points == job->second.end()) return std::nullopt;
+  // The newest step every expected device reported: a step only some reported would show the
+  // mean of whichever processes' reports arrived first.
+  const ExpectedDevices& all = expected.empty() ? points->second.devices : expected;
+  const auto& steps = points->second.steps;
+  auto complete = std::find_if(steps.rbegin(), steps.rend(), [&](const auto& step) {
+    return std::all_of(all.begin(), all.end(),
+                       [&](const auto& device) { return step.second.count(device.first) > 0; });
+  });
+  if (complete == steps.rend()) return std::nullopt;
+  const auto& [step, devices] = *complete;
 
   v1::JobProgress progress;
   progress.set_step(step);

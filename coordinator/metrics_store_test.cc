@@ -1,5 +1,6 @@
 #include "coordinator/metrics_store.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -12,7 +13,10 @@
 namespace substrax {
 namespace {
 
+using ::testing::_;
+using ::testing::Each;
 using ::testing::ElementsAre;
+using ::testing::FieldsAre;
 using ::testing::HasSubstr;
 
 v1::StepReport Report(int attempt, int64_t step, int device, const std::string& host,
@@ -217,13 +221,101 @@ TEST_F(MetricsStoreTest, LatestForProgress) {
   declared["loss"] = v1::REDUCTION_MIN;
   std::optional<v1::JobProgress> progress = store.Latest("job-1", 1, declared);
   ASSERT_TRUE(progress.has_value());
-  EXPECT_EQ(progress->step(), 20);
-  EXPECT_EQ(progress->metrics().at("loss"), 5.0);
+  // Step 20 lacks device 3: progress is step 10, the newest every device reported.
+  EXPECT_EQ(progress->step(), 10);
+  EXPECT_EQ(progress->metrics().at("loss"), 1.0);
   EXPECT_EQ(progress->metrics().count("samples_per_second"), 0u);
   // Devices 0..2 at step 20 (10 + 20 + 30) and device 3, which skipped it, at step 10 (40).
   EXPECT_EQ(progress->samples_per_second(), 100.0);
   EXPECT_FALSE(store.Latest("job-1", 2, declared).has_value());
   EXPECT_FALSE(store.Latest("other", 1, declared).has_value());
+}
+
+// Devices 0, 1 on host a and 2, 3 on host b, as an attempt's mesh.
+const ExpectedDevices kMesh = {{0, "a"}, {1, "a"}, {2, "b"}, {3, "b"}};
+
+// (step, value, num_values, expected_values, partial) of every point, the value rounded to 4
+// places as the numbers below are given.
+using Marked = std::tuple<int64_t, double, int, int, bool>;
+std::vector<Marked> Marks(const MetricsStore& store, v1::GroupBy group_by = v1::GROUP_BY_NONE) {
+  auto response = store.Query(Request(v1::REDUCTION_MEAN, group_by), {}, kMesh);
+  EXPECT_TRUE(response.ok()) << response.status();
+  std::vector<Marked> out;
+  if (!response.ok()) return out;
+  for (const auto& s : response->series()) {
+    for (const auto& p : s.points()) {
+      out.emplace_back(p.step(), std::round(p.value() * 1e4) / 1e4, p.num_values(),
+                       p.expected_values(), p.partial());
+    }
+  }
+  return out;
+}
+
+// The bug of issue 34: host a's devices reported step 20 first, and their mean (0.3836) was
+// shown as the job's, whose mean over all four devices is 0.3657.
+TEST(MetricsStorePartialTest, AStepIsProgressOnlyOnceEveryDeviceReportedIt) {
+  MetricsStore store(/*keep_steps=*/8);
+  for (int d = 0; d < 4; ++d) store.Add(Report(1, 10, d, kMesh.at(d), 0.5), kMesh);
+  store.Add(Report(1, 20, 0, "a", 0.3900), kMesh);
+  store.Add(Report(1, 20, 1, "a", 0.3772), kMesh);
+
+  std::optional<v1::JobProgress> progress = store.Latest("job-1", 1, {}, kMesh);
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->step(), 10);
+  EXPECT_EQ(progress->metrics().at("loss"), 0.5);
+  EXPECT_THAT(Marks(store),
+              ElementsAre(Marked{10, 0.5, 4, 4, false}, Marked{20, 0.3836, 2, 4, true}));
+  // Per host: a is whole at step 20, b has no point; a device series expects its one device.
+  EXPECT_THAT(Marks(store, v1::GROUP_BY_HOST),
+              ElementsAre(Marked{10, 0.5, 2, 2, false}, Marked{20, 0.3836, 2, 2, false},
+                          Marked{10, 0.5, 2, 2, false}));
+  EXPECT_THAT(Marks(store, v1::GROUP_BY_DEVICE), Each(FieldsAre(_, _, 1, 1, false)));
+
+  // Process 1 drives devices 2 and 3: one of its two reports is not enough.
+  store.Add(Report(1, 20, 2, "b", 0.3500), kMesh);
+  EXPECT_EQ(store.Latest("job-1", 1, {}, kMesh)->step(), 10);
+  store.Add(Report(1, 20, 3, "b", 0.3456), kMesh);
+  progress = store.Latest("job-1", 1, {}, kMesh);
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->step(), 20);
+  EXPECT_NEAR(progress->metrics().at("loss"), 0.3657, 1e-9);
+  // Step 10 is left behind by the window.
+  EXPECT_THAT(Marks(store), ElementsAre(Marked{20, 0.3657, 4, 4, false}));
+}
+
+TEST(MetricsStorePartialTest, ADeviceThatNeverReportedHoldsProgressBackButHasASeries) {
+  MetricsStore store;
+  for (int d = 0; d < 3; ++d) store.Add(Report(1, 10, d, kMesh.at(d), 1.0));
+  EXPECT_FALSE(store.Latest("job-1", 1, {}, kMesh).has_value());
+  // Without the mesh, the devices that reported are all a store knows of.
+  EXPECT_EQ(store.Latest("job-1", 1, {})->step(), 10);
+  EXPECT_THAT(Marks(store), ElementsAre(Marked{10, 1.0, 3, 4, true}));
+  auto by_device = store.Query(Request(v1::REDUCTION_MEAN, v1::GROUP_BY_DEVICE), {}, kMesh);
+  ASSERT_TRUE(by_device.ok()) << by_device.status();
+  ASSERT_EQ(by_device->series_size(), 4);
+  EXPECT_EQ(by_device->series(3).group(), "3");
+  EXPECT_EQ(by_device->series(3).points_size(), 0);
+}
+
+TEST(MetricsStorePartialTest, TheWindowKeepsTheStepsADeviceBehindHasNotReported) {
+  MetricsStore store(/*keep_steps=*/4);
+  const ExpectedDevices two = {{0, "a"}, {1, "b"}};
+  // Device 0's reports run three steps ahead of device 1's, which has not reported yet.
+  for (int64_t step = 10; step <= 40; step += 10) store.Add(Report(1, step, 0, "a", 1.0), two);
+  store.Add(Report(1, 10, 1, "b", 3.0), two);
+  EXPECT_EQ(store.Latest("job-1", 1, {}, two)->step(), 10);
+  store.Add(Report(1, 20, 1, "b", 3.0), two);
+  std::optional<v1::JobProgress> progress = store.Latest("job-1", 1, {}, two);
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->step(), 20);
+  EXPECT_EQ(progress->metrics().at("loss"), 2.0);
+  // A device further behind than keep_steps loses its oldest steps: progress waits for a step
+  // still kept.
+  for (int64_t step = 50; step <= 80; step += 10) store.Add(Report(1, step, 0, "a", 1.0), two);
+  store.Add(Report(1, 30, 1, "b", 3.0), two);
+  EXPECT_FALSE(store.Latest("job-1", 1, {}, two).has_value());
+  store.Add(Report(1, 50, 1, "b", 3.0), two);
+  EXPECT_EQ(store.Latest("job-1", 1, {}, two)->step(), 50);
 }
 
 }  // namespace
