@@ -113,7 +113,9 @@ constexpr Denied kDenied[] = {
     {"USER", kAgent},
     {"LOGNAME", kAgent},
     {"CUDA_VISIBLE_DEVICES", kAgent},
-    // What the agent will set for command jobs (torchrun's and JAX's variables).
+    // What the agent will set for command jobs (torchrun's and JAX's variables; the SUBSTRAX_*
+    // ones are above): contract/command_env.h renders them, and
+    // tests/launch/command_env_reserved_test.cc checks that every name it can set is denied here.
     {"MASTER_ADDR", kDistributed},
     {"MASTER_PORT", kDistributed},
     {"RANK", kDistributed},
@@ -127,6 +129,7 @@ constexpr Denied kDenied[] = {
     {"JAX_COORDINATOR_ADDRESS", kDistributed},
     {"JAX_NUM_PROCESSES", kDistributed},
     {"JAX_PROCESS_ID", kDistributed},
+    {"JAX_NUM_CPU_DEVICES", kDistributed},
     {"JAX_LOCAL_DEVICE_IDS", kDistributed},
 };
 
