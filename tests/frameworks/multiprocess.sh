@@ -36,6 +36,9 @@ run_processes() {
   shift 4
   local i pids=() failed=0 rc done_pid rest pid
   mkdir -p "$logdir"
+  # `timeout` leaves the test's process group, so a test stopped from outside (Bazel's own
+  # timeout) passes the signal on rather than leave the copies to their deadline.
+  trap 'kill -TERM "${pids[@]}" 2>/dev/null; exit 1' TERM INT
   for ((i = 0; i < n; i++)); do
     # shellcheck disable=SC2046  # NAME=VALUE words, none with spaces
     timeout -k 5 "$deadline_s" env $("$env_of" "$i") "$@" >"$logdir/$i.log" 2>&1 &
@@ -57,6 +60,7 @@ run_processes() {
       kill -TERM "${left[@]}" 2>/dev/null || true
     fi
   done
+  trap - TERM INT
   if [ "$failed" != 0 ]; then
     [ "$failed" = 124 ] && log "FAIL: a process ran past its ${deadline_s} s deadline"
     for ((i = 0; i < n; i++)); do
