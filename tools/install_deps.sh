@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what substrax needs to build and test: Debian packages (all the build needs), and for
-# the Kubernetes manifest tests a Python virtual environment with pinned packages from PyPI (the
-# section at the end; SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 leaves it out).
+# the tests two Python virtual environments with pinned packages from PyPI (the section at the
+# end; SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 leaves them and the test-only Debian packages out).
 # Idempotent: when everything is present it prints nothing and returns at once.
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
@@ -19,6 +19,9 @@ set -euo pipefail
 # nftables for the partition test (tests/chaos) to drop packets in them.
 # Fuzzing (make fuzz, tests/fuzz): clang-14 and its runtime libraries (libFuzzer, the
 # sanitizers), named both since the install skips recommended packages.
+# Training frameworks (tests/frameworks): Debian's PyTorch, and OpenBLAS for it: Debian's torch
+# calls BLAS through libblas.so.3, which without libopenblas0-pthread is the reference BLAS, many
+# times slower.
 PACKAGES=(
   bazel-bootstrap
   g++
@@ -50,10 +53,12 @@ PACKAGES=(
   nftables
   clang-14
   libclang-rt-14-dev
+  python3-torch
+  libopenblas0-pthread
 )
 
-# SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 (the image builds in deploy/docker) leaves out what only the
-# manifest test needs. Any kubectl >= 1.20 renders the manifests: one already installed (e.g.
+# SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 (make build, the image builds in deploy/docker) leaves out what
+# only the tests need (the name is older than the framework tests). Any kubectl >= 1.20 renders the manifests: one already installed (e.g.
 # the Google Cloud SDK's `kubectl` package, which cannot be installed beside Debian's) is kept.
 K8S_TEST_TOOLS=1
 [ -n "${SUBSTRAX_SKIP_K8S_TEST_TOOLS:-}" ] && K8S_TEST_TOOLS=0
@@ -62,7 +67,7 @@ for pkg in "${PACKAGES[@]}"; do
   case "$pkg" in
     kubernetes-client)
       [ "$K8S_TEST_TOOLS" = 1 ] && ! command -v kubectl >/dev/null 2>&1 && keep+=("$pkg") ;;
-    python3-venv) [ "$K8S_TEST_TOOLS" = 1 ] && keep+=("$pkg") ;;
+    python3-venv|python3-torch|libopenblas0-pthread) [ "$K8S_TEST_TOOLS" = 1 ] && keep+=("$pkg") ;;
     *) keep+=("$pkg") ;;
   esac
 done
@@ -102,13 +107,32 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install_deps: done" >&2
 fi
 
+# Installs the pinned packages given after `venv` (every dependency pinned too) in the virtual
+# environment `venv` of Debian's python3. A stamp with the pins makes this a no-op when they are
+# installed; changing a pin reinstalls.
+install_venv() {
+  local venv=$1
+  shift
+  local stamp="$venv/.substrax-requirements"
+  [ "$(cat "$stamp" 2>/dev/null)" = "$*" ] && return 0
+  [ -w "$(dirname "$venv")" ] || [ -w / ] || need_root "cannot write $venv"
+  echo "install_deps: installing $* in $venv" >&2
+  if ! { "${SUDO[@]}" mkdir -p "$venv" &&
+         { [ -x "$venv/bin/python" ] || "${SUDO[@]}" /usr/bin/python3 -m venv "$venv"; } &&
+         "${SUDO[@]}" "$venv/bin/pip" install -q --disable-pip-version-check "$@" &&
+         echo "$*" | "${SUDO[@]}" tee "$stamp" >/dev/null; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install_deps: pip install in $venv failed (output above)" >&2
+    exit 1
+  fi
+  echo "install_deps: done" >&2
+}
+
 # The test tools from PyPI: the manifest test's validator, kubernetes-validate (offline
 # Kubernetes API schemas) and PyYAML, and the Python gRPC client of the security tests; pinned
 # with their dependencies, in a virtual environment of Debian's python3 at a fixed path
-# (tests/k8s/render_test.sh and tests/security/python_client_test.sh run it). A stamp with the pins makes this a no-op when
-# they are installed; changing a pin reinstalls.
+# (tests/k8s/render_test.sh and tests/security/python_client_test.sh run it).
 [ "$K8S_TEST_TOOLS" = 1 ] || exit 0
-VENV=/opt/substrax/venv
 PY_REQUIREMENTS=(
   kubernetes-validate==1.31.0
   PyYAML==6.0.2
@@ -138,18 +162,40 @@ PY_REQUIREMENTS=(
   pillow==13.0.0
   Werkzeug==3.1.9
 )
-stamp="$VENV/.substrax-requirements"
-if [ "$(cat "$stamp" 2>/dev/null)" != "${PY_REQUIREMENTS[*]}" ]; then
-  [ -w "$(dirname "$VENV")" ] || [ -w / ] || need_root "cannot write $VENV"
-  echo "install_deps: installing ${PY_REQUIREMENTS[*]} in $VENV" >&2
-  if ! { "${SUDO[@]}" mkdir -p "$VENV" &&
-         { [ -x "$VENV/bin/python" ] || "${SUDO[@]}" /usr/bin/python3 -m venv "$VENV"; } &&
-         "${SUDO[@]}" "$VENV/bin/pip" install -q --disable-pip-version-check \
-           "${PY_REQUIREMENTS[@]}" &&
-         echo "${PY_REQUIREMENTS[*]}" | "${SUDO[@]}" tee "$stamp" >/dev/null; } >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "install_deps: pip install in $VENV failed (output above)" >&2
-    exit 1
-  fi
-  echo "install_deps: done" >&2
-fi
+install_venv /opt/substrax/venv "${PY_REQUIREMENTS[@]}"
+
+# JAX for tests/frameworks (a JAX program as command jobs will run it): jax, jaxlib (CPU), flax
+# and optax, the newest releases for Debian 12's Python 3.11, with their dependencies pinned, in a
+# virtual environment of their own (its numpy and protobuf differ from the test tools').
+JAX_REQUIREMENTS=(
+  jax==0.10.2
+  jaxlib==0.10.2
+  flax==0.12.8
+  optax==0.2.8
+  absl-py==2.5.1
+  aiofiles==25.1.0
+  etils==1.15.0
+  fsspec==2026.9.0
+  humanize==4.17.0
+  markdown-it-py==4.3.0
+  mdurl==0.1.2
+  ml_dtypes==0.7.0
+  msgpack==1.2.4
+  numpy==2.4.6
+  opt_einsum==3.4.0
+  orbax-checkpoint==0.12.8
+  prometheus_client==0.26.0
+  protobuf==7.36.2
+  psutil==7.2.2
+  Pygments==2.21.0
+  PyYAML==6.0.4
+  rich==15.0.0
+  scipy==1.17.1
+  simplejson==4.3.0
+  tensorstore==0.1.86
+  treescope==0.1.10
+  typing_extensions==4.16.0
+  uvloop==0.23.0
+  zipp==4.1.2
+)
+install_venv /opt/substrax/jax "${JAX_REQUIREMENTS[@]}"
