@@ -364,6 +364,18 @@ const char* ApplyChildCredentials(const ChildCredentials& credentials) {
 
 namespace {
 
+// Writes `value` (>= 0) in decimal at `out` and a NUL after it. Async-signal-safe.
+void WriteDecimal(char* out, int64_t value) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value > 0 && n < 23);
+  while (n > 0) *out++ = digits[--n];
+  *out = '\0';
+}
+
 // A command with its argv and envp built: fork leaves one thread of the multithreaded agent,
 // so after it the child (and a forked supervisor) may make only async-signal-safe calls, and
 // everything they need is made before. Not copyable: the pointers lead into its own strings.
@@ -416,15 +428,14 @@ pid_t ForkJob(const PreparedCommand& command, int log_fd) {
     // PR_SET_PDEATHSIG: a change of credentials clears it.
     if (command.credentials.has_value()) {
       if (const char* failed = ApplyChildCredentials(*command.credentials); failed != nullptr) {
-        // strerror is not async-signal-safe: the errno's number, written by hand.
-        char number[16];
-        int at = sizeof(number);
-        for (int e = errno; at == sizeof(number) || e > 0; e /= 10) number[--at] = '0' + e % 10;
+        // strerror is not async-signal-safe: the errno's number.
+        char number[24];
+        WriteDecimal(number, errno);
         ssize_t ignored =
             write(STDERR_FILENO, command.switch_failed.data(), command.switch_failed.size());
         ignored = write(STDERR_FILENO, failed, strlen(failed));
         ignored = write(STDERR_FILENO, " failed with errno ", 19);
-        ignored = write(STDERR_FILENO, number + at, sizeof(number) - at);
+        ignored = write(STDERR_FILENO, number, strlen(number));
         ignored = write(STDERR_FILENO, "\n", 1);
         (void)ignored;
         _exit(127);
@@ -440,18 +451,6 @@ pid_t ForkJob(const PreparedCommand& command, int log_fd) {
   // Also set in the child: whichever runs first, the group exists before anyone signals it.
   if (pid > 0) setpgid(pid, pid);
   return pid;
-}
-
-// Writes `value` (> 0) in decimal at `out` and a NUL after it. Async-signal-safe.
-void WriteDecimal(char* out, int64_t value) {
-  char digits[24];
-  int n = 0;
-  do {
-    digits[n++] = static_cast<char>('0' + value % 10);
-    value /= 10;
-  } while (value > 0 && n < 23);
-  while (n > 0) *out++ = digits[--n];
-  *out = '\0';
 }
 
 // Reads exactly sizeof(*message) bytes; false at EOF or on an error.

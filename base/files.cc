@@ -89,4 +89,21 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return contents;
 }
 
+int OpenRegularFileNoFollow(const std::string& path, struct stat* st) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return -1;
+  if (fstat(fd, st) != 0) {
+    const int error = errno;
+    close(fd);
+    errno = error;
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    close(fd);
+    errno = 0;
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace substrax

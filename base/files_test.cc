@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -58,6 +59,26 @@ TEST(WriteFileAtomicallyTest, AMissingDirectoryIsAnErrorNamingThePath) {
 TEST(ReadWholeFileTest, AMissingFileIsNotFound) {
   const absl::StatusOr<std::string> read = ReadWholeFile("/nonexistent-dir/x");
   EXPECT_TRUE(absl::IsNotFound(read.status())) << read.status();
+}
+
+TEST(OpenRegularFileNoFollowTest, OnlyARegularFileAtThePathItself) {
+  const std::string dir = TempDir();
+  ASSERT_TRUE(WriteFileAtomically(dir + "/plain", "x").ok());
+  struct stat st;
+  const int fd = OpenRegularFileNoFollow(dir + "/plain", &st);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(st.st_size, 1);
+  close(fd);
+  // A link is not followed, even to a regular file; a FIFO is not waited on; neither is opened.
+  ASSERT_EQ(symlink((dir + "/plain").c_str(), (dir + "/link").c_str()), 0);
+  EXPECT_EQ(OpenRegularFileNoFollow(dir + "/link", &st), -1);
+  EXPECT_EQ(errno, ELOOP);
+  ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  EXPECT_EQ(OpenRegularFileNoFollow(dir + "/fifo", &st), -1);
+  EXPECT_EQ(errno, 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(OpenRegularFileNoFollow(dir + "/missing", &st), -1);
+  EXPECT_EQ(errno, ENOENT);
 }
 
 }  // namespace

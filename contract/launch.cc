@@ -78,15 +78,15 @@ absl::StatusOr<v1::ReportAttemptStatusRequest> ReadAttemptResult(const std::stri
   // The job's process wrote the file, maybe as another user than the reader: a symbolic link
   // (to a key the reader may read) is not followed, nor a FIFO waited on, nor more than a
   // result's size read.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) {
+  struct stat st;
+  const int fd = OpenRegularFileNoFollow(path, &st);
+  if (fd < 0 && errno != 0) {
     const int error = errno;
     return absl::ErrnoToStatus(error, absl::StrCat("cannot open result file ", path,
                                                    error == ELOOP ? ": a symbolic link" : ""));
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxResultFileBytes) {
-    close(fd);
+  if (fd < 0 || st.st_size > kMaxResultFileBytes) {
+    if (fd >= 0) close(fd);
     return absl::DataLossError(absl::StrCat("result file ", path, " is not a regular file of "
                                             "at most ", kMaxResultFileBytes, " bytes"));
   }

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "base/files.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -375,8 +376,9 @@ ReportPoll ReportFileTailer::Poll() {
   ReportPoll poll;
   // The job's process (maybe another user) made the path: a symbolic link is not followed (to a
   // file only the agent may read), nor a FIFO waited on.
-  const int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) {
+  struct stat st;
+  const int fd = OpenRegularFileNoFollow(path_, &st);
+  if (fd < 0 && errno != 0) {
     const int error = errno;
     // Not written yet (or removed: a file that appears again is another inode, read from 0).
     if (error == ENOENT) return poll;
@@ -387,9 +389,7 @@ ReportPoll ReportFileTailer::Poll() {
              &poll);
     return poll;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
+  if (fd < 0) {
     WarnOnce(absl::StrCat("report file ", path_,
                           " is not a regular file: not read; the program must write a file there"),
              &poll);
