@@ -1,5 +1,6 @@
 #include "agent/daemon.h"
 #include "agent/daemon_internal.h"
+#include "agent/command_launch.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -56,6 +57,21 @@ absl::Status NormalizeRoots(const std::string& flag, std::vector<std::string>* r
       return absl::InvalidArgumentError(absl::StrCat(flag, " ", root, ": not a directory"));
     }
     root = *std::move(normalized);
+  }
+  return absl::OkStatus();
+}
+
+// The command-job options: the port range, and each Python environment's bin/ (ParsePythonEnv
+// checked the flags; options set in code are checked here too).
+absl::Status CheckCommandOptions(const WorkerDaemonOptions& options) {
+  const int first = options.command_port_first, last = options.command_port_last;
+  if (!(first == 0 && last == 0) && (first < 1 || last > 65535 || first + 1 > last)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--command-ports ", first, "-", last, ": give FIRST-LAST with 1 <= FIRST < LAST <= "
+        "65535 (the rendezvous takes two ports: torch's master and JAX's coordinator)"));
+  }
+  for (const auto& [name, dir] : options.python_envs) {
+    SUBSTRAX_RETURN_IF_ERROR(ParsePythonEnv(absl::StrCat(name, "=", dir)).status());
   }
   return absl::OkStatus();
 }
@@ -165,6 +181,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
                      absl::FormatDuration(options.program_init_timeout)));
   }
 
+  SUBSTRAX_RETURN_IF_ERROR(CheckCommandOptions(options));
   SUBSTRAX_RETURN_IF_ERROR(FindJobBinary(&options.job_binary));
   for (const std::string& name : options.job_env_pass) {
     if (std::string problem = JobEnvNameProblem(name); !problem.empty()) {
@@ -205,6 +222,12 @@ LaunchSettings SettingsOf(const WorkerDaemonOptions& options, JobUser job_user) 
   settings.checkpoint_roots = options.checkpoint_roots;
   settings.programs_dirs = options.programs_dirs;
   settings.job_binary = options.job_binary;
+  settings.python_envs = options.python_envs;
+  settings.allow_command_jobs = options.allow_command_jobs;
+  settings.command_port_first = options.command_port_first;
+  settings.command_port_last = options.command_port_last;
+  settings.stop_grace = options.stop_grace;
+  settings.agent_cuda_visible_devices = AgentCudaVisibleDevices();
   return settings;
 }
 
@@ -262,6 +285,8 @@ absl::Status WorkerDaemon::Register() {
   for (const std::string& root : options_.data_roots) request.add_data_roots(root);
   for (const std::string& root : options_.checkpoint_roots) request.add_checkpoint_roots(root);
   for (const std::string& dir : options_.programs_dirs) request.add_programs_dirs(dir);
+  for (const auto& [name, dir] : options_.python_envs) request.add_python_envs(name);
+  request.set_runs_commands(RunsCommands(launch_settings_));
   // Retries every failure, forever, until stopped: an agent that gives up is a host lost until
   // someone restarts it, whereas what refuses it now usually passes (a coordinator restarting,
   // the worker cap reached until dead workers are removed, a certificate being renewed, an old

@@ -106,6 +106,18 @@ struct WorkerDaemonOptions {
   // it was started is stopped (SIGTERM, SIGKILL after stop_grace) and its attempt fails as
   // stalled.
   absl::Duration program_init_timeout = absl::Seconds(60);
+  // Command jobs (spec.command, docs/command-jobs.md). The Python environments a command may
+  // name in spec.command.python_env (--python-env NAME=DIR: argv[0] runs as DIR/bin/argv[0]),
+  // reported at registration; Create checks each DIR has a bin/ directory.
+  std::map<std::string, std::string> python_envs;
+  // A command job runs any code its argv names, so the agent runs command jobs only as a user
+  // of their own (--job-user) or when its operator allows them as its own user
+  // (--allow-command-jobs: the command can then read what the agent can, its TLS key included).
+  bool allow_command_jobs = false;
+  // The ports process 0's launcher picks the rendezvous ports from (--command-ports
+  // FIRST-LAST, for firewalls); 0 and 0: any free port.
+  int command_port_first = 0;
+  int command_port_last = 0;
   // The user job processes run as (--job-user), with its groups; empty: the agent's own user.
   // Create refuses a user that does not exist, root, and an agent that cannot switch users
   // (launch.h: ResolveJobUser). With one, each attempt's launch, result and started files lie

@@ -4,6 +4,7 @@
 // stream) is in daemon.cc.
 #include "agent/daemon.h"
 #include "agent/daemon_internal.h"
+#include "agent/command_launch.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/random/random.h"
@@ -60,8 +62,11 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
       return;
     }
   }
-  const AttemptFiles files =
-      FilesOfAttempt(options_.work_dir, assignment, launch_settings_.switch_user);
+  const bool command_job = assignment.spec().has_command();
+  // A command job's processes get a directory of their own (their working dir, the report and
+  // error files), whoever they run as.
+  const AttemptFiles files = FilesOfAttempt(options_.work_dir, assignment,
+                                            launch_settings_.switch_user || command_job);
   const bool program = assignment.spec().has_program();
   Runner runner;
   runner.job_id = assignment.job_id();
@@ -71,8 +76,22 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   runner.stderr_path = files.log;
   runner.started_path = files.started;
   if (program) runner.program = assignment.spec().program().path();
-  const std::string what = program ? absl::StrCat("the program ", runner.program) : "a runner";
-  if (absl::Status s = WriteAttemptFiles(launch_settings_, assignment, files); !s.ok()) {
+  const std::string what = program       ? absl::StrCat("the program ", runner.program)
+                           : command_job ? "the command's launcher"
+                                         : "a runner";
+  std::optional<v1::CommandLaunch> command_launch;
+  if (command_job) {
+    absl::StatusOr<v1::CommandLaunch> prepared =
+        PrepareCommandLaunch(launch_settings_, assignment, files);
+    if (!prepared.ok()) {
+      ReportLaunchFailure(runner, std::string(prepared.status().message()));
+      return;
+    }
+    command_launch = *std::move(prepared);
+  }
+  if (absl::Status s = WriteAttemptFiles(launch_settings_, assignment, files,
+                                         command_launch ? &*command_launch : nullptr);
+      !s.ok()) {
     ReportLaunchFailure(runner, absl::StrCat("cannot start ", what, ": ", s.message()));
     return;
   }

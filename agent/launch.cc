@@ -23,8 +23,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "agent/command_launch.h"
 #include "core/data_paths.h"
 #include "core/job_env.h"
+#include "core/status.h"
 #include "rpc/proto_time.h"
 #include "substrax/version.h"
 
@@ -190,8 +192,9 @@ v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
 }
 
 absl::Status WriteAttemptFiles(const LaunchSettings& settings, const v1::Assignment& assignment,
-                               const AttemptFiles& files) {
-  const v1::ProgramLaunch launch = MakeProgramLaunch(settings, assignment, files);
+                               const AttemptFiles& files, const v1::CommandLaunch* command) {
+  v1::ProgramLaunch launch = MakeProgramLaunch(settings, assignment, files);
+  if (command != nullptr) *launch.mutable_command() = *command;
   if (!files.job_dir.empty()) {
     // Made afresh and the agent's until the launch file is in it: nothing an earlier process
     // of the job user left there (a symlink named launch) is followed. Given to the job user
@@ -307,25 +310,45 @@ std::vector<std::string> ChildEnvironment(
   return env;
 }
 
+namespace {
+
+// The coordinator refused a bad spec env at submit; an assignment that carries one anyway (an
+// old or impostor coordinator) must not start a process with it.
+absl::Status CheckSpecEnv(const LaunchSettings& settings, const v1::Assignment& assignment,
+                          absl::string_view field,
+                          const google::protobuf::Map<std::string, std::string>& env) {
+  for (const auto& [name, value] : env) {
+    std::string why = JobEnvNameProblem(name);
+    if (why.empty()) why = JobEnvDenial(name);
+    if (!why.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", assignment.job_id(), " attempt ", assignment.attempt(), ": ", field, ".", name,
+          " refused on host ", settings.host, " (worker ", settings.worker_id, "): ", why,
+          "; the coordinator should have refused it at submit: check its version"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ChildCommand> BuildCommand(const LaunchSettings& settings,
                                           const v1::Assignment& assignment,
                                           const AttemptFiles& files) {
   ChildCommand command;
   std::vector<std::pair<std::string, std::string>> additions;
   const v1::JobSpec& spec = assignment.spec();
-  if (spec.has_program()) {
-    // The coordinator refused these at submit; an assignment that carries one anyway (an old or
-    // impostor coordinator) must not start a process with it.
-    for (const auto& [name, value] : spec.program().env()) {
-      std::string why = JobEnvNameProblem(name);
-      if (why.empty()) why = JobEnvDenial(name);
-      if (!why.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job ", assignment.job_id(), " attempt ", assignment.attempt(), ": spec.program.env.",
-            name, " refused on host ", settings.host, " (worker ", settings.worker_id, "): ", why,
-            "; the coordinator should have refused it at submit: check its version"));
-      }
-    }
+  if (spec.has_command()) {
+    SUBSTRAX_RETURN_IF_ERROR(CheckRunsCommands(settings, assignment));
+    SUBSTRAX_RETURN_IF_ERROR(
+        CheckSpecEnv(settings, assignment, "spec.command.env", spec.command().env()));
+    // The launcher (`substrax-job command`) starts the command's processes with the contract.
+    command.binary = settings.job_binary;
+    command.argv = {"substrax-job", "command"};
+    for (const auto& [name, value] : spec.command().env()) additions.emplace_back(name, value);
+  } else if (spec.has_program()) {
+    SUBSTRAX_RETURN_IF_ERROR(
+        CheckSpecEnv(settings, assignment, "spec.program.env", spec.program().env()));
     absl::StatusOr<std::string> real = CheckProgram(settings, spec.program().path());
     if (!real.ok()) return real.status();
     // The resolved file is executed (a symlink swapped meanwhile changes nothing); argv[0] is

@@ -97,18 +97,28 @@ struct LaunchSettings {
   bool switch_user = false;
   // Variables of the agent's own environment handed to every job process (--job-env-pass).
   std::vector<std::string> job_env_pass;
+  // Command jobs (command_launch.h): the Python environments by name, whether this agent runs
+  // command jobs as its own user, the rendezvous port range (0, 0: any), the stop grace, and
+  // the agent's own CUDA_VISIBLE_DEVICES entries (empty: every GPU).
+  std::map<std::string, std::string> python_envs;
+  bool allow_command_jobs = false;
+  int command_port_first = 0;
+  int command_port_last = 0;
+  absl::Duration stop_grace = absl::Seconds(10);
+  std::vector<std::string> agent_cuda_visible_devices;
 };
 
 // The launch file's contents for `assignment` (sdk_version_major: SUBSTRAX_VERSION_MAJOR).
 v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
                                     const v1::Assignment& assignment, const AttemptFiles& files);
 
-// Writes the launch file (atomically, 0600) and removes a stale result and started file; with
-// a job dir (files.job_dir), makes it afresh (0700) and gives it and the launch file to the
-// job user. Errors: the path and the system's reason ("cannot write ...: No space left on
+// Writes the launch file (atomically, 0600; for a command job with `command` as its command
+// part) and removes a stale result and started file; with a job dir (files.job_dir), makes it
+// afresh (0700) and gives it and the launch file to the job user. Errors: the path and the system's reason ("cannot write ...: No space left on
 // device").
 absl::Status WriteAttemptFiles(const LaunchSettings& settings, const v1::Assignment& assignment,
-                               const AttemptFiles& files);
+                               const AttemptFiles& files,
+                               const v1::CommandLaunch* command = nullptr);
 
 // Checks on this host that `path` (a program job's spec.program.path) may run: it lies under one
 // of `settings.programs_dirs` and so does its real path (symlinks resolved, the directories'
@@ -152,7 +162,9 @@ std::vector<std::string> ChildEnvironment(
     const std::vector<std::string>& pass,
     const std::vector<std::pair<std::string, std::string>>& additions);
 
-// The command of `assignment`'s process: `<job_binary> run`, or the program (CheckProgram
+// The command of `assignment`'s process: `<job_binary> run`, `<job_binary> command` for a
+// command job (its launcher, which starts the command itself: refused FAILED_PRECONDITION on an
+// agent that runs no command jobs, command_launch.h), or the program (CheckProgram
 // first: its errors), with BaseJobEnvironment, the variables of settings.job_env_pass, for a
 // program spec.program.env, and SUBSTRAX_LAUNCH=<files.launch> last: one launch path for every
 // kind of process; with settings.switch_user, run as the job user. The spec's variables are

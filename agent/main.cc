@@ -18,10 +18,15 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "agent/command_launch.h"
 #include "agent/daemon.h"
 #include "agent/supervisor.h"
 #include "agent/work_files.h"
@@ -37,6 +42,8 @@ struct AgentFlags {
   TransportFlags transport;
   std::string collective_timeout = "30s";
   std::string program_init_timeout = "60s";
+  std::vector<std::string> python_envs;
+  std::string command_ports;
   std::string stop_grace = "10s";
   std::string log_retention = "7d";
   std::string log_budget = "1GiB";
@@ -111,6 +118,22 @@ void AddJobFlags(CLI::App* app, AgentFlags* flags) {
                   "fixed environment (PATH, HOME, USER, LOGNAME, LANG) plus their spec's env")
       ->delimiter(',')
       ->type_name("NAME,...");
+  app->add_option("--python-env", flags->python_envs,
+                  "A Python environment command jobs may name (spec.command.python_env): "
+                  "NAME=DIR, a venv or an installation prefix; argv[0] of such a job runs as "
+                  "DIR/bin/argv[0] (python, torchrun). Repeat for several; reported to the "
+                  "coordinator")
+      ->type_name("NAME=DIR");
+  app->add_flag("--allow-command-jobs", flags->options.allow_command_jobs,
+                "Run command jobs (spec.command) as this agent's own user. A command runs any "
+                "code its argv names, and as the agent's user it can read what the agent can, "
+                "its TLS key included: without this flag, the agent runs command jobs only "
+                "with --job-user (docs/command-jobs.md)");
+  app->add_option("--command-ports", flags->command_ports,
+                  "The ports a command job's process 0 picks its rendezvous ports from "
+                  "(torch's master, JAX's coordinator), for firewalls: FIRST-LAST; default: "
+                  "any free port")
+      ->type_name("FIRST-LAST");
   app->add_option("--program-init-timeout", flags->program_init_timeout,
                   "A program that has not called substrax::Init this long after it started is "
                   "stopped and its attempt fails as stalled")
@@ -155,6 +178,23 @@ absl::Status FinishFlags(AgentFlags* flags) {
   if (!retention.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--log-retention: ", retention.status().message()));
+  }
+  for (const std::string& flag : flags->python_envs) {
+    absl::StatusOr<std::pair<std::string, std::string>> env = ParsePythonEnv(flag);
+    if (!env.ok()) return env.status();
+    if (!options.python_envs.emplace(env->first, env->second).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--python-env ", env->first, " is given twice; give each name once"));
+    }
+  }
+  if (!flags->command_ports.empty()) {
+    const std::pair<std::string, std::string> range =
+        absl::StrSplit(flags->command_ports, absl::MaxSplits('-', 1));
+    if (!absl::SimpleAtoi(range.first, &options.command_port_first) ||
+        !absl::SimpleAtoi(range.second, &options.command_port_last)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--command-ports '", flags->command_ports, "': give FIRST-LAST, such as 29500-29599"));
+    }
   }
   absl::StatusOr<int64_t> budget = ParseByteSize(flags->log_budget);
   if (!budget.ok()) {

@@ -253,7 +253,7 @@ absl::Status CheckOptions(const CommandEnvOptions& options) {
 }
 
 // The spec's settings, each present only when the spec gives it (the seed always: 0 is one).
-void AddSpecSettings(EnvBuilder& env, const v1::JobSpec& spec) {
+void AddSpecSettings(EnvBuilder& env, const v1::JobSpec& spec, int restart_count) {
   env.Add("SUBSTRAX_SEED", absl::StrCat(spec.seed()), "spec.seed");
   if (spec.batch().global_batch_size() > 0) {
     env.Add("SUBSTRAX_GLOBAL_BATCH_SIZE", absl::StrCat(spec.batch().global_batch_size()),
@@ -278,6 +278,9 @@ void AddSpecSettings(EnvBuilder& env, const v1::JobSpec& spec) {
   }
   if (!spec.resume_from().empty()) {
     env.Add("SUBSTRAX_RESUME_FROM", spec.resume_from(), "spec.resume_from");
+  } else if (restart_count > 0 && !spec.checkpoint().directory().empty()) {
+    // A restarted attempt resumes from what the earlier ones saved, as built-in jobs do.
+    env.Add("SUBSTRAX_RESUME_FROM", spec.checkpoint().directory(), "spec.checkpoint.directory");
   }
   if (!spec.tensorboard().directory().empty()) {
     env.Add("SUBSTRAX_TENSORBOARD_DIR", spec.tensorboard().directory(),
@@ -314,6 +317,10 @@ absl::StatusOr<std::vector<CommandEnvVar>> RenderCommandEnv(const v1::ProgramLau
   env.Add("TORCHELASTIC_RESTART_COUNT", absl::StrCat(options.restart_count),
           "options.restart_count");
   env.Add("TORCHELASTIC_MAX_RESTARTS", absl::StrCat(spec.max_restarts()), "spec.max_restarts");
+  // Where torch's @record (torch.distributed.elastic.multiprocessing.errors) writes a failed
+  // process's error: the contract's error file (torchrun, when it is the command, sets its own
+  // for its workers and writes theirs to this one).
+  env.Add("TORCHELASTIC_ERROR_FILE", options.error_file, "options.error_file");
   // torchrun's arguments (Kubeflow Trainer's names): one node per worker, one process per local
   // device; torchrun's default rendezvous (static) then meets at the master.
   env.Add("PET_NNODES", absl::StrCat(a.num_processes()), "launch.assignment.num_processes");
@@ -340,7 +347,7 @@ absl::StatusOr<std::vector<CommandEnvVar>> RenderCommandEnv(const v1::ProgramLau
   env.Add("SUBSTRAX_NUM_PROCESSES", absl::StrCat(ranks->world_size), "the command's process count");
   env.Add("SUBSTRAX_LOCAL_DEVICE_IDS", absl::StrJoin(ranks->device_ids, ","),
           "launch.assignment.local_device_ids");
-  AddSpecSettings(env, spec);
+  AddSpecSettings(env, spec, options.restart_count);
   AddRoots(env, "SUBSTRAX_DATA_ROOTS", "launch.data_roots", launch.data_roots());
   AddRoots(env, "SUBSTRAX_CHECKPOINT_ROOTS", "launch.checkpoint_roots", launch.checkpoint_roots());
   env.Add("SUBSTRAX_MESH_FILE", options.mesh_file, "options.mesh_file");
@@ -362,6 +369,7 @@ const std::vector<std::string>& CommandEnvNames() {
       "TORCHELASTIC_RUN_ID",
       "TORCHELASTIC_RESTART_COUNT",
       "TORCHELASTIC_MAX_RESTARTS",
+      "TORCHELASTIC_ERROR_FILE",
       "PET_NNODES",
       "PET_NPROC_PER_NODE",
       "PET_NODE_RANK",

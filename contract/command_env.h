@@ -8,7 +8,8 @@
 // What it renders, in this order:
 //   torchrun's worker variables  MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
 //                                LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, TORCHELASTIC_RUN_ID,
-//                                TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS
+//                                TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+//                                TORCHELASTIC_ERROR_FILE (the error file)
 //   torchrun's own arguments     PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,
 //                                PET_MASTER_PORT (torchrun reads `--foo` from PET_FOO when the
 //                                command line leaves it out: `torchrun train.py` works unchanged)

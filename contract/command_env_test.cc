@@ -129,6 +129,7 @@ std::map<std::string, std::string> Expected(CommandProcesses processes, CommandB
       {"TORCHELASTIC_RUN_ID", "mnist-1"},
       {"TORCHELASTIC_RESTART_COUNT", "1"},
       {"TORCHELASTIC_MAX_RESTARTS", "3"},
+      {"TORCHELASTIC_ERROR_FILE", "/work/j/error.json"},
       {"PET_NNODES", "2"},
       {"PET_NPROC_PER_NODE", "2"},
       {"PET_NODE_RANK", "1"},
@@ -229,6 +230,9 @@ const std::map<std::string, std::string>& FieldUses() {
       {"substrax.v1.JobSpec.backend", "CUDA_VISIBLE_DEVICES"},
       {"substrax.v1.JobSpec.checkpoint", "the fields below"},
       {"substrax.v1.JobSpec.max_restarts", "TORCHELASTIC_MAX_RESTARTS"},
+      {"substrax.v1.JobSpec.command", "no: the launcher runs it (argv, its env, working dir)"},
+      {"substrax.v1.ProgramLaunch.command",
+       "no: the launcher's (the executable, working dir, port range, stop grace)"},
       {"substrax.v1.JobSpec.precision", "no: the framework's choice"},
       {"substrax.v1.JobSpec.max_duration_seconds", "no: the coordinator enforces it"},
       {"substrax.v1.JobSpec.progress_timeout_seconds", "no: the coordinator enforces it"},
@@ -322,6 +326,20 @@ TEST(CommandEnvTest, SettingsTheSpecLeavesOutAreAbsentNotEmpty) {
   EXPECT_EQ(env.at("TORCHELASTIC_MAX_RESTARTS"), "0");
   EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "");
   EXPECT_EQ(env.at("JAX_NUM_CPU_DEVICES"), "1");
+}
+
+TEST(CommandEnvTest, ARestartResumesFromTheCheckpointDirectoryUnlessTheSpecSaysWhere) {
+  v1::ProgramLaunch launch = FullLaunch(v1::DEVICE_KIND_CPU);
+  launch.mutable_assignment()->mutable_spec()->clear_resume_from();
+  CommandEnvOptions options = Options(CommandProcesses::kPerWorker, CommandBackend::kCpu);
+  options.restart_count = 0;
+  EXPECT_FALSE(AsMap(Render(launch, options)).count("SUBSTRAX_RESUME_FROM"));
+  options.restart_count = 2;
+  std::map<std::string, std::string> env = AsMap(Render(launch, options));
+  EXPECT_EQ(env.at("SUBSTRAX_RESUME_FROM"), "/ckpt/mnist-1");
+  EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  launch.mutable_assignment()->mutable_spec()->set_resume_from("/ckpt/old");
+  EXPECT_EQ(AsMap(Render(launch, options)).at("SUBSTRAX_RESUME_FROM"), "/ckpt/old");
 }
 
 TEST(CommandEnvTest, NoCredentialOrLaunchInternalReachesTheCommand) {

@@ -35,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "base/mutex_mode.h"
+#include "worker/command_launcher.h"
 #include "core/data_paths.h"
 #include "core/device_mesh_manager.h"
 #include "contract/devices.h"
@@ -218,6 +219,18 @@ int RunLaunched() {
   return 0;
 }
 
+// `substrax-job command`: the launcher of a command job's processes on one worker.
+int RunCommand() {
+  const char* path = std::getenv(kLaunchEnv);
+  if (path == nullptr || *path == '\0') {
+    std::cerr << "substrax-job command: " << kLaunchEnv
+              << " is not set: `command` runs a command job's processes for the substrax agent "
+                 "that starts it; to try a command locally, use `substraxctl local up`\n";
+    return 2;
+  }
+  return RunCommandLauncher(path);
+}
+
 }  // namespace
 }  // namespace substrax
 
@@ -268,6 +281,11 @@ int main(int argc, char** argv) {
       "run", "Run one process of a built-in job's attempt, as its launch file (SUBSTRAX_LAUNCH) "
              "says (the agent starts this; not for direct use)");
 
+  CLI::App* command = app.add_subcommand(
+      "command", "Run a command job's processes on this worker of its attempt, as its launch "
+                 "file (SUBSTRAX_LAUNCH) says: rendezvous, the environment contract, the report "
+                 "file (docs/command-jobs.md; the agent starts this; not for direct use)");
+
   substrax::ExportCommandFlags export_flags;
   CLI::App* export_checkpoint = substrax::AddExportCheckpointCommand(&app, &export_flags);
 
@@ -283,6 +301,7 @@ int main(int argc, char** argv) {
     return substrax::RunExportCheckpoint(export_flags, std::cout, std::cerr);
   }
   if (*run) return substrax::RunLaunched();
+  if (*command) return substrax::RunCommand();
   return substrax::RunTrain(job, local_devices, train_devices, timeout, explicit_collectives,
                             cpu_collectives, cpu_affinity);
 }
