@@ -404,6 +404,8 @@ class Launcher {
   v1::ReportAttemptStatusRequest final_;
   v1::CheckpointListing listing_;
   bool warned_checkpoint_ = false;
+  // This worker's host, as the mesh names it.
+  std::string host_;
   // The first process that failed, and whether the launcher is stopping the rest (and until
   // when they get to exit).
   const Child* failed_ = nullptr;
@@ -417,6 +419,9 @@ absl::Status Launcher::Prepare(const Rendezvous& rendezvous) {
   const v1::Assignment& a = launch_.assignment();
   const bool per_device =
       a.spec().command().processes() == v1::COMMAND_PROCESSES_PER_DEVICE;
+  for (const v1::Device& d : a.mesh().devices()) {
+    if (!a.local_device_ids().empty() && d.id() == a.local_device_ids(0)) host_ = d.host();
+  }
   const std::string mesh_file = absl::StrCat(command_.attempt_dir(), "/mesh.json");
   SUBSTRAX_RETURN_IF_ERROR(WriteFileAtomically(mesh_file, EncodeMeshFile(a.mesh())));
   std::vector<int> devices;
@@ -605,7 +610,7 @@ int Launcher::Finish() {
     std::string error = absl::StrCat(
         "rank ", child.rank,
         child.device_id >= 0 ? absl::StrCat(" (device ", child.device_id, ")") : "", " on host ",
-        launch_.listen_host(), " ", DescribeExit(*child.wait_status));
+        host_, " ", DescribeExit(*child.wait_status));
     if (std::optional<std::string> text = ReadErrorFile(child.error_file, &retry)) {
       absl::StrAppend(&error, ": ", *text);
     } else if (!child.last_lines.empty()) {

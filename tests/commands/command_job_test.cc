@@ -1,0 +1,242 @@
+// Command jobs (spec.command) on a real local cluster: a coordinator and 2 agents x 2 CPU
+// devices (the chaos harness's), real processes, substraxctl.
+//   - a shell script per_worker: the job fails naming rank 1, its host and its last lines; rank
+//     0 is stopped; with max_restarts: 1 the second attempt gets TORCHELASTIC_RESTART_COUNT=1 and
+//     the resume directory; malformed report lines are skipped with a warning in the job's log;
+//     the command's environment holds no credential of the worker and no launch file;
+//   - a PyTorch program (Gloo) per_device and the same program under torchrun per_worker: an
+//     all-reduce over 4 processes, metrics that `substraxctl metrics` returns reduced as
+//     declared, a final metric, every process's lines in `substraxctl logs`;
+//   - a JAX program per_worker: a psum over the 4 devices of its 2 processes.
+// The Python tests skip themselves when their environment is missing (Debian's python3-torch,
+// the venv /opt/substrax/jax: tools/install_deps.sh), except under CI=true, where they fail.
+// Every test checks afterwards that no process outlived it.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/chaos/harness.h"
+#include "tests/process.h"
+
+namespace substrax::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kJaxEnv[] = "/opt/substrax/jax";
+
+bool InCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && std::string(ci) == "true";
+}
+
+// Skips the test when `path` is missing, except under CI=true (where it fails).
+#define REQUIRE_PATH(path, what)                                                           \
+  do {                                                                                     \
+    if (access((path), X_OK) != 0) {                                                       \
+      if (InCi()) FAIL() << (what) << " missing (" << (path) << "): tools/install_deps.sh"; \
+      GTEST_SKIP() << (what) << " missing (" << (path) << "): tools/install_deps.sh";       \
+    }                                                                                      \
+  } while (0)
+
+struct CommandCluster {
+  std::string files;     // the test's own files
+  std::string programs;  // the agents' --programs-dir
+  std::string checkpoints;
+  std::unique_ptr<ChaosCluster> cluster;
+};
+
+CommandCluster StartCluster(const std::string& name) {
+  CommandCluster c;
+  c.files = TempDir(name + "_files");
+  c.programs = c.files + "/programs";
+  c.checkpoints = c.files + "/checkpoints";
+  std::filesystem::create_directories(c.programs);
+  std::filesystem::create_directories(c.checkpoints);
+  for (const char* program : {"fail_in_rank1.sh", "torch_allreduce.py", "jax_psum.py"}) {
+    const std::string to = absl::StrCat(c.programs, "/", program);
+    std::filesystem::copy_file(Runfile(absl::StrCat("tests/commands/", program)), to);
+    chmod(to.c_str(), 0755);
+  }
+  ChaosClusterOptions options;
+  options.workers = 2;
+  options.cpu_devices_per_worker = 2;
+  options.collective_timeout = "60s";
+  options.worker_flags = {"--programs-dir", c.programs, "--checkpoint-root", c.checkpoints,
+                          "--allow-command-jobs", "--python-env", "system=/usr"};
+  if (access(absl::StrCat(kJaxEnv, "/bin").c_str(), F_OK) == 0) {
+    options.worker_flags.push_back("--python-env");
+    options.worker_flags.push_back(absl::StrCat("jax=", kJaxEnv));
+  }
+  c.cluster = std::make_unique<ChaosCluster>(name, options);
+  return c;
+}
+
+std::string CommandJob(const std::string& name, const std::string& command,
+                       const std::string& rest = "") {
+  return absl::StrCat("apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: ", name,
+                      "}\nspec:\n  command: ", command, "\n  mesh: {data_parallel_size: 4}\n",
+                      rest);
+}
+
+// `substraxctl ARGS` against the cluster (plaintext, as the harness runs it).
+CommandResult Ctl(ChaosCluster& cluster, std::vector<std::string> args) {
+  args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", cluster.address(),
+                             "--insecure"});
+  return Run(args, absl::Seconds(60));
+}
+
+// name=value lines of a file written by `env`.
+std::map<std::string, std::string> EnvOf(const std::string& path) {
+  std::map<std::string, std::string> env;
+  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
+    const size_t eq = line.find('=');
+    if (eq != absl::string_view::npos) {
+      env[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+    }
+  }
+  return env;
+}
+
+bool ProcessGone(pid_t pid) { return ReadFile(absl::StrCat("/proc/", pid, "/stat")).empty(); }
+
+TEST(CommandJobTest, TheFirstFailureStopsTheOthersNamesTheRankAndTheRestartGetsItsCount) {
+  CommandCluster c = StartCluster("command_fail");
+  ChaosCluster& cluster = *c.cluster;
+  ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
+  const std::string out = c.files + "/out";
+  std::filesystem::create_directories(out);
+  const std::string id = cluster.Submit(CommandJob(
+      "fails", absl::StrCat("{argv: [", c.programs, "/fail_in_rank1.sh, ", out, "]}"),
+      absl::StrCat("  max_restarts: 1\n  checkpoint: {directory: ", c.checkpoints,
+                   "/anonymous/fails}\n")));
+  ASSERT_FALSE(absl::StartsWith(id, "error: ")) << id;
+  std::optional<v1::Job> job = cluster.WaitForEnd(id, absl::Seconds(120));
+  ASSERT_TRUE(job.has_value()) << cluster.Logs();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_FAILED) << cluster.Logs();
+  EXPECT_EQ(job->attempt(), 2) << job->DebugString();
+  // Rank 1 named, with its host and its last lines (its stderr).
+  EXPECT_THAT(job->error(), ::testing::ContainsRegex("rank 1 on host host-[ab] exited with status 3"));
+  EXPECT_THAT(job->error(), HasSubstr("rank 1: the data shard is corrupt"));
+
+  for (int attempt : {1, 2}) {
+    const std::string pid_file = absl::StrCat(out, "/pid-", attempt, "-0");
+    ASSERT_TRUE(PollUntil([&] { return !ReadFile(pid_file).empty(); }, absl::Seconds(10)))
+        << pid_file;
+    int pid = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(pid_file)), &pid));
+    EXPECT_TRUE(PollUntil([&] { return ProcessGone(pid); }, absl::Seconds(20)))
+        << "rank 0 of attempt " << attempt << " (pid " << pid << ") was not stopped";
+  }
+
+  // The contract: ranks, the restart count, the resume directory on the restart.
+  std::map<std::string, std::string> first = EnvOf(absl::StrCat(out, "/env-1-0"));
+  std::map<std::string, std::string> second = EnvOf(absl::StrCat(out, "/env-2-1"));
+  EXPECT_EQ(first["WORLD_SIZE"], "2");
+  EXPECT_EQ(first["TORCHELASTIC_RESTART_COUNT"], "0");
+  EXPECT_FALSE(first.count("SUBSTRAX_RESUME_FROM"));
+  EXPECT_EQ(second["RANK"], "1");
+  EXPECT_EQ(second["TORCHELASTIC_RESTART_COUNT"], "1");
+  EXPECT_EQ(second["TORCHELASTIC_MAX_RESTARTS"], "1");
+  EXPECT_EQ(second["SUBSTRAX_RESUME_FROM"], absl::StrCat(c.checkpoints, "/anonymous/fails"));
+  EXPECT_EQ(second["SUBSTRAX_LOCAL_DEVICE_IDS"].size(), 3u) << second["SUBSTRAX_LOCAL_DEVICE_IDS"];
+  EXPECT_EQ(first["JAX_NUM_CPU_DEVICES"], "2");
+  // No credential of the worker, no launch file, nothing of the agent's own environment.
+  for (const auto& [name, value] : first) {
+    EXPECT_NE(name, "SUBSTRAX_LAUNCH");
+    EXPECT_THAT(value, Not(HasSubstr("sxa1."))) << name;
+    EXPECT_THAT(value, Not(HasSubstr(".key"))) << name;
+  }
+
+  // Every process's lines in the job's log, and the malformed report line warned about there.
+  CommandResult logs = Ctl(cluster, {"logs", id, "--attempt", "1"});
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_THAT(logs.out, HasSubstr("rank 0 attempt 1 restart 0 resume none"));
+  EXPECT_THAT(logs.out, HasSubstr("rank 1 attempt 1 restart 0 resume none"));
+  EXPECT_THAT(logs.out, HasSubstr("line 1: skipped"));
+  EXPECT_THAT(logs.out, HasSubstr("stopping the command's processes"));
+
+  EXPECT_EQ(cluster.StopAndListLeftovers(), "");
+}
+
+// `substraxctl metrics JOB` as a map "name@step" -> value (its table, reduced as declared).
+std::string MetricsTable(ChaosCluster& cluster, const std::string& id) {
+  CommandResult r = Ctl(cluster, {"metrics", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.out;
+}
+
+void ExpectTorchJob(ChaosCluster& cluster, const std::string& id) {
+  ASSERT_FALSE(absl::StartsWith(id, "error: ")) << id;
+  std::optional<v1::Job> job = cluster.WaitForEnd(id, absl::Seconds(180));
+  ASSERT_TRUE(job.has_value()) << cluster.Logs();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->error() << cluster.Logs();
+  EXPECT_EQ(job->progress().step(), 1);
+  EXPECT_EQ(job->progress().final_metrics().at("world_size"), 4);
+  // Reduced as declared: 1 + 2 + 3 + 4 summed, the all-reduced 10 at most 10.
+  EXPECT_EQ(job->progress().metrics().at("contribution"), 10);
+  EXPECT_EQ(job->progress().metrics().at("allreduced"), 10);
+  const std::string table = MetricsTable(cluster, id);
+  EXPECT_THAT(table, HasSubstr("contribution")) << table;
+  CommandResult logs = Ctl(cluster, {"logs", id});
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("OK rank ", rank, " of 4: all_reduce = 10")));
+  }
+}
+
+TEST(CommandJobTest, PytorchPerDeviceAndUnderTorchrunAllReduceOverFourProcesses) {
+  REQUIRE_PATH("/usr/bin/torchrun", "Debian's python3-torch");
+  CommandCluster c = StartCluster("command_torch");
+  ChaosCluster& cluster = *c.cluster;
+  ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
+  const std::string metrics = "  metrics: {contribution: sum, allreduced: max}\n";
+  ExpectTorchJob(cluster, cluster.Submit(CommandJob(
+                              "torch-per-device",
+                              absl::StrCat("{python_env: system, processes: per_device, argv: "
+                                           "[python3, ", c.programs, "/torch_allreduce.py]}"),
+                              metrics)));
+  if (HasFailure()) return;
+  ExpectTorchJob(cluster, cluster.Submit(CommandJob(
+                              "torchrun",
+                              absl::StrCat("{python_env: system, argv: [torchrun, "
+                                           "--monitor_interval=0.1, ",
+                                           c.programs, "/torch_allreduce.py]}"),
+                              metrics)));
+  EXPECT_EQ(cluster.StopAndListLeftovers(), "");
+}
+
+TEST(CommandJobTest, JaxPerWorkerPsumsOverTheFourDevicesOfItsTwoProcesses) {
+  REQUIRE_PATH(absl::StrCat(kJaxEnv, "/bin/python").c_str(), "the JAX venv");
+  CommandCluster c = StartCluster("command_jax");
+  ChaosCluster& cluster = *c.cluster;
+  ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
+  const std::string id = cluster.Submit(CommandJob(
+      "jax", absl::StrCat("{python_env: jax, argv: [python, ", c.programs, "/jax_psum.py]}"),
+      "  metrics: {psum: max}\n"));
+  ASSERT_FALSE(absl::StartsWith(id, "error: ")) << id;
+  std::optional<v1::Job> job = cluster.WaitForEnd(id, absl::Seconds(180));
+  ASSERT_TRUE(job.has_value()) << cluster.Logs();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->error() << cluster.Logs();
+  EXPECT_EQ(job->progress().metrics().at("psum"), 10);
+  CommandResult logs = Ctl(cluster, {"logs", id});
+  EXPECT_THAT(logs.out, HasSubstr("OK process 0 of 2: psum over 4 devices = 10"));
+  EXPECT_THAT(logs.out, HasSubstr("OK process 1 of 2: psum over 4 devices = 10"));
+  EXPECT_EQ(cluster.StopAndListLeftovers(), "");
+}
+
+}  // namespace
+}  // namespace substrax::testing
