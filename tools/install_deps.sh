@@ -128,6 +128,17 @@ install_venv() {
   echo "install_deps: done" >&2
 }
 
+# The requirements of a pip requirements file of pins, one a line: `#` comments, blank lines and
+# whitespace dropped (tests/k8s/render_test.py reads the same file as pip does and compares).
+read_requirements() {
+  local line
+  while IFS= read -r line || [ -n "$line" ]; do
+    line=${line%%#*}
+    line=${line//[[:space:]]/}
+    [ -n "$line" ] && printf '%s\n' "$line"
+  done <"$1"
+}
+
 # The test tools from PyPI: the manifest test's validator, kubernetes-validate (offline
 # Kubernetes API schemas) and PyYAML, and the Python gRPC client of the security tests; pinned
 # with their dependencies, in a virtual environment of Debian's python3 at a fixed path
@@ -165,37 +176,15 @@ PY_REQUIREMENTS=(
 install_venv /opt/substrax/venv "${PY_REQUIREMENTS[@]}"
 
 # JAX for tests/frameworks (a JAX program as command jobs will run it): jax, jaxlib (CPU), flax
-# and optax, the newest releases for Debian 12's Python 3.11, with their dependencies pinned, in a
-# virtual environment of their own (its numpy and protobuf differ from the test tools').
-JAX_REQUIREMENTS=(
-  jax==0.10.2
-  jaxlib==0.10.2
-  flax==0.12.8
-  optax==0.2.8
-  absl-py==2.5.1
-  aiofiles==25.1.0
-  etils==1.15.0
-  fsspec==2026.9.0
-  humanize==4.17.0
-  markdown-it-py==4.3.0
-  mdurl==0.1.2
-  ml_dtypes==0.7.0
-  msgpack==1.2.4
-  numpy==2.4.6
-  opt_einsum==3.4.0
-  orbax-checkpoint==0.12.8
-  prometheus_client==0.26.0
-  protobuf==7.36.2
-  psutil==7.2.2
-  Pygments==2.21.0
-  PyYAML==6.0.4
-  rich==15.0.0
-  scipy==1.17.1
-  simplejson==4.3.0
-  tensorstore==0.1.86
-  treescope==0.1.10
-  typing_extensions==4.16.0
-  uvloop==0.23.0
-  zipp==4.1.2
-)
+# and optax with every dependency pinned, in a virtual environment of their own (its numpy and
+# protobuf differ from the test tools'). The pins are tools/jax_requirements.txt's, which
+# deploy/docker/Dockerfile.worker-python installs in the Python worker image too.
+JAX_REQUIREMENTS=()
+jax_requirements="$(dirname "${BASH_SOURCE[0]}")/jax_requirements.txt"
+if [ ! -r "$jax_requirements" ]; then
+  echo "install_deps: cannot read $jax_requirements (the JAX pins): run this script from a" \
+    "checkout of the repository" >&2
+  exit 1
+fi
+mapfile -t JAX_REQUIREMENTS < <(read_requirements "$jax_requirements")
 install_venv /opt/substrax/jax "${JAX_REQUIREMENTS[@]}"
