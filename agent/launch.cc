@@ -77,12 +77,14 @@ AttemptFiles FilesOfAttempt(const std::string& work_dir, const v1::Assignment& a
 namespace {
 
 // The capabilities (linux/capability.h) an agent needs to run jobs as another user: switch to
-// it, give it its attempt's files, and still read what it writes there.
+// it, give it its attempt's files, still read what it writes there, and signal its processes
+// (the supervisor stops and fences them; a process of another user needs CAP_KILL).
 constexpr struct {
   int bit;
   const char* name;
 } kJobUserCapabilities[] = {
-    {0, "CAP_CHOWN"}, {1, "CAP_DAC_OVERRIDE"}, {6, "CAP_SETGID"}, {7, "CAP_SETUID"}};
+    {0, "CAP_CHOWN"}, {1, "CAP_DAC_OVERRIDE"}, {5, "CAP_KILL"}, {6, "CAP_SETGID"},
+    {7, "CAP_SETUID"}};
 
 // The effective capabilities of this process (/proc/self/status CapEff); 0 when unreadable.
 uint64_t EffectiveCapabilities() {

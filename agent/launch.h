@@ -66,8 +66,8 @@ struct JobUser {
 
 // The user `name` (getpwnam, getgrouplist). Errors: INVALID_ARGUMENT (no such user, or root,
 // which would run jobs with every privilege), FAILED_PRECONDITION (this process cannot switch
-// users, chown or open the job user's files: it is not root and lacks one of CAP_SETUID,
-// CAP_SETGID, CAP_CHOWN, CAP_DAC_OVERRIDE, named in the message).
+// users, chown or open the job user's files, or signal its processes: it is not root and lacks
+// one of CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_KILL, named in the message).
 absl::StatusOr<JobUser> ResolveJobUser(const std::string& name);
 
 // The user this process runs as, for a job run without --job-user (its name and HOME).

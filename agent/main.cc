@@ -107,7 +107,7 @@ void AddJobFlags(CLI::App* app, AgentFlags* flags) {
       ->type_name("DIR");
   app->add_option("--job-user", flags->options.job_user,
                   "Run job processes as this user and its groups, not as the agent's (which "
-                  "must then be root, or have CAP_SETUID, CAP_SETGID, CAP_CHOWN and "
+                  "must then be root, or have CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_KILL and "
                   "CAP_DAC_OVERRIDE). The work dir and its parents must be searchable by it; "
                   "it needs read access to the data roots and programs, write access to the "
                   "checkpoint roots (docs/operations.md)")

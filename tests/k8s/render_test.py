@@ -102,9 +102,6 @@ BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSET
                          "SYS_CHROOT"}
 # The pins both JAX environments are installed from (tools/install_deps.sh, the Python image).
 JAX_REQUIREMENTS = "tools/jax_requirements.txt"
-# Agent flags of command jobs that an agent built before them lacks: such an agent's --help does
-# not list them, and the flag checks then skip them, saying so, except under CI=true.
-COMMAND_JOB_AGENT_FLAGS = {"--python-env"}
 
 CERT_MANAGER_API = "cert-manager.io/v1"
 # cert-manager's approver-policy (CertificateRequestPolicy): which requests get signed.
@@ -218,14 +215,8 @@ class Binaries:
         known = self.HelpFlags(binary, subcommand)
         name = binary + (" " + subcommand if subcommand else "")
         missing = [f for f in Flags(rest) if f not in known]
-        awaited = [f for f in missing if binary == "substrax-agent" and
-                   f in COMMAND_JOB_AGENT_FLAGS and os.environ.get("CI") != "true"]
-        for f in sorted(set(awaited)):
-            print("\nrender_test: SKIPPED %s: %s %s is not in this build's --help (an agent "
-                  "from before command jobs); checked when it is, and under CI=true" %
-                  (where, name, f), file=sys.stderr)
         return ["%s: %s has no flag %s (not in its --help)" % (where, name, f)
-                for f in missing if f not in awaited]
+                for f in missing]
 
 
 def Render(overlay):
