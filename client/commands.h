@@ -130,6 +130,8 @@ struct LocalFlags {
   // Each worker's --programs-dir flags: where program jobs (spec.program) may run programs
   // from. None: no program jobs.
   std::vector<std::string> programs_dirs;
+  // Each worker's --python-env flags (NAME=DIR): the environments command jobs may name.
+  std::vector<std::string> python_envs;
   // The coordinator's gRPC port and Prometheus port; 0: any free port.
   int port = 0;
   int metrics_port = 0;

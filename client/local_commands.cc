@@ -236,6 +236,13 @@ std::vector<std::string> WorkerArgv(const LocalFlags& flags, const LocalBinaries
     argv.push_back("--programs-dir");
     argv.push_back(programs_dir);
   }
+  for (const std::string& env : flags.python_envs) {
+    argv.push_back("--python-env");
+    argv.push_back(env);
+  }
+  // A cluster run by and for the user who starts it: command jobs run as that user, who can
+  // read what the agents can anyway (PrintClusterUp says so).
+  argv.push_back("--allow-command-jobs");
   return argv;
 }
 
@@ -295,6 +302,12 @@ void PrintClusterUp(const CommandContext& ctx, const LocalFlags& flags, const st
                    ? std::string("none (give --programs-dir DIR to run program jobs)")
                    : absl::StrCat("program jobs may run programs from ",
                                   absl::StrJoin(programs_dirs, ", ")))
+           << "\n"
+           << "commands: command jobs (spec.command) run as your user, from the programs dirs"
+           << (flags.python_envs.empty()
+                   ? std::string(" (give --python-env NAME=DIR for python_env)")
+                   : absl::StrCat(" and the Python environments ",
+                                  absl::StrJoin(flags.python_envs, ", ")))
            << "\n"
            << "use it:   the export line on stdout sets the address and the admin's "
               "credentials (eval \"$(substraxctl local up)\"); from the directory holding "

@@ -273,8 +273,14 @@ void AddLocalUpCommand(CLI::App* local, CommandLine& cl) {
       ->type_name("DIR");
   up->add_option("--programs-dir", flags.programs_dirs,
                  "A directory every worker runs program jobs' programs from (repeatable; each "
-                 "worker's --programs-dir). None: no program jobs")
+                 "worker's --programs-dir). None: no program jobs. Command jobs (spec.command) "
+                 "may run from there too: the local cluster's agents run them as your user "
+                 "(--allow-command-jobs)")
       ->type_name("DIR");
+  up->add_option("--python-env", flags.python_envs,
+                 "A Python environment command jobs may name in spec.command.python_env "
+                 "(repeatable; each worker's --python-env): NAME=DIR, a venv or /usr")
+      ->type_name("NAME=DIR");
   up->add_option("--port", flags.port, "Coordinator gRPC port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();

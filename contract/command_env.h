@@ -1,9 +1,8 @@
-// The environment contract of command jobs (issue 34; docs/command-jobs.md is the reference):
-// the variables a command's process gets so that a program written for torchrun, for
+// The environment contract of command jobs (spec.command; docs/command-jobs.md is the
+// reference): the variables a command's process gets so that a program written for torchrun, for
 // `jax.distributed` or for Kubeflow Trainer finds its peers, its rank and its settings without
-// change. Command jobs (spec.command) do not exist yet; this is the contract they will get, one
-// pure function from the launch contract (contract/launch.h) so that the agent, `substraxctl plan
-// --env` and the docs cannot disagree.
+// change. One pure function from the launch contract (contract/launch.h), so that the command's
+// launcher (worker/command_launcher.h), `substraxctl plan --env` and the docs cannot disagree.
 //
 // What it renders, in this order:
 //   torchrun's worker variables  MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,

@@ -1,7 +1,7 @@
 // The report file: how a job process that does not call the coordinator (a command job's
 // program, in any language) reports its progress. The process appends JSON lines to a file; the
-// agent is to tail the file and forward what it reads as the coordinator's ReportSteps,
-// ReportCheckpoints and ReportAttemptStatus carry it (with command jobs: no agent reads it yet).
+// command's launcher on its worker (worker/command_launcher.h) tails the file and forwards what
+// it reads as the coordinator's ReportSteps, ReportCheckpoints and ReportAttemptStatus carry it.
 // docs/launch.md ("The report file") is the format's reference; this is its reader, the mapping
 // of its records onto those messages, and a writer for C++ programs and tests.
 //

@@ -602,6 +602,14 @@ int Launcher::Finish() {
   for (Child& child : children_) {
     RelayOutput(child, /*final=*/true);
     ForwardReports(child);
+    const ReportCounters& n = child.tailer->counters();
+    int64_t records = 0;
+    for (const auto& [type, count] : n.records) records += count;
+    if (records > 0 || n.skipped_unknown_type + n.skipped_malformed + n.skipped_oversized > 0) {
+      Say(absl::StrCat("report file ", child.report_file, ": ", records, " records read; skipped: ",
+                       n.skipped_malformed, " malformed, ", n.skipped_oversized, " oversized, ",
+                       n.skipped_unknown_type, " of an unknown type"));
+    }
   }
   program_.SetFinalMetrics(Metrics(final_.final_metrics().begin(), final_.final_metrics().end()));
   if (failed_ != nullptr) {
