@@ -476,6 +476,11 @@ class Cluster {
   absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const std::string& owner_dir) const
       ABSL_LOCKS_EXCLUDED(mu_);
   AliveDevices AliveDevicesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `devices` without those of workers that cannot run `spec`: a command job runs only on a
+  // worker that runs commands and, with spec.command.python_env, has that environment.
+  std::vector<Device> RunnableDevicesLocked(const v1::JobSpec& spec,
+                                            std::vector<Device> devices) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker, if the caller's incarnation is its current one and it is alive.
   absl::StatusOr<WorkerEntry*> LiveWorkerLocked(const std::string& worker_id,
                                                 const std::string& incarnation)

@@ -303,12 +303,23 @@ TEST_F(ClusterTest, CommandsRunFromAProgramsDirOrARegisteredPythonEnvironment) {
               HasSubstr("spec.command.python_env: no worker has a Python environment named "
                         "'flax' (they have jax, torch, venv-2)"));
   // An environment's argv[0] is looked up by the agent in its bin/, not under a programs dir.
-  const std::string id = Submit(jax);
+  // Admitted, but only w-1 has jax, and it runs no commands: the job waits for a worker that
+  // can run it, and does not block younger jobs.
+  const std::string waiting = Submit(jax);
+  ASSERT_FALSE(waiting.empty());
+  EXPECT_EQ(Get(waiting).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(waiting).transitions().rbegin()->reason(),
+              HasSubstr("on a worker that runs command jobs and has Python environment jax: no "
+                        "alive worker has any"));
+  const std::string id = Submit(CommandSpec("cmd", 2, "{argv: [python], python_env: torch}"));
   ASSERT_FALSE(id.empty());
-  EXPECT_FALSE(Submit(script).empty());
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(Get(id).spec().command().python_env(), "jax");
+  EXPECT_EQ(Get(id).spec().command().python_env(), "torch");
   EXPECT_EQ(Get(id).spec().command().processes(), v1::COMMAND_PROCESSES_PER_WORKER);
+  EXPECT_TRUE(Poll("w-1").empty());
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-2");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].start().spec().command().argv(0), "python");
 
   // Kept with the worker, reported by ListWorkers, and across a coordinator restart.
   cluster_.reset();
