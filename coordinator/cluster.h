@@ -28,7 +28,8 @@
 // workers of the attempt get a stop event, and the job goes back to PENDING while its restarts
 // (attempts - 1) are below spec.max_restarts, else ends FAILED with Job.error naming the
 // attempt, process, worker, host, devices and cause. So do a process that reports no new step
-// for the progress timeout ("stalled at step S on process P (worker w, host h)") and a
+// for the progress timeout ("stalled at step S on process P (worker w, host h)"; a command
+// job's process only from its first report on: one that never reports is never stalled) and a
 // non-finite loss in a report (naming the step and device). A restart waits an exponential
 // backoff (Job.next_attempt_time, and the waiting reason). A runner error that cannot get
 // better by retrying (error_code INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED,
@@ -131,8 +132,9 @@ struct ClusterOptions {
   // when idle. Off, such a job is queued and waits for more workers, without blocking younger
   // jobs (for clusters whose workers join after jobs are submitted).
   bool refuse_jobs_that_cannot_fit = true;
-  // Patterns ("WANDB_*", "HF_HOME") a job's spec.program.env may set beyond the default
-  // allowlist (--job-env-allow; core/job_env.h): never a denied name. Create checks them.
+  // Patterns ("WANDB_*", "HF_HOME") a job's spec.program.env and spec.command.env may set
+  // beyond the default allowlist (--job-env-allow; core/job_env.h): never a denied name. Create
+  // checks them.
   std::vector<std::string> job_env_allow;
   // An attempt fails as stalled when a process reports no new step for this long, unless the
   // spec sets progress_timeout_seconds.
@@ -422,6 +424,9 @@ class Cluster {
     // until its first report).
     int64_t last_step = 0;
     absl::Time last_progress;
+    // It reported a step (of any number). A command job's process may take its time before its
+    // first report (installing, compiling, loading data): its progress timeout starts there.
+    bool reported = false;
     // The latest heartbeat said the runner is stopped by a signal.
     bool suspended = false;
   };
@@ -471,6 +476,11 @@ class Cluster {
   absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const std::string& owner_dir) const
       ABSL_LOCKS_EXCLUDED(mu_);
   AliveDevices AliveDevicesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `devices` without those of workers that cannot run `spec`: a command job runs only on a
+  // worker that runs commands and, with spec.command.python_env, has that environment.
+  std::vector<Device> RunnableDevicesLocked(const v1::JobSpec& spec,
+                                            std::vector<Device> devices) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker, if the caller's incarnation is its current one and it is alive.
   absl::StatusOr<WorkerEntry*> LiveWorkerLocked(const std::string& worker_id,
                                                 const std::string& incarnation)

@@ -166,6 +166,9 @@ void Cluster::CheckProgressLocked(EndedAttempts* ended) {
     for (size_t p = 0; p < entry.processes.size(); ++p) {
       const Process& process = entry.processes[p];
       if (process.succeeded || lease_now - process.last_progress <= timeout) continue;
+      // A command that never reported runs until it exits, max_duration_seconds or a cancel:
+      // not every command reports (docs/command-jobs.md).
+      if (spec.has_command() && !process.reported) continue;
       // A suspended process is the one the others wait for; else the oldest step.
       if (stalled == nullptr || (process.suspended && !stalled->suspended) ||
           (process.suspended == stalled->suspended &&
@@ -299,6 +302,8 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
     highest = std::max(highest, report.step());
     NoteDataFactsLocked(*entry, report);
     Process& process = entry->processes[report.process_index()];
+    if (!process.reported && entry->job.spec().has_command()) process.last_progress = now;
+    process.reported = true;
     if (report.step() > process.last_step) {
       process.last_step = report.step();
       process.last_progress = now;

@@ -10,6 +10,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/limits.h"
 #include "core/data_paths.h"
+#include "core/job_spec.h"
 #include "core/status.h"
 #include "rpc/proto_time.h"
 
@@ -63,6 +64,14 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
       }
     }
   }
+  // Names only (request_limits.cc bounds their count and length): the agent resolves each in
+  // its own --python-env DIR.
+  for (int i = 0; i < request.python_envs_size(); ++i) {
+    if (std::string problem = PythonEnvNameProblem(request.python_envs(i)); !problem.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", worker_id, ": python_envs[", i, "]: ", problem));
+    }
+  }
   std::set<int> local_indices;
   for (int i = 0; i < request.devices_size(); ++i) {
     const int local = request.devices(i).local_index();
@@ -110,6 +119,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
       *proto.mutable_data_roots() = request.data_roots();
       *proto.mutable_checkpoint_roots() = request.checkpoint_roots();
       *proto.mutable_programs_dirs() = request.programs_dirs();
+      *proto.mutable_python_envs() = request.python_envs();
+      proto.set_runs_commands(request.runs_commands());
       for (const v1::Device& given : request.devices()) {
         v1::Device* device = proto.add_devices();
         *device = given;

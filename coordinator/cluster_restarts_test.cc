@@ -12,6 +12,7 @@
 #include "coordinator/cluster_test_util.h"
 #include "coordinator/limits.h"
 #include "coordinator/state_store.h"
+#include "core/job_spec_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/proto_time.h"
@@ -193,6 +194,27 @@ TEST_F(ClusterTest, AStalledProcessFailsTheAttemptNamingItsStepAndWorker) {
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(Get(job).error(),
               HasSubstr("stalled at step 10 on process 1 (worker w-2 (host b)): no new step for 5s"));
+}
+
+TEST_F(ClusterTest, ACommandsProgressTimeoutStartsAtItsFirstReport) {
+  RegisterTwoCommandWorkers();
+  v1::JobSpec spec =
+      testing::JobSpecBuilder("cmd").Command("{argv: [/opt/p/train.sh]}").DataParallel(4).Proto();
+  spec.set_progress_timeout_seconds(5);
+  const std::string job = Submit(spec);
+  ASSERT_FALSE(job.empty());
+  // Nobody reports: the command may never, and runs on (until it exits, its
+  // max_duration_seconds or a cancel).
+  RunFor(absl::Seconds(60), {"w-1", "w-2"});
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  // Process 0 reports once; from then on its timeout runs, while process 1 still never reported.
+  ASSERT_TRUE(cluster_->ReportSteps(Steps(job, 1, 3, {{0, 1.0}, {1, 1.0}})).ok());
+  RunFor(absl::Seconds(5), {"w-1", "w-2"});
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+  RunFor(absl::Seconds(1), {"w-1", "w-2"});
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).error(),
+              HasSubstr("stalled at step 3 on process 0 (worker w-1 (host a)): no new step for 5s"));
 }
 
 TEST_F(ClusterTest, ANonFiniteLossFailsTheAttemptNamingStepAndDevice) {

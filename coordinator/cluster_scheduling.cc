@@ -20,6 +20,18 @@ using cluster_internal::Count;
 using cluster_internal::kWaitingSeparator;
 using cluster_internal::LayoutsFor;
 
+namespace {
+
+// For a waiting reason: which workers a command job may run on ("" for other jobs).
+std::string CommandWorkerNote(const v1::JobSpec& spec) {
+  if (!spec.has_command()) return "";
+  const std::string& env = spec.command().python_env();
+  return absl::StrCat(", on a worker that runs command jobs",
+                      env.empty() ? "" : absl::StrCat(" and has Python environment ", env));
+}
+
+}  // namespace
+
 void Cluster::TakeDevicesLocked(JobEntry& entry, Mesh mesh) {
   std::vector<std::string> workers = cluster_internal::ProcessWorkers(mesh);
   std::map<std::string, size_t> index;
@@ -134,6 +146,21 @@ AliveDevices Cluster::AliveDevicesLocked() const {
   return alive;
 }
 
+std::vector<Device> Cluster::RunnableDevicesLocked(const v1::JobSpec& spec,
+                                                   std::vector<Device> devices) const {
+  if (!spec.has_command()) return devices;
+  // The agent refuses a command it cannot run; placing it there would only fail the attempt.
+  const std::string& env = spec.command().python_env();
+  auto cannot = [&](const Device& device) {
+    const v1::Worker& worker = workers_.at(device.worker_id).proto;
+    return !worker.runs_commands() ||
+           (!env.empty() && std::find(worker.python_envs().begin(), worker.python_envs().end(),
+                                      env) == worker.python_envs().end());
+  };
+  devices.erase(std::remove_if(devices.begin(), devices.end(), cannot), devices.end());
+  return devices;
+}
+
 void Cluster::NotePendingLocked(const JobEntry& entry) {
   if (entry.job.state() == v1::JOB_STATE_PENDING) {
     pending_.emplace(entry.order, entry.job.id());
@@ -168,9 +195,11 @@ void Cluster::ScheduleLocked() {
     const std::vector<int> sizes = DataParallelSizes(spec);
     const v1::JobSpec smallest = SpecWithDataParallelSize(spec, sizes.back());
     const int64_t need = RequiredDevices(smallest);
-    // Only devices of the kind the job's backend runs on.
-    const std::vector<Device> alive = DevicesForBackend(SchedulingBackend(spec), all_alive);
-    std::vector<Device> free = DevicesForBackend(SchedulingBackend(spec), all_free);
+    // Only devices of the kind the job's backend runs on, on workers that can run it.
+    const std::vector<Device> alive =
+        RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_alive));
+    std::vector<Device> free =
+        RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_free));
     if (entry.next_attempt_at > lease_now) {
       // Backing off after a failed attempt; it does not block younger jobs meanwhile.
       SetWaitingLocked(entry, absl::StrCat("the restart backoff to end (at ",
@@ -190,8 +219,9 @@ void Cluster::ScheduleLocked() {
       SetWaitingLocked(entry, all_alive.empty()
                                   ? absl::StrCat(need, " devices: no worker is alive")
                                   : absl::StrCat(need, " devices of the kind backend ",
-                                                 BackendName(SchedulingBackend(spec)),
-                                                 " runs on: no alive worker has any"));
+                                                 BackendName(SchedulingBackend(spec)), " runs on",
+                                                 CommandWorkerNote(spec),
+                                                 ": no alive worker has any"));
       continue;
     }
     absl::StatusOr<Mesh> could = CreateMeshForJob(smallest.mesh(), alive);

@@ -23,26 +23,28 @@ namespace substrax {
 absl::StatusOr<v1::JobSpec> Cluster::AdmitJobSpec(v1::JobSpec spec,
                                                   const std::string& owner_dir) const {
   AliveDevices alive;
-  std::vector<std::string> data_roots, checkpoint_roots, programs_dirs;
+  WorkerOffers offers;
   {
     absl::MutexLock lock(&mu_);
     alive = AliveDevicesLocked();
-    // Every known worker's roots, alive or not: a dead worker may come back, and a job whose
-    // data it holds waits for it like one that waits for devices.
-    std::set<std::string> data, checkpoints, programs;
+    // Every known worker's roots and environments, alive or not: a dead worker may come back,
+    // and a job whose data it holds waits for it like one that waits for devices.
+    std::set<std::string> data, checkpoints, programs, python_envs;
     for (const auto& [id, worker] : workers_) {
-      data.insert(worker.proto.data_roots().begin(), worker.proto.data_roots().end());
-      checkpoints.insert(worker.proto.checkpoint_roots().begin(),
-                         worker.proto.checkpoint_roots().end());
-      programs.insert(worker.proto.programs_dirs().begin(), worker.proto.programs_dirs().end());
+      const v1::Worker& w = worker.proto;
+      data.insert(w.data_roots().begin(), w.data_roots().end());
+      checkpoints.insert(w.checkpoint_roots().begin(), w.checkpoint_roots().end());
+      programs.insert(w.programs_dirs().begin(), w.programs_dirs().end());
+      python_envs.insert(w.python_envs().begin(), w.python_envs().end());
+      offers.runs_commands = offers.runs_commands || w.runs_commands();
     }
-    data_roots.assign(data.begin(), data.end());
-    checkpoint_roots.assign(checkpoints.begin(), checkpoints.end());
-    programs_dirs.assign(programs.begin(), programs.end());
+    offers.data_roots.assign(data.begin(), data.end());
+    offers.checkpoint_roots.assign(checkpoints.begin(), checkpoints.end());
+    offers.programs_dirs.assign(programs.begin(), programs.end());
+    offers.python_envs.assign(python_envs.begin(), python_envs.end());
   }
   // Without the lock: a worker that dies meanwhile only makes the admitted job wait.
-  return substrax::AdmitJobSpec(std::move(spec), alive, data_roots, checkpoint_roots, owner_dir,
-                                programs_dirs, options_.job_env_allow,
+  return substrax::AdmitJobSpec(std::move(spec), alive, offers, owner_dir, options_.job_env_allow,
                                 options_.refuse_jobs_that_cannot_fit);
 }
 

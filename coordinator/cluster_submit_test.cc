@@ -157,16 +157,25 @@ v1::JobSpec ProgramSpec(const std::string& name, int dp, const std::string& path
   return spec.Proto();
 }
 
-// Registers a worker of `num_devices` devices of `kind` with `programs_dirs`.
+// A command job (spec.command is `command`) of `dp` data-parallel devices.
+v1::JobSpec CommandSpec(const std::string& name, int dp, const std::string& command) {
+  return testing::JobSpecBuilder(name).Command(command).DataParallel(dp).Proto();
+}
+
+// Registers a worker of `num_devices` devices of `kind` with `programs_dirs`, running command
+// jobs when `runs_commands`, from the Python environments `python_envs`.
 absl::StatusOr<v1::RegisterWorkerResponse> RegisterWithPrograms(
     Cluster& cluster, const std::string& worker_id, const std::string& host, int num_devices,
-    v1::DeviceKind kind, const std::vector<std::string>& programs_dirs) {
+    v1::DeviceKind kind, const std::vector<std::string>& programs_dirs,
+    bool runs_commands = false, const std::vector<std::string>& python_envs = {}) {
   v1::RegisterWorkerRequest request;
   request.set_worker_id(worker_id);
   request.set_host(host);
   request.set_incarnation("inc-1");
   request.set_address(host + ":7000");
   for (const std::string& dir : programs_dirs) request.add_programs_dirs(dir);
+  request.set_runs_commands(runs_commands);
+  for (const std::string& env : python_envs) request.add_python_envs(env);
   for (int i = 0; i < num_devices; ++i) {
     v1::Device* d = request.add_devices();
     d->set_local_index(i);
@@ -254,6 +263,84 @@ TEST_F(ClusterTest, RegistrationRefusesProgramsDirsThatAreNotNormalizedAbsoluteP
   }
 }
 
+TEST_F(ClusterTest, CommandsRunFromAProgramsDirOrARegisteredPythonEnvironment) {
+  const v1::JobSpec script = CommandSpec("cmd", 2, "{argv: [/opt/p/train.sh, --fast]}");
+  // As for programs: with no worker reporting a programs dir, every command path is refused.
+  absl::StatusOr<v1::Job> refused = cluster_->SubmitJob(script);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.command.argv[0]: '/opt/p/train.sh' is not under a programs dir: no "
+                        "worker has reported any programs dir"));
+  const v1::JobSpec jax = CommandSpec("cmd", 2, "{argv: [python, train.py], python_env: jax}");
+  refused = cluster_->SubmitJob(jax);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.command.python_env: no worker has a Python environment named "
+                        "'jax' (no worker has registered any); use one of theirs or start a "
+                        "worker daemon with --python-env jax=DIR"));
+
+  // Known environments, but no worker that runs commands: the daemons must be set up first.
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CPU, {"/opt/p"},
+                                   /*runs_commands=*/false, {"jax", "torch"})
+                  .ok());
+  refused = cluster_->SubmitJob(script);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.command: no worker runs command jobs"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--job-user USER"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--allow-command-jobs"));
+  refused = cluster_->SubmitJob(CommandSpec("cmd", 2, "{argv: [/opt/px/train.sh]}"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.command.argv[0]: '/opt/px/train.sh' is not under a programs dir of "
+                        "any worker (/opt/p)"));
+
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-2", "b", 2, v1::DEVICE_KIND_CPU, {},
+                                   /*runs_commands=*/true, {"torch", "venv-2"})
+                  .ok());
+  refused = cluster_->SubmitJob(CommandSpec("cmd", 2, "{argv: [python], python_env: flax}"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.command.python_env: no worker has a Python environment named "
+                        "'flax' (they have jax, torch, venv-2)"));
+  // An environment's argv[0] is looked up by the agent in its bin/, not under a programs dir.
+  // Admitted, but only w-1 has jax, and it runs no commands: the job waits for a worker that
+  // can run it, and does not block younger jobs.
+  const std::string waiting = Submit(jax);
+  ASSERT_FALSE(waiting.empty());
+  EXPECT_EQ(Get(waiting).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(waiting).transitions().rbegin()->reason(),
+              HasSubstr("on a worker that runs command jobs and has Python environment jax: no "
+                        "alive worker has any"));
+  const std::string id = Submit(CommandSpec("cmd", 2, "{argv: [python], python_env: torch}"));
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).spec().command().python_env(), "torch");
+  EXPECT_EQ(Get(id).spec().command().processes(), v1::COMMAND_PROCESSES_PER_WORKER);
+  EXPECT_TRUE(Poll("w-1").empty());
+  std::vector<v1::WatchAssignmentsResponse> events = Poll("w-2");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].start().spec().command().argv(0), "python");
+
+  // Kept with the worker, reported by ListWorkers, and across a coordinator restart.
+  cluster_.reset();
+  cluster_ = MakeCluster(state_);
+  const std::vector<v1::Worker> workers = cluster_->ListWorkers();
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_THAT(workers[0].python_envs(), ElementsAre("jax", "torch"));
+  EXPECT_FALSE(workers[0].runs_commands());
+  EXPECT_THAT(workers[1].python_envs(), ElementsAre("torch", "venv-2"));
+  EXPECT_TRUE(workers[1].runs_commands());
+}
+
+TEST_F(ClusterTest, RegistrationRefusesPythonEnvironmentsThatAreNotPlainNames) {
+  for (const char* bad : {"a/b", "..", "", "my env"}) {
+    absl::StatusOr<v1::RegisterWorkerResponse> response = RegisterWithPrograms(
+        *cluster_, "w-1", "a", 1, v1::DEVICE_KIND_CPU, {}, true, {"ok", bad});
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(response.status().message(), HasSubstr("worker w-1: python_envs[1]: ")) << bad;
+  }
+}
+
 TEST_F(ClusterTest, JobIdsAreNotReusedAfterADeleteAndARestart) {
   Register("w-1", "a", 2);
   const std::string first = Submit(Spec("again", 2));
@@ -331,7 +418,9 @@ TEST_F(ClusterTest, SubmitRefusesEnvironmentVariablesThatCouldRunCode) {
   cluster_.reset();
   options_.job_env_allow = {"WANDB_*", "HF_HOME", "LD_*", "PYTHON*"};
   cluster_ = MakeCluster(state_);
-  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CPU, {"/opt/p"}).ok());
+  ASSERT_TRUE(RegisterWithPrograms(*cluster_, "w-1", "a", 2, v1::DEVICE_KIND_CPU, {"/opt/p"},
+                                   /*runs_commands=*/true)
+                  .ok());
   struct Case {
     const char* name;
     const char* why;
@@ -382,16 +471,24 @@ TEST_F(ClusterTest, SubmitRefusesEnvironmentVariablesThatCouldRunCode) {
       {"XLA_FLAGS", "not allowed: "},
       {"BAD-NAME", "an environment variable name is letters, digits and '_'"},
   };
-  for (const Case& c : refused) {
-    v1::JobSpec spec = ProgramSpec("env", 1, "/opt/p/train");
-    (*spec.mutable_program()->mutable_env())[c.name] = "/tmp/x";
-    (*spec.mutable_program()->mutable_env())["OMP_NUM_THREADS"] = "1";
-    absl::StatusOr<v1::Job> job = cluster_->SubmitJob(spec);
-    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
-    EXPECT_THAT(job.status().message(),
-                HasSubstr(absl::StrCat("spec.program.env.", c.name, ": ", c.why)))
-        << c.name;
-    EXPECT_THAT(job.status().message(), ::testing::Not(HasSubstr("OMP_NUM_THREADS"))) << c.name;
+  // The same rules for a program's variables and a command's.
+  for (const bool command : {false, true}) {
+    for (const Case& c : refused) {
+      v1::JobSpec spec = command ? CommandSpec("env", 1, "{argv: [/opt/p/train.sh]}")
+                                 : ProgramSpec("env", 1, "/opt/p/train");
+      auto& env = command ? *spec.mutable_command()->mutable_env()
+                          : *spec.mutable_program()->mutable_env();
+      env[c.name] = "/tmp/x";
+      env["OMP_NUM_THREADS"] = "1";
+      absl::StatusOr<v1::Job> job = cluster_->SubmitJob(spec);
+      EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+      EXPECT_THAT(job.status().message(),
+                  HasSubstr(absl::StrCat(command ? "spec.command.env." : "spec.program.env.",
+                                         c.name, ": ", c.why)))
+          << c.name;
+      EXPECT_THAT(job.status().message(), ::testing::Not(HasSubstr("OMP_NUM_THREADS")))
+          << c.name;
+    }
   }
   v1::JobSpec other = ProgramSpec("env", 1, "/opt/p/train");
   (*other.mutable_program()->mutable_env())["SOME_SETTING"] = "x";
@@ -402,10 +499,13 @@ TEST_F(ClusterTest, SubmitRefusesEnvironmentVariablesThatCouldRunCode) {
 
   // The default allowlist and the administrator's patterns are admitted.
   v1::JobSpec allowed = ProgramSpec("env", 1, "/opt/p/train");
+  v1::JobSpec allowed_command = CommandSpec("env", 1, "{argv: [/opt/p/train.sh]}");
   for (const char* name : {"OMP_NUM_THREADS", "NCCL_DEBUG", "JOB_LR", "WANDB_MODE", "HF_HOME"}) {
     (*allowed.mutable_program()->mutable_env())[name] = "1";
+    (*allowed_command.mutable_command()->mutable_env())[name] = "1";
   }
   EXPECT_FALSE(Submit(allowed).empty());
+  EXPECT_FALSE(Submit(allowed_command).empty());
 }
 
 TEST_F(ClusterTest, CreateRefusesAPatternThatNamesADeniedVariable) {

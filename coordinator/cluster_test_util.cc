@@ -46,7 +46,14 @@ v1::RegisterWorkerResponse ClusterTest::Register(
     const std::string& worker_id, const std::string& host, int num_devices,
     const std::string& incarnation, const std::vector<std::string>& data_roots,
     const std::vector<std::string>& checkpoint_roots) {
-  v1::RegisterWorkerRequest request;
+  return Register(worker_id, host, num_devices, incarnation, data_roots, checkpoint_roots,
+                  v1::RegisterWorkerRequest());
+}
+
+v1::RegisterWorkerResponse ClusterTest::Register(
+    const std::string& worker_id, const std::string& host, int num_devices,
+    const std::string& incarnation, const std::vector<std::string>& data_roots,
+    const std::vector<std::string>& checkpoint_roots, v1::RegisterWorkerRequest request) {
   for (const std::string& root : checkpoint_roots) request.add_checkpoint_roots(root);
   request.set_worker_id(worker_id);
   request.set_host(host);
@@ -68,6 +75,14 @@ v1::RegisterWorkerResponse ClusterTest::Register(
 void ClusterTest::RegisterTwoWorkers() {
   Register("w-1", "a", 2);
   Register("w-2", "b", 2);
+}
+
+void ClusterTest::RegisterTwoCommandWorkers() {
+  v1::RegisterWorkerRequest commands;
+  commands.add_programs_dirs("/opt/p");
+  commands.set_runs_commands(true);
+  Register("w-1", "a", 2, "inc-1", {}, {}, commands);
+  Register("w-2", "b", 2, "inc-1", {}, {}, commands);
 }
 
 std::vector<v1::WatchAssignmentsResponse> ClusterTest::Poll(const std::string& worker_id,

@@ -39,8 +39,17 @@ class ClusterTest : public ::testing::Test {
                                       const std::vector<std::string>& data_roots = {},
                                       const std::vector<std::string>& checkpoint_roots = {});
 
+  // Register with the other fields of `request` (programs dirs, Python environments, ...).
+  v1::RegisterWorkerResponse Register(const std::string& worker_id, const std::string& host,
+                                      int num_devices, const std::string& incarnation,
+                                      const std::vector<std::string>& data_roots,
+                                      const std::vector<std::string>& checkpoint_roots,
+                                      v1::RegisterWorkerRequest request);
+
   // Two workers with two devices each: w-1 on host a (devices 0, 1), w-2 on host b (2, 3).
   void RegisterTwoWorkers();
+  // The same two running command jobs (runs_commands) from the programs dir /opt/p.
+  void RegisterTwoCommandWorkers();
 
   // The events of `worker_id` since the last Poll.
   std::vector<v1::WatchAssignmentsResponse> Poll(const std::string& worker_id,

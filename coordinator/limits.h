@@ -28,6 +28,9 @@ inline constexpr int kMaxDevicesPerWorker = 1024;
 // each.
 inline constexpr int kMaxDataRootsPerWorker = 64;
 inline constexpr size_t kMaxPathBytes = 4096;
+// Python environments one worker registers (--python-env); each name is at most
+// kMaxPythonEnvNameBytes of core/job_spec.h.
+inline constexpr int kMaxPythonEnvsPerWorker = 64;
 // Runners one heartbeat lists.
 inline constexpr int kMaxRunnersPerHeartbeat = 1024;
 // Workers the coordinator knows (registered, alive or dead).

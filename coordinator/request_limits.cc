@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/limits.h"
+#include "core/job_spec.h"
 #include "core/status.h"
 
 namespace substrax {
@@ -36,8 +37,14 @@ absl::Status CheckScope(const v1::RendezvousScope& scope) {
 
 }  // namespace
 
-absl::Status CheckRequest(const v1::RegisterWorkerRequest&) {
-  // Cluster::RegisterWorker checks names, devices and roots (it reports them per field).
+absl::Status CheckRequest(const v1::RegisterWorkerRequest& request) {
+  // Cluster::RegisterWorker checks names, devices and roots (it reports them per field), and the
+  // characters of the Python environments' names.
+  SUBSTRAX_RETURN_IF_ERROR(CheckCount("python_envs", request.python_envs_size(),
+                                      limits::kMaxPythonEnvsPerWorker));
+  for (const std::string& name : request.python_envs()) {
+    SUBSTRAX_RETURN_IF_ERROR(CheckBytes(Entry("python_envs", name), name, kMaxPythonEnvNameBytes));
+  }
   return absl::OkStatus();
 }
 
@@ -138,10 +145,21 @@ absl::Status CheckRequest(const v1::ShipLogsRequest& request) {
   return CheckBytes("data", request.data(), limits::kMaxLogChunkBytes);
 }
 
-absl::Status CheckRequest(const v1::SubmitJobRequest&) {
+absl::Status CheckRequest(const v1::SubmitJobRequest& request) {
   // Cluster::SubmitJob checks the spec's size (kMaxSpecBytes) and every field of it, and the
-  // request id (kMaxRequestIdBytes, its charset).
-  return absl::OkStatus();
+  // request id (kMaxRequestIdBytes, its charset); a command's argv is bounded here too, before
+  // it is defaulted or copied.
+  const v1::CommandSpec& command = request.spec().command();
+  SUBSTRAX_RETURN_IF_ERROR(
+      CheckCount("spec.command.argv", command.argv_size(), kMaxCommandArgs));
+  size_t bytes = 0;
+  for (const std::string& arg : command.argv()) bytes += arg.size() + 1;
+  if (bytes > kMaxCommandArgvBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.command.argv: ", bytes, " bytes in all, "
+                                                   "more than the limit of ",
+                                                   kMaxCommandArgvBytes));
+  }
+  return CheckCount("spec.command.env", command.env_size(), kMaxCommandEnvVars);
 }
 
 absl::Status CheckRequest(const v1::GetJobRequest& request) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/limits.h"
+#include "core/job_spec.h"
 #include "gtest/gtest.h"
 
 namespace substrax {
@@ -50,6 +51,38 @@ TEST(RequestLimitsTest, FinalMetrics) {
   v1::ReportAttemptStatusRequest worker;
   worker.set_worker_id(kLongName);
   ExpectRefused(worker, "worker_id", limits::kMaxNameBytes);
+}
+
+TEST(RequestLimitsTest, PythonEnvironmentsOfARegistration) {
+  v1::RegisterWorkerRequest request;
+  for (int i = 0; i < limits::kMaxPythonEnvsPerWorker; ++i) {
+    request.add_python_envs(absl::StrCat("env", i));
+  }
+  EXPECT_TRUE(CheckRequest(request).ok());
+  request.add_python_envs("one-more");
+  ExpectRefused(request, "python_envs: 65 entries", limits::kMaxPythonEnvsPerWorker);
+  v1::RegisterWorkerRequest long_name;
+  long_name.add_python_envs(std::string(kMaxPythonEnvNameBytes + 1, 'e'));
+  ExpectRefused(long_name, "python_envs 'eeee", kMaxPythonEnvNameBytes);
+}
+
+TEST(RequestLimitsTest, ACommandsArgvAndEnv) {
+  v1::SubmitJobRequest request;
+  v1::CommandSpec* command = request.mutable_spec()->mutable_command();
+  for (int i = 0; i < kMaxCommandArgs; ++i) command->add_argv("a");
+  EXPECT_TRUE(CheckRequest(request).ok());
+  command->add_argv("a");
+  ExpectRefused(request, "spec.command.argv: 1025 entries", kMaxCommandArgs);
+
+  v1::SubmitJobRequest bytes;
+  bytes.mutable_spec()->mutable_command()->add_argv(std::string(kMaxCommandArgvBytes, 'a'));
+  ExpectRefused(bytes, "spec.command.argv: 65537 bytes in all", kMaxCommandArgvBytes);
+
+  v1::SubmitJobRequest env;
+  for (int i = 0; i <= kMaxCommandEnvVars; ++i) {
+    (*env.mutable_spec()->mutable_command()->mutable_env())[absl::StrCat("JOB_", i)] = "1";
+  }
+  ExpectRefused(env, "spec.command.env: 257 entries", kMaxCommandEnvVars);
 }
 
 TEST(RequestLimitsTest, CheckpointsResumeAndListing) {

@@ -14,11 +14,49 @@
 
 namespace substrax {
 
+namespace {
+
+// Whether a worker can run the command job `spec`: its Python environment is one of theirs, and
+// one of them runs commands at all (the programs dir is CheckProgramPathUnderDirs's).
+absl::Status CheckCommandRunnable(const v1::JobSpec& spec, const WorkerOffers& offers) {
+  if (!spec.has_command()) return absl::OkStatus();
+  const std::string& env = spec.command().python_env();
+  if (!env.empty() &&
+      std::find(offers.python_envs.begin(), offers.python_envs.end(), env) ==
+          offers.python_envs.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.command.python_env: no worker has a Python environment named '", env, "' (",
+        offers.python_envs.empty()
+            ? "no worker has registered any"
+            : absl::StrCat("they have ", absl::StrJoin(offers.python_envs, ", ")),
+        "); use one of theirs or start a worker daemon with --python-env ", env, "=DIR"));
+  }
+  if (!offers.runs_commands) {
+    return absl::FailedPreconditionError(
+        "spec.command: no worker runs command jobs: a command runs any code its argv names, so "
+        "a worker daemon runs them only as a user of their own (--job-user USER) or when its "
+        "operator allows them (--allow-command-jobs); restart the daemons with one of them");
+  }
+  return absl::OkStatus();
+}
+
+// A job's own variables that this cluster's allowlist refuses (ValidateJobSpec refused what no
+// setting allows), one "path: why" line each.
+template <typename Map>
+void RefuseEnv(const Map& env, const std::string& prefix,
+               const std::vector<std::string>& job_env_allow, std::vector<std::string>* refused) {
+  for (const auto& [name, value] : env) {
+    if (std::string why = JobEnvRefusal(name, job_env_allow); !why.empty()) {
+      refused->push_back(absl::StrCat(prefix, ".", name, ": ", why));
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& alive,
-                                         const std::vector<std::string>& data_roots,
-                                         const std::vector<std::string>& checkpoint_roots,
+                                         const WorkerOffers& offers,
                                          const std::string& checkpoint_owner_dir,
-                                         const std::vector<std::string>& programs_dirs,
                                          const std::vector<std::string>& job_env_allow,
                                          bool refuse_jobs_that_cannot_fit) {
   for (const auto& [field, value] :
@@ -33,21 +71,18 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& a
   SUBSTRAX_RETURN_IF_ERROR(ValidateJobSpec(spec));
   // Data files are read only beneath the roots the workers offer (their --data-root flags);
   // the runner enforces it again when it opens them, through symlinks too.
-  SUBSTRAX_RETURN_IF_ERROR(CheckDataPathsUnderRoots(spec.data(), data_roots));
+  SUBSTRAX_RETURN_IF_ERROR(CheckDataPathsUnderRoots(spec.data(), offers.data_roots));
   // Checkpoints are written and read only beneath the workers' --checkpoint-root directories;
   // the runner checks again, on the file system, before it writes or reads one.
   SUBSTRAX_RETURN_IF_ERROR(
-      CheckCheckpointPathsUnderRoots(spec, checkpoint_roots, checkpoint_owner_dir));
-  // Programs run only from the workers' --programs-dir directories; each daemon checks again on
-  // its file system (symlinks resolved) before it starts one.
-  SUBSTRAX_RETURN_IF_ERROR(CheckProgramPathUnderDirs(spec, programs_dirs));
-  // ValidateJobSpec refused what no setting allows; the allowlist is this cluster's.
+      CheckCheckpointPathsUnderRoots(spec, offers.checkpoint_roots, checkpoint_owner_dir));
+  // Programs and commands run only from the workers' --programs-dir directories; each daemon
+  // checks again on its file system (symlinks resolved) before it starts one.
+  SUBSTRAX_RETURN_IF_ERROR(CheckProgramPathUnderDirs(spec, offers.programs_dirs));
+  SUBSTRAX_RETURN_IF_ERROR(CheckCommandRunnable(spec, offers));
   std::vector<std::string> refused;
-  for (const auto& [name, value] : spec.program().env()) {
-    if (std::string why = JobEnvRefusal(name, job_env_allow); !why.empty()) {
-      refused.push_back(absl::StrCat("spec.program.env.", name, ": ", why));
-    }
-  }
+  RefuseEnv(spec.program().env(), "spec.program.env", job_env_allow, &refused);
+  RefuseEnv(spec.command().env(), "spec.command.env", job_env_allow, &refused);
   if (!refused.empty()) {
     std::sort(refused.begin(), refused.end());  // the map's order is not stable
     return absl::InvalidArgumentError(absl::StrJoin(refused, "\n"));

@@ -193,9 +193,14 @@ absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
 
 absl::Status CheckProgramPathUnderDirs(const v1::JobSpec& spec,
                                        const std::vector<std::string>& dirs) {
-  if (!spec.has_program()) return absl::OkStatus();
-  return Problems(PathsNotUnderRoots({{"spec.program.path", spec.program().path()}}, dirs,
-                                     "program", "programs dir", "--programs-dir"));
+  std::vector<std::pair<std::string, std::string>> paths;
+  if (spec.has_program()) paths.emplace_back("spec.program.path", spec.program().path());
+  // A command run from a Python environment is found in its bin/, which the agent checks.
+  if (spec.has_command() && spec.command().python_env().empty() &&
+      !spec.command().argv().empty()) {
+    paths.emplace_back("spec.command.argv[0]", spec.command().argv(0));
+  }
+  return Problems(PathsNotUnderRoots(paths, dirs, "program", "programs dir", "--programs-dir"));
 }
 
 }  // namespace substrax

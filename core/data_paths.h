@@ -95,8 +95,9 @@ absl::Status CheckCheckpointPathsUnderRoots(const v1::JobSpec& spec,
                                             const std::vector<std::string>& roots,
                                             absl::string_view owner_dir = "");
 
-// OK when `spec` has no program, or its program.path is absolute, normalized and under one of
-// `dirs` (the workers' --programs-dir directories). INVALID_ARGUMENT otherwise, as for data
+// OK when the program `spec` runs, its program.path or, without python_env, its
+// command.argv[0], is absolute, normalized and under one of `dirs` (the workers'
+// --programs-dir directories); OK when it runs neither. INVALID_ARGUMENT otherwise, as for data
 // paths: naming the field, the path and the directories offered (or saying that no worker has
 // reported a programs dir).
 absl::Status CheckProgramPathUnderDirs(const v1::JobSpec& spec,

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/job_spec_internal.h"
@@ -177,6 +178,23 @@ bool CheckpointAtEnd(const v1::JobSpec& spec) {
 v1::Backend SchedulingBackend(const v1::JobSpec& spec) {
   if (spec.has_program()) return v1::BACKEND_CPU;  // validation refuses any other
   return spec.backend();
+}
+
+bool RunsUserCode(const v1::JobSpec& spec) { return spec.has_program() || spec.has_command(); }
+
+std::string PythonEnvNameProblem(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxPythonEnvNameBytes) {
+    return absl::StrCat("a Python environment's name is 1 to ", kMaxPythonEnvNameBytes,
+                        " bytes, got ", name.size());
+  }
+  if (name == "." || name == "..") return absl::StrCat("'", name, "' is not a name");
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
+      return absl::StrCat("'", name, "': a Python environment's name is letters, digits, '_', "
+                          "'.' or '-' (the agent's --python-env NAME=DIR)");
+    }
+  }
+  return "";
 }
 
 bool IsClassification(v1::ModelType type) {

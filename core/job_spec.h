@@ -46,8 +46,21 @@ inline constexpr int kMaxCheckpointsKept = 1000;
 inline constexpr int64_t kMaxBucketBytes = int64_t{1} << 30;
 // The longest path a spec may name (checkpoint.directory, resume_from, program.path).
 inline constexpr size_t kMaxSpecPathBytes = 4096;
-// The longest metric name a program job may declare in spec.metrics.
+// The longest metric name a program or command job may declare in spec.metrics.
 inline constexpr size_t kMaxProgramMetricNameBytes = 64;
+// A command job's argv (spec.command.argv): at most this many arguments, argv[0] included, and
+// this many bytes in all, a NUL after each counted as execve counts them. Linux refuses argv and
+// the environment together beyond a quarter of the stack limit (2 MiB by default); the rest is
+// the environment's (contract/command_env.h bounds its own part).
+inline constexpr int kMaxCommandArgs = 1024;
+inline constexpr size_t kMaxCommandArgvBytes = 64 * 1024;
+// A command job's spec.command.env: at most this many variables, and this many bytes in all
+// ("NAME=value" and a NUL each).
+inline constexpr int kMaxCommandEnvVars = 256;
+inline constexpr size_t kMaxCommandEnvSpecBytes = 32 * 1024;
+// The longest name of a Python environment (spec.command.python_env, the agent's --python-env
+// NAME=DIR): [A-Za-z0-9_.-].
+inline constexpr size_t kMaxPythonEnvNameBytes = 64;
 
 // Parses, defaults and validates a TrainJob YAML document. `source` names the document in error
 // messages (a file name). Errors: INVALID_ARGUMENT with every problem found, one per line, as
@@ -95,8 +108,16 @@ v1::JobSpec SpecWithDataParallelSize(v1::JobSpec spec, int size);
 // Whether a checkpointed spec saves after its last step (checkpoint.at_end, true by default).
 bool CheckpointAtEnd(const v1::JobSpec& spec);
 // The backend whose devices the job is scheduled on: spec.backend, except that a program job
-// (spec.program) runs on CPU devices in this version, so its `auto` is `cpu`.
+// (spec.program) runs on CPU devices in this version, so its `auto` is `cpu`. A command job
+// (spec.command) keeps auto, cpu and cuda as built-in jobs do: its framework drives the GPUs.
 v1::Backend SchedulingBackend(const v1::JobSpec& spec);
+// Whether the job runs the user's own training code (spec.program or spec.command), which
+// defines its model, data and optimizer itself: none of substrax's are planned or required.
+bool RunsUserCode(const v1::JobSpec& spec);
+// Why `name` cannot name a Python environment (spec.command.python_env, the agent's
+// --python-env NAME=DIR), "" when it can: 1 to kMaxPythonEnvNameBytes of [A-Za-z0-9_.-], and not
+// "." or "..".
+std::string PythonEnvNameProblem(absl::string_view name);
 // Whether the model predicts classes (softmax_regression, mlp) rather than values (linear);
 // core/models.h has the table.
 bool IsClassification(v1::ModelType type);

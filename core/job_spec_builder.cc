@@ -54,10 +54,18 @@ JobSpecBuilder& JobSpecBuilder::Data(
 }
 
 JobSpecBuilder& JobSpecBuilder::Program(std::string program) {
-  for (const char* key : {"model", "data", "optimizer", "batch", "steps"}) Set(key, "");
-  // The program comes first, where the model stood.
+  return UserCode("program", std::move(program));
+}
+
+JobSpecBuilder& JobSpecBuilder::Command(std::string command) {
+  return UserCode("command", std::move(command));
+}
+
+JobSpecBuilder& JobSpecBuilder::UserCode(const std::string& key, std::string value) {
+  for (const char* builtin : {"model", "data", "optimizer", "batch", "steps"}) Set(builtin, "");
+  // The program or command comes first, where the model stood.
   for (auto& field : fields_) {
-    if (field.first == "model") field = {"program", std::move(program)};
+    if (field.first == "model") field = {key, std::move(value)};
   }
   return *this;
 }

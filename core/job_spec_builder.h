@@ -48,6 +48,8 @@ class JobSpecBuilder {
   // A program job: spec.program is `program` ("{path: /opt/p/train}") and the built-in
   // trainer's fields (model, data, optimizer, batch, steps) are left out.
   JobSpecBuilder& Program(std::string program);
+  // A command job likewise: spec.command is `command` ("{argv: [/opt/p/train.sh]}").
+  JobSpecBuilder& Command(std::string command);
 
   // The document.
   std::string Yaml() const;
@@ -57,6 +59,9 @@ class JobSpecBuilder {
   v1::JobSpec Proto() const;
 
  private:
+  // Program and Command: `key` in the model's place, the built-in trainer's fields left out.
+  JobSpecBuilder& UserCode(const std::string& key, std::string value);
+
   std::string name_;
   std::vector<std::pair<std::string, std::string>> fields_;  // spec's, in document order
 };

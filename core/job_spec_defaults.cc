@@ -39,6 +39,9 @@ class Defaults {
     if (Unset("spec.report_every_steps", spec->report_every_steps())) {
       spec->set_report_every_steps(50);
     }
+    if (spec->has_command() && spec->command().processes() == v1::COMMAND_PROCESSES_UNSPECIFIED) {
+      spec->mutable_command()->set_processes(v1::COMMAND_PROCESSES_PER_WORKER);
+    }
     if (spec->backend() == v1::BACKEND_UNSPECIFIED) spec->set_backend(v1::BACKEND_AUTO);
     if (spec->precision() == v1::PRECISION_UNSPECIFIED) spec->set_precision(v1::PRECISION_FP32);
   }

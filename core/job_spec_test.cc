@@ -355,3 +355,85 @@ TEST(ProgramSpecTest, NulInArgumentsIsRefusedFromAnyClient) {
 
 }  // namespace
 }  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST(CommandSpecTest, CommandMapsFieldByFieldAndKeepsItsBackend) {
+  auto spec = LoadJobSpecFile("core/testdata/good_specs/command_torch.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->command().argv(),
+              ::testing::ElementsAre("python", "/srv/programs/train_ddp.py", "--epochs", "3"));
+  EXPECT_EQ(spec->command().python_env(), "torch-2.1");
+  EXPECT_EQ(spec->command().processes(), v1::COMMAND_PROCESSES_PER_DEVICE);
+  EXPECT_EQ(spec->command().env().at("OMP_NUM_THREADS"), "4");
+  EXPECT_EQ(spec->command().working_dir(), "/srv/programs");
+  EXPECT_EQ(spec->metrics().at("tokens"), v1::REDUCTION_SUM);
+  EXPECT_TRUE(RunsUserCode(*spec));
+  // Unlike a program job, a command job's framework drives the GPUs.
+  EXPECT_EQ(SchedulingBackend(*spec), v1::BACKEND_CUDA);
+}
+
+TEST(CommandSpecTest, DefaultsOfAMinimalCommandJob) {
+  auto spec = LoadJobSpecFile("core/testdata/good_specs/command_minimal.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->command().processes(), v1::COMMAND_PROCESSES_PER_WORKER);
+  EXPECT_FALSE(spec->has_batch());
+  EXPECT_EQ(spec->length_case(), v1::JobSpec::LENGTH_NOT_SET);
+  EXPECT_EQ(spec->backend(), v1::BACKEND_AUTO);
+  EXPECT_EQ(SchedulingBackend(*spec), v1::BACKEND_AUTO);
+  EXPECT_EQ(RequiredDevices(*spec), 2);
+}
+
+// What YAML cannot express (long lists, NUL, numbers outside the enum) is refused from a proto
+// too: the coordinator validates what any client sent.
+TEST(CommandSpecTest, LimitsHoldForSpecsFromAnyClient) {
+  auto base = LoadJobSpecFile("core/testdata/good_specs/command_minimal.yaml");
+  ASSERT_TRUE(base.ok()) << base.status();
+  auto refusal = [](const v1::JobSpec& spec) { return std::string(ValidateJobSpec(spec).message()); };
+
+  v1::JobSpec many = *base;
+  for (int i = 0; i < kMaxCommandArgs; ++i) many.mutable_command()->add_argv("x");
+  EXPECT_THAT(refusal(many), HasSubstr(absl::StrCat("spec.command.argv: ", kMaxCommandArgs + 1,
+                                                    " arguments, more than the limit of ",
+                                                    kMaxCommandArgs)));
+  v1::JobSpec big = *base;
+  big.mutable_command()->add_argv(std::string(kMaxCommandArgvBytes, 'a'));
+  EXPECT_THAT(refusal(big), HasSubstr("bytes in all (a NUL after each), more than the limit of"));
+
+  v1::JobSpec nul = *base;
+  nul.mutable_command()->add_argv(std::string("a\0b", 3));
+  EXPECT_THAT(refusal(nul), HasSubstr("spec.command.argv[1]: must not contain a NUL character"));
+
+  v1::JobSpec vars = *base;
+  for (int i = 0; i <= kMaxCommandEnvVars; ++i) {
+    (*vars.mutable_command()->mutable_env())[absl::StrCat("JOB_V", i)] = "1";
+  }
+  EXPECT_THAT(refusal(vars), HasSubstr("spec.command.env: 257 variables, more than the limit"));
+  v1::JobSpec env_bytes = *base;
+  (*env_bytes.mutable_command()->mutable_env())["JOB_BIG"] =
+      std::string(kMaxCommandEnvSpecBytes, 'v');
+  EXPECT_THAT(refusal(env_bytes), HasSubstr(absl::StrCat("spec.command.env: ", kMaxCommandEnvSpecBytes + 9, " bytes in all")));
+
+  v1::JobSpec processes = *base;
+  processes.mutable_command()->set_processes(static_cast<v1::CommandProcesses>(7));
+  EXPECT_THAT(refusal(processes),
+              HasSubstr("spec.command.processes: unknown value 7; use one of per_worker, "
+                        "per_device"));
+
+  v1::JobSpec empty = *base;
+  empty.mutable_command()->clear_argv();
+  EXPECT_THAT(refusal(empty), HasSubstr("spec.command.argv: is required"));
+  EXPECT_TRUE(ValidateJobSpec(*base).ok());
+}
+
+TEST(CommandSpecTest, PythonEnvNames) {
+  EXPECT_EQ(PythonEnvNameProblem("torch-2.1_cpu"), "");
+  EXPECT_THAT(PythonEnvNameProblem(""), HasSubstr("1 to 64 bytes, got 0"));
+  EXPECT_THAT(PythonEnvNameProblem(".."), HasSubstr("'..' is not a name"));
+  EXPECT_THAT(PythonEnvNameProblem("a/b"), HasSubstr("letters, digits"));
+  EXPECT_EQ(PythonEnvNameProblem(std::string(kMaxPythonEnvNameBytes, 'a')), "");
+}
+
+}  // namespace
+}  // namespace substrax

@@ -62,8 +62,8 @@ class Validator {
 
 void ValidateModel(const v1::JobSpec& spec, Validator& v) {
   const v1::ModelSpec& model = spec.model();
-  if (spec.has_program()) {
-    // The program's own (ValidateProgram says so when the section is there).
+  if (RunsUserCode(spec)) {
+    // The program's or command's own (ValidateUserCode says so when the section is there).
     return;
   }
   if (!spec.has_model()) {
@@ -132,7 +132,7 @@ void ValidateSplit(const v1::DataSplit& split, const std::string& path, v1::Data
 }
 
 void ValidateData(const v1::JobSpec& spec, Validator& v) {
-  if (spec.has_program()) return;  // the program's own
+  if (RunsUserCode(spec)) return;  // the program's or command's own
   if (!spec.has_data()) {
     v.Add("spec.data", absl::StrCat("is required; give its format (",
                                     EnumChoices(v1::DataFormat_descriptor()), ")"));
@@ -211,7 +211,7 @@ void ValidateData(const v1::JobSpec& spec, Validator& v) {
 }
 
 void ValidateOptimizer(const v1::JobSpec& spec, Validator& v) {
-  if (spec.has_program()) return;  // the program's own
+  if (RunsUserCode(spec)) return;  // the program's or command's own
   if (!spec.has_optimizer()) {
     v.Add("spec.optimizer", absl::StrCat("is required; give its type (", OptimizerNames(),
                                          ") and learning_rate"));
@@ -333,8 +333,8 @@ void ValidateMesh(const v1::JobSpec& spec, Validator& v) {
 void ValidateBatch(const v1::JobSpec& spec, Validator& v) {
   const v1::BatchSpec& batch = spec.batch();
   const std::string p = "spec.batch";
-  // A program may do without a batch (it is passed on to it when given).
-  if (spec.has_program() && !spec.has_batch() && !v.Written(p)) return;
+  // A program or command may do without a batch (it is passed on to it when given).
+  if (RunsUserCode(spec) && !spec.has_batch() && !v.Written(p)) return;
   if (batch.global_batch_size() == 0 && batch.per_device_batch_size() == 0 &&
       !v.Written(p + ".global_batch_size") && !v.Written(p + ".per_device_batch_size")) {
     v.Add(p, "give global_batch_size or per_device_batch_size (or both)");
@@ -415,8 +415,8 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
       v.Range("spec.epochs", spec.epochs(), 1, kMaxEpochs);
       break;
     default:
-      // A program decides how long it trains when the spec does not say.
-      if (!spec.has_program()) v.Add("spec", "give steps or epochs: how long to train");
+      // A program or command decides how long it trains when the spec does not say.
+      if (!RunsUserCode(spec)) v.Add("spec", "give steps or epochs: how long to train");
   }
 
   const bool classification = IsClassification(spec.model().type());
@@ -424,8 +424,8 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
   if (classification) known.insert(known.begin() + 1, kMetricAccuracy);
   for (const auto& [name, reduction] : spec.metrics()) {
     const std::string path = absl::StrCat("spec.metrics.", name);
-    if (spec.has_program()) {
-      // A program reports metrics of its own choosing, named like identifiers.
+    if (RunsUserCode(spec)) {
+      // A program or command reports metrics of its own choosing, named like identifiers.
       if (!IsIdentifier(name) || name.size() > kMaxProgramMetricNameBytes) {
         v.Add(path, absl::StrCat("a metric name is at most ", kMaxProgramMetricNameBytes,
                                  " letters, digits or '_', not starting with a digit"));
@@ -474,9 +474,43 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
   // devices are known (worker/runtime/trainer.cc).
   const bool reduced = spec.precision() == v1::PRECISION_TF32 ||
                        spec.precision() == v1::PRECISION_BF16;
-  if (reduced && spec.backend() == v1::BACKEND_CPU && !spec.has_program()) {
+  if (reduced && spec.backend() == v1::BACKEND_CPU && !RunsUserCode(spec)) {
     v.Add("spec.precision", "tf32 and bf16 need the cuda backend; the cpu backend computes in "
                             "fp32 only: use precision fp32 or backend cuda");
+  }
+}
+
+// A job's own variables (spec.program.env, spec.command.env), `prefix` naming the map.
+template <typename Map>
+void ValidateEnv(const Map& env, const std::string& prefix, Validator& v) {
+  for (const auto& [name, value] : env) {
+    const std::string path = absl::StrCat(prefix, ".", name);
+    // The allowlist, which the administrator extends, is the coordinator's (AdmitJobSpec);
+    // what no setting allows is refused everywhere a spec is validated.
+    if (std::string problem = JobEnvNameProblem(name); !problem.empty()) {
+      v.Add(path, problem);
+    } else if (std::string denial = JobEnvDenial(name); !denial.empty()) {
+      v.Add(path, denial);
+    }
+    if (value.find('\0') != std::string::npos) {
+      v.Add(path, "the value must not contain a NUL character");
+    }
+  }
+}
+
+// What the user's code defines itself, and so a program or command job (`kind`, its section
+// `section`) may not have: substrax's model, data and optimizer.
+void ValidateNoBuiltIns(const v1::JobSpec& spec, const std::string& kind,
+                        const std::string& section, Validator& v) {
+  for (const auto& [field, present] :
+       {std::pair<const char*, bool>{"model", spec.has_model() || v.Written("spec.model")},
+        {"data", spec.has_data() || v.Written("spec.data")},
+        {"optimizer", spec.has_optimizer() || v.Written("spec.optimizer")}}) {
+    if (present) {
+      v.Add(absl::StrCat("spec.", field),
+            absl::StrCat("a ", kind, " defines its ", field, " itself; remove spec.", field,
+                         " or ", section));
+    }
   }
 }
 
@@ -496,29 +530,8 @@ void ValidateProgram(const v1::JobSpec& spec, Validator& v) {
       v.Add(absl::StrCat("spec.program.args[", i, "]"), "must not contain a NUL character");
     }
   }
-  for (const auto& [name, value] : program.env()) {
-    const std::string path = absl::StrCat("spec.program.env.", name);
-    // The allowlist, which the administrator extends, is the coordinator's (AdmitJobSpec);
-    // what no setting allows is refused everywhere a spec is validated.
-    if (std::string problem = JobEnvNameProblem(name); !problem.empty()) {
-      v.Add(path, problem);
-    } else if (std::string denial = JobEnvDenial(name); !denial.empty()) {
-      v.Add(path, denial);
-    }
-    if (value.find('\0') != std::string::npos) {
-      v.Add(path, "the value must not contain a NUL character");
-    }
-  }
-  for (const auto& [field, present] :
-       {std::pair<const char*, bool>{"model", spec.has_model() || v.Written("spec.model")},
-        {"data", spec.has_data() || v.Written("spec.data")},
-        {"optimizer", spec.has_optimizer() || v.Written("spec.optimizer")}}) {
-    if (present) {
-      v.Add(absl::StrCat("spec.", field),
-            absl::StrCat("a program job defines its ", field, " itself; remove spec.", field,
-                         " or spec.program"));
-    }
-  }
+  ValidateEnv(program.env(), "spec.program.env", v);
+  ValidateNoBuiltIns(spec, "program job", "spec.program", v);
   if (spec.has_tensorboard() || v.Written("spec.tensorboard")) {
     v.Add("spec.tensorboard", "the built-in trainer writes these files; a program job writes its "
                               "own, or use substraxctl metrics --tensorboard; remove "
@@ -542,6 +555,103 @@ void ValidateProgram(const v1::JobSpec& spec, Validator& v) {
   if (spec.checkpoint().every_seconds() != 0) {
     v.Add("spec.checkpoint.every_seconds",
           "program jobs checkpoint at steps (every_steps, at_end); use every_steps");
+  }
+}
+
+// Whether `name` can be looked up in a Python environment's bin/: one plain file name.
+bool IsPlainFileName(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.size() > kMaxSpecPathBytes) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '+' &&
+        c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+void ValidateCommandArgv(const v1::CommandSpec& command, Validator& v) {
+  const std::string p = "spec.command.argv";
+  if (command.argv().empty()) {
+    v.Add(p, "is required: the command and its arguments, e.g. [python, train.py] with "
+             "python_env, or [/srv/programs/train.sh]");
+    return;
+  }
+  if (command.argv_size() > kMaxCommandArgs) {
+    v.Add(p, absl::StrCat(command.argv_size(), " arguments, more than the limit of ",
+                          kMaxCommandArgs));
+  }
+  size_t bytes = 0;
+  for (int i = 0; i < command.argv_size(); ++i) {
+    bytes += command.argv(i).size() + 1;
+    if (command.argv(i).find('\0') != std::string::npos) {
+      v.Add(absl::StrCat(p, "[", i, "]"), "must not contain a NUL character");
+    }
+  }
+  if (bytes > kMaxCommandArgvBytes) {
+    v.Add(p, absl::StrCat(bytes, " bytes in all (a NUL after each), more than the limit of ",
+                          kMaxCommandArgvBytes));
+  }
+  const std::string& first = command.argv(0);
+  if (command.python_env().empty()) {
+    if (IsPlainFileName(first)) {
+      v.Add(p + "[0]", absl::StrCat("'", first, "' is a name: name its Python environment "
+                                    "(spec.command.python_env) or give an absolute path under a "
+                                    "worker's --programs-dir"));
+    } else {
+      ValidatePath(p + "[0]", first, v);
+    }
+  } else if (!IsPlainFileName(first)) {
+    v.Add(p + "[0]", absl::StrCat("'", first.substr(0, 256), "': with python_env, argv[0] is a "
+                                  "file name in the environment's bin/ (letters, digits, '.', "
+                                  "'_', '+', '-'), such as python or torchrun"));
+  }
+}
+
+// spec.command, and what a command job may not have: the command defines its model, data,
+// optimizer, gradient reduction and precision (its framework's own).
+void ValidateCommand(const v1::JobSpec& spec, Validator& v) {
+  if (!spec.has_command()) return;
+  const v1::CommandSpec& command = spec.command();
+  if (spec.has_program() || v.Written("spec.program")) {
+    v.Add("spec.command", "a job runs a command or a program, not both; remove spec.command or "
+                          "spec.program");
+  }
+  ValidateCommandArgv(command, v);
+  if (!command.python_env().empty()) {
+    if (std::string problem = PythonEnvNameProblem(command.python_env()); !problem.empty()) {
+      v.Add("spec.command.python_env", problem);
+    }
+  }
+  if (!v1::CommandProcesses_IsValid(command.processes())) {
+    v.Add("spec.command.processes",
+          absl::StrCat("unknown value ", command.processes(), "; use one of ",
+                       EnumChoices(v1::CommandProcesses_descriptor())));
+  }
+  ValidateEnv(command.env(), "spec.command.env", v);
+  if (command.env_size() > kMaxCommandEnvVars) {
+    v.Add("spec.command.env", absl::StrCat(command.env_size(), " variables, more than the limit "
+                                           "of ", kMaxCommandEnvVars));
+  }
+  size_t env_bytes = 0;
+  for (const auto& [name, value] : command.env()) env_bytes += name.size() + value.size() + 2;
+  if (env_bytes > kMaxCommandEnvSpecBytes) {
+    v.Add("spec.command.env", absl::StrCat(env_bytes, " bytes in all (NAME=value and a NUL "
+                                           "each), more than the limit of ",
+                                           kMaxCommandEnvSpecBytes));
+  }
+  if (!command.working_dir().empty() || v.Written("spec.command.working_dir")) {
+    ValidatePath("spec.command.working_dir", command.working_dir(), v);
+  }
+  ValidateNoBuiltIns(spec, "command job", "spec.command", v);
+  if (spec.has_gradients() || v.Written("spec.gradients")) {
+    v.Add("spec.gradients", "a command job's framework reduces its gradients itself; remove "
+                            "spec.gradients");
+  }
+  if (spec.precision() == v1::PRECISION_TF32 || spec.precision() == v1::PRECISION_BF16 ||
+      v.Written("spec.precision")) {
+    v.Add("spec.precision", "a command job's framework chooses its precision itself (torch's "
+                            "autocast, JAX's dtypes); remove spec.precision");
   }
 }
 
@@ -595,6 +705,7 @@ void Validate(const v1::JobSpec& spec, const Positions* positions, Errors* error
   ValidateRest(spec, v);
   ValidateGradients(spec, v);
   ValidateProgram(spec, v);
+  ValidateCommand(spec, v);
 }
 
 }  // namespace job_spec_internal

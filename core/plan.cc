@@ -41,8 +41,8 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, absl::Span<const Device
   plan.num_features = num_features;
   plan.per_device_batch = PerDeviceBatchSize(spec);
   const int64_t model_axis = m.HasAxis(kModelAxis) ? *m.AxisSize(kModelAxis) : 1;
-  // A program defines its model itself: the plan is its mesh (and batch) only.
-  if (spec.has_program()) return plan;
+  // A program or command defines its model itself: the plan is its mesh (and batch) only.
+  if (RunsUserCode(spec)) return plan;
 
   SUBSTRAX_ASSIGN_OR_RETURN(std::vector<ParamSpec> params,
                             ModelParams(spec.model(), num_features, model_axis));

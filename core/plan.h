@@ -100,8 +100,8 @@ struct JobPlan {
 };
 
 // Plans `spec` (after ApplyJobSpecDefaults; normally also ValidateJobSpec) on `devices` for
-// inputs of `num_features` values (InputFeatures). A program job (spec.program) defines its
-// model itself: its plan is the mesh and the per-device batch only (no parameters, memory or
+// inputs of `num_features` values (InputFeatures). A program or command job (RunsUserCode)
+// defines its model itself: its plan is the mesh and the per-device batch only (no parameters, memory or
 // collectives), and `num_features` is not used.
 // Errors: INVALID_ARGUMENT, naming the field: the devices cannot hold the mesh (CreateMeshForJob's
 // message, starting "spec.mesh: "), a hidden width that does not divide over the model axis
