@@ -254,8 +254,11 @@ std::string DescribeExit(int wait_status) {
 }
 
 // The environment of a child: the launcher's own (the agent's fixed base, --job-env-pass and
-// the spec's env) without the launch file, then the contract, whose names replace any earlier.
-std::vector<std::string> ChildEnv(const std::vector<CommandEnvVar>& contract) {
+// the spec's env) without the launch file, then the contract, whose names replace any earlier;
+// `bin_dir` (a python_env's bin/) first in PATH, as a venv's activation puts it, so that the
+// command's own `python` and scripts are the environment's.
+std::vector<std::string> ChildEnv(const std::vector<CommandEnvVar>& contract,
+                                  const std::string& bin_dir) {
   std::map<std::string, std::string> by_name;
   std::vector<std::string> order;
   auto set = [&](const std::string& name, const std::string& value) {
@@ -274,6 +277,12 @@ std::vector<std::string> ChildEnv(const std::vector<CommandEnvVar>& contract) {
     set(name, std::string(entry.substr(eq + 1)));
   }
   for (const CommandEnvVar& var : contract) set(var.name, var.value);
+  if (!bin_dir.empty()) {
+    auto path = by_name.find("PATH");
+    set("PATH", path == by_name.end() || path->second.empty()
+                    ? bin_dir
+                    : absl::StrCat(bin_dir, ":", path->second));
+  }
   std::vector<std::string> env;
   for (const std::string& name : order) env.push_back(absl::StrCat(name, "=", by_name[name]));
   return env;
@@ -458,8 +467,13 @@ absl::Status Launcher::Prepare(const Rendezvous& rendezvous) {
     for (const CommandEnvVar& var : contract) {
       if (var.name == "RANK") absl::SimpleAtoi(var.value, &child.rank);
     }
-    child.env = ChildEnv(contract);
+    const bool python_env = !a.spec().command().python_env().empty();
+    const std::string& executable = command_.executable();
+    child.env = ChildEnv(contract, python_env ? executable.substr(0, executable.rfind('/')) : "");
     child.argv.assign(a.spec().command().argv().begin(), a.spec().command().argv().end());
+    // An interpreter finds its environment from the path it was started as (a venv's
+    // bin/python from its pyvenv.cfg beside it): argv[0] is the path, not the bare name.
+    if (python_env) child.argv[0] = executable;
     child.assignment = a;
     child.assignment.clear_layouts();
     if (per_device) {

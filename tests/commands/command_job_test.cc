@@ -212,8 +212,11 @@ TEST(CommandJobTest, PytorchPerDeviceAndUnderTorchrunAllReduceOverFourProcesses)
   if (HasFailure()) return;
   ExpectTorchJob(cluster, cluster.Submit(CommandJob(
                               "torchrun",
+                              // Debian 12's torchrun (torch 1.13 on Python 3.11) cannot
+                              // start with --tee or --redirects 0, their defaults
+                              // (docs/command-jobs.md).
                               absl::StrCat("{python_env: system, argv: [torchrun, "
-                                           "--monitor_interval=0.1, ",
+                                           "--monitor_interval=0.1, --tee=2, --redirects=1, ",
                                            c.programs, "/torch_allreduce.py]}"),
                               metrics)));
   EXPECT_EQ(cluster.StopAndListLeftovers(), "");

@@ -10,6 +10,7 @@ share their worker's report file, so each says which device it speaks for).
 import datetime
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -41,7 +42,8 @@ def main():
     if rank == 0:
         report({"type": "final", "metrics": {"world_size": world}})
     dist.destroy_process_group()
-    print(f"OK rank {rank} of {world}: all_reduce = {want}", flush=True)
+    # On stderr, which the test's torchrun tees to the job's log (--tee=2).
+    print(f"OK rank {rank} of {world}: all_reduce = {want}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
