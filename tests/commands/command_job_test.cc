@@ -1,5 +1,7 @@
 // Command jobs (spec.command) on a real local cluster: a coordinator and 2 agents x 2 CPU
 // devices (the chaos harness's), real processes, substraxctl.
+//   - refused at submit, naming the field: a reserved variable in spec.command.env, a command
+//     outside the programs dirs, an unknown python_env;
 //   - a shell script per_worker: the job fails naming rank 1, its host and its last lines; rank
 //     0 is stopped; with max_restarts: 1 the second attempt gets TORCHELASTIC_RESTART_COUNT=1 and
 //     the resume directory; malformed report lines are skipped with a warning in the job's log;
@@ -117,6 +119,18 @@ TEST(CommandJobTest, TheFirstFailureStopsTheOthersNamesTheRankAndTheRestartGetsI
   CommandCluster c = StartCluster("command_fail");
   ChaosCluster& cluster = *c.cluster;
   ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
+  // Refused at submit, naming the field: a reserved variable, a command outside the programs
+  // dirs, an environment no worker has.
+  EXPECT_THAT(cluster.Submit(CommandJob("reserved", absl::StrCat("{argv: [", c.programs,
+                                                                 "/fail_in_rank1.sh], env: "
+                                                                 "{MASTER_PORT: \"1\"}}"))),
+              HasSubstr("spec.command.env.MASTER_PORT"));
+  EXPECT_THAT(cluster.Submit(CommandJob("outside", "{argv: [/bin/true]}")),
+              HasSubstr("spec.command.argv[0]: '/bin/true' is not under a programs dir"));
+  EXPECT_THAT(cluster.Submit(CommandJob("unknown-env", "{python_env: conda, argv: [python]}")),
+              HasSubstr("spec.command.python_env: no worker has a Python environment named "
+                        "'conda'"));
+
   const std::string out = c.files + "/out";
   std::filesystem::create_directories(out);
   const std::string id = cluster.Submit(CommandJob(
