@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "client/progress.h"
 #include "client/tensorboard_export.h"
 #include "client/command_util.h"
+#include "client/plan_env.h"
 #include "core/device.h"
 #include "core/input_shape.h"
 #include "core/job_spec.h"
@@ -87,9 +89,10 @@ int LoadSpec(const CommandContext& ctx, const std::string& path, absl::string_vi
 }
 
 // The devices of `plan`: `workers` CPU devices as --workers describes them, or those of the
-// coordinator's alive workers when the flag is empty. `source` says which, for messages.
+// coordinator's alive workers when the flag is empty. `source` says which, for messages;
+// `known` gets what plan --env shows of each worker.
 int PlanDevices(const CommandContext& ctx, const std::string& workers, std::vector<Device>* devices,
-                std::string* source) {
+                std::string* source, std::map<std::string, PlanWorker>* known) {
   if (!workers.empty()) {
     absl::StatusOr<WorkersShape> shape = ParseWorkersShape(workers);
     if (!shape.ok()) return UsageError(ctx, shape.status());
@@ -98,6 +101,7 @@ int PlanDevices(const CommandContext& ctx, const std::string& workers, std::vect
     for (Device& d : *devices) {
       d.host = absl::StrCat("worker-", d.id / shape->devices_per_worker);
       d.worker_id = d.host;
+      (*known)[d.worker_id].host = d.host;
     }
     *source = absl::StrCat("--workers ", workers);
     return kExitOk;
@@ -116,6 +120,11 @@ int PlanDevices(const CommandContext& ctx, const std::string& workers, std::vect
     if (worker.state() != v1::WORKER_STATE_ALIVE) continue;
     ++alive;
     for (const v1::Device& device : worker.devices()) devices->push_back(DeviceFromProto(device));
+    PlanWorker& plan_worker = (*known)[worker.worker_id()];
+    plan_worker.host = AddressHost(worker.address().empty() ? worker.host() : worker.address());
+    plan_worker.data_roots.assign(worker.data_roots().begin(), worker.data_roots().end());
+    plan_worker.checkpoint_roots.assign(worker.checkpoint_roots().begin(),
+                                        worker.checkpoint_roots().end());
   }
   if (devices->empty()) {
     *ctx.err << "substraxctl: the coordinator at " << ctx.coordinator
@@ -474,15 +483,22 @@ int MeshCommand(const CommandContext& ctx, const std::string& job_id) {
   return PrintResult(ctx, response, [&] { return FormatMeshDetails(response); });
 }
 
-int PlanCommand(const CommandContext& ctx, const std::string& path, const std::string& workers) {
+int PlanCommand(const CommandContext& ctx, const std::string& path, const std::string& workers,
+                bool env) {
   v1::JobSpec spec;
   if (int rc = LoadSpec(ctx, path, "invalid job spec", &spec)) return rc;
+  if (env && !spec.has_command()) {
+    return UsageError(ctx, absl::InvalidArgumentError(absl::StrCat(
+        "--env: job ", spec.name(), " has no spec.command; --env shows the environment of a "
+        "command job's processes (docs/command-jobs.md); leave it out to plan this job")));
+  }
   std::vector<Device> devices;
   std::string source;
-  if (int rc = PlanDevices(ctx, workers, &devices, &source)) return rc;
-  // A program job has no data section: its program defines the inputs.
+  std::map<std::string, PlanWorker> known;
+  if (int rc = PlanDevices(ctx, workers, &devices, &source, &known)) return rc;
+  // A program or command job has no data section: its own code defines the inputs.
   absl::StatusOr<int64_t> features =
-      spec.has_program() ? absl::StatusOr<int64_t>(0) : InputFeatures(spec.data());
+      RunsUserCode(spec) ? absl::StatusOr<int64_t>(0) : InputFeatures(spec.data());
   if (!features.ok()) {
     *ctx.err << "substraxctl: " << features.status().message() << "\n";
     return ExitCodeForStatus(features.status().code());
@@ -495,10 +511,21 @@ int PlanCommand(const CommandContext& ctx, const std::string& path, const std::s
              << devices.size() << " devices of " << source << "\n";
     return ExitCodeForStatus(plan.status().code());
   }
-  if (ctx.format == OutputFormat::kTable) {
-    *ctx.out << FormatPlan(*plan, spec,
-                           absl::StrCat("plan of job ", spec.name(), " on ", devices.size(),
-                                        " devices of ", source));
+  const std::string title =
+      absl::StrCat(env ? "environment of job " : "plan of job ", spec.name(), " on ",
+                   devices.size(), " devices of ", source);
+  if (env) {
+    absl::StatusOr<std::vector<PlannedProcess>> processes =
+        PlanCommandEnv(spec, plan->mesh, known);
+    if (!processes.ok()) {
+      *ctx.err << "substraxctl: " << processes.status().message() << "\n";
+      return ExitCodeForStatus(processes.status().code());
+    }
+    *ctx.out << (ctx.format == OutputFormat::kTable
+                     ? FormatPlanEnv(*processes, spec, title)
+                     : FormatMessage(PlanEnvToStruct(*processes, spec), ctx.format));
+  } else if (ctx.format == OutputFormat::kTable) {
+    *ctx.out << FormatPlan(*plan, spec, title);
   } else {
     const std::string json = PlanToJson(*plan, spec);
     *ctx.out << (ctx.format == OutputFormat::kJson ? json : JsonToYaml(json));

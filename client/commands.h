@@ -83,7 +83,12 @@ int MeshCommand(const CommandContext& ctx, const std::string& job_id);
 // (core/plan.h). Exit 2 for a bad flag or spec and for a job the devices cannot hold (the
 // coordinator's "spec.mesh: ..." message); 1 when the data's header cannot be read here (the
 // input width comes from it) or no worker is alive; 3 when the coordinator is unreachable.
-int PlanCommand(const CommandContext& ctx, const std::string& path, const std::string& workers);
+// With `env` (--env), for a command job (spec.command): instead of the plan, the environment
+// each process of the planned attempt gets (client/plan_env.h; docs/command-jobs.md), with
+// placeholders for the ports and the attempt directory the launch picks; exit 2 for a spec
+// without spec.command.
+int PlanCommand(const CommandContext& ctx, const std::string& path, const std::string& workers,
+                bool env = false);
 
 struct MetricsFlags {
   std::vector<std::string> names;  // --name (repeatable or comma-separated); empty: all

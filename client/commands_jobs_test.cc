@@ -236,8 +236,8 @@ TEST_F(CommandsTest, SubmitWatchContinuesIntoTheWatch) {
 TEST_F(CommandsTest, WorkersAndMesh) {
   EXPECT_EQ(WorkersCommand(ctx_), kExitOk);
   EXPECT_EQ(out_.str(),
-            "WORKER   HOST   STATE   DEVICES   LAST HEARTBEAT   JOBS\n"
-            "w-0      w-0    ALIVE   1 cpu     0.0s ago         -\n");
+            "WORKER   HOST   STATE   DEVICES   COMMANDS   PYTHON ENVS   LAST HEARTBEAT   JOBS\n"
+            "w-0      w-0    ALIVE   1 cpu     no         -             0.0s ago         -\n");
   out_.str("");
   EXPECT_EQ(MeshCommand(ctx_, "demo-1"), kExitOk);
   EXPECT_EQ(out_.str().rfind("mesh (data=2): 2 devices on 2 hosts (local-0, local-1)\n", 0), 0u)

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/commands_test_util.h"
+#include "client/plan_env.h"
 #include "core/job_spec_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -74,6 +75,86 @@ spec:
                                     "step\n"));
   EXPECT_THAT(out_.str(), HasSubstr("mesh (data=4)"));
   EXPECT_THAT(out_.str(), HasSubstr("the program's own (not planned)"));
+}
+
+// A command job on `processes` with its settings.
+std::string CommandJob(const std::string& processes) {
+  return testing::JobSpecBuilder("cmd")
+      .Command(absl::StrCat("{argv: [python, train.py], python_env: jax, processes: ", processes,
+                            "}"))
+      .DataParallel(4)
+      .Set("steps", "100")
+      .Set("metrics", "{loss: mean, tokens: sum}")
+      .Yaml();
+}
+
+TEST_F(CommandsTest, PlanEnvShowsEachProcessOfAPerWorkerCommand) {
+  const std::string path = WriteFile("cmd.yaml", CommandJob("per_worker"));
+  ASSERT_EQ(PlanCommand(ctx_, path, "2x2", /*env=*/true), kExitOk) << err_.str();
+  const std::string out = out_.str();
+  EXPECT_THAT(out, StartsWith("environment of job cmd on 4 devices of --workers 2x2\n"
+                              "command: python train.py (python_env jax, per_worker); 2 "
+                              "processes (ports and the attempt dir are picked at launch)\n"
+                              "\nrank 0: worker worker-0, devices 0, 1\n"
+                              "  MASTER_ADDR=worker-0\n"
+                              "  MASTER_PORT=<port picked at launch>\n"
+                              "  RANK=0\n"
+                              "  WORLD_SIZE=2\n"))
+      << out;
+  const std::string rank1 = out.substr(out.find("rank 1: worker worker-1, devices 2, 3\n"));
+  for (const char* line :
+       {"  MASTER_ADDR=worker-0\n", "  RANK=1\n", "  LOCAL_RANK=0\n", "  PET_NNODES=2\n",
+        "  PET_MASTER_PORT=<port picked at launch>\n",
+        "  JAX_COORDINATOR_ADDRESS=worker-0:<port picked at launch>\n",
+        "  JAX_PROCESS_ID=1\n", "  JAX_NUM_CPU_DEVICES=2\n", "  SUBSTRAX_JOB_ID=cmd-<n>\n",
+        "  SUBSTRAX_STEPS=100\n", "  SUBSTRAX_METRICS=loss=mean,tokens=sum\n",
+        "  SUBSTRAX_MESH_FILE=<attempt dir>/mesh.json\n",
+        "  SUBSTRAX_REPORT_FILE=<attempt dir>/report-0.jsonl\n",
+        "  SUBSTRAX_ERROR_FILE=<attempt dir>/error-0.json\n"}) {
+    EXPECT_THAT(rank1, HasSubstr(line));
+  }
+  EXPECT_EQ(jobs_.submits(), 0);
+
+  // The same as data.
+  out_.str("");
+  ctx_.format = OutputFormat::kJson;
+  ASSERT_EQ(PlanCommand(ctx_, path, "2x2", /*env=*/true), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\"worker_id\": \"worker-1\""));
+  EXPECT_THAT(out_.str(), HasSubstr("\"MASTER_ADDR=worker-0\",\n"));
+}
+
+TEST_F(CommandsTest, PlanEnvOfAPerDeviceCommandHasARankPerDevice) {
+  const std::string path = WriteFile("cmd.yaml", CommandJob("per_device"));
+  ASSERT_EQ(PlanCommand(ctx_, path, "2x2", /*env=*/true), kExitOk) << err_.str();
+  const std::string out = out_.str();
+  EXPECT_THAT(out, HasSubstr("per_device); 4 processes"));
+  const std::string rank3 = out.substr(out.find("rank 3: worker worker-1, device 3\n"));
+  for (const char* line : {"  RANK=3\n", "  WORLD_SIZE=4\n", "  LOCAL_RANK=1\n",
+                           "  LOCAL_WORLD_SIZE=2\n", "  GROUP_RANK=1\n",
+                           "  SUBSTRAX_REPORT_FILE=<attempt dir>/report-1.jsonl\n"}) {
+    EXPECT_THAT(rank3, HasSubstr(line));
+  }
+}
+
+TEST_F(CommandsTest, PlanEnvOnTheCoordinatorsWorkersUsesTheirAddresses) {
+  // The fake's one worker, w-0 (one device), registered no address: its host stands in.
+  std::string one = CommandJob("per_worker");
+  one.replace(one.find("data_parallel_size: 4"), 21, "data_parallel_size: 1");
+  ASSERT_EQ(PlanCommand(ctx_, WriteFile("one.yaml", one), "", /*env=*/true), kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("rank 0: worker w-0, device 0\n  MASTER_ADDR=w-0\n"));
+  EXPECT_EQ(AddressHost("10.0.0.7:7000"), "10.0.0.7");
+  EXPECT_EQ(AddressHost("[fd00::7]:7000"), "fd00::7");
+  EXPECT_EQ(AddressHost("fd00::7"), "fd00::7");
+  EXPECT_EQ(AddressHost("gpu-3"), "gpu-3");
+}
+
+TEST_F(CommandsTest, PlanEnvRefusesAJobWithoutACommand) {
+  const std::string path = WriteFile("two.yaml", GoodSpecYaml());
+  EXPECT_EQ(PlanCommand(ctx_, path, "2x2", /*env=*/true), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--env: job demo has no spec.command; --env shows the "
+                                    "environment of a command job's processes"));
+  EXPECT_EQ(out_.str(), "");
 }
 
 TEST_F(CommandsTest, PlanHybridExampleOnTwoWorkersOfTwo) {

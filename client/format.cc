@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
+#include "client/plan_env.h"
 #include "core/device_mesh_manager.h"
 #include "core/job_spec.h"
 #include "core/mesh.h"
@@ -170,22 +170,17 @@ std::string StepCell(const v1::JobProgress& p) {
   return absl::StrCat(p.step(), "/", p.total_steps());
 }
 
-// "/opt/p/train --lr 0.1 'two words'": a program job's command line, arguments quoted where a
-// shell would need it.
+// "/opt/p/train --lr 0.1 'two words'": a program job's command line.
 std::string ProgramLine(const v1::ProgramSpec& program) {
   std::vector<std::string> words = {program.path()};
-  for (const std::string& arg : program.args()) {
-    const bool plain = !arg.empty() && arg.find_first_of(" \t\n'\"\\$`") == std::string::npos;
-    words.push_back(plain ? arg : absl::StrCat("'", absl::StrReplaceAll(arg, {{"'", "'\\''"}}),
-                                               "'"));
-  }
-  return absl::StrJoin(words, " ");
+  words.insert(words.end(), program.args().begin(), program.args().end());
+  return ShellLine(words);
 }
 
 std::string SpecSummary(const v1::JobSpec& spec) {
   std::vector<std::string> parts;
-  if (spec.has_program()) {
-    // The program defines its model, optimizer and data: only what the spec gives it.
+  if (RunsUserCode(spec)) {
+    // The program or command defines its model, optimizer and data: what the spec gives it.
     if (spec.batch().global_batch_size() > 0) {
       parts.push_back(absl::StrCat("batch ", spec.batch().global_batch_size()));
     }
@@ -259,6 +254,7 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   fields.emplace_back("Created", timestamp(job.create_time()));
   fields.emplace_back("Updated", timestamp(job.update_time()));
   if (job.spec().has_program()) fields.emplace_back("Program", ProgramLine(job.spec().program()));
+  if (job.spec().has_command()) fields.emplace_back("Command", CommandSpecLine(job.spec().command()));
   fields.emplace_back("Spec", SpecSummary(job.spec()));
   fields.emplace_back("Mesh", MeshLine(job.mesh()));
   std::string progress = "-";
@@ -268,6 +264,12 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
     if (p.samples_per_second() > 0) {
       absl::StrAppendFormat(&progress, ", %.0f samples/s", p.samples_per_second());
     }
+  }
+  if (job.state() == v1::JOB_STATE_RUNNING && job.spec().has_command() && p.step() == 0 &&
+      p.metrics().empty()) {
+    // Not every command reports; one that does not is never failed as stalled.
+    progress = "no report yet: the command reports through $SUBSTRAX_REPORT_FILE "
+               "(docs/command-jobs.md)";
   }
   fields.emplace_back("Progress", progress);
   const std::string metrics = FormatMetricPairs(p.metrics(), "  ", "step");
@@ -331,7 +333,8 @@ std::string FormatJobOutcome(const v1::Job& job) {
 
 std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
                                const FormatOptions& options) {
-  Table table({"WORKER", "HOST", "STATE", "DEVICES", "LAST HEARTBEAT", "JOBS"});
+  Table table({"WORKER", "HOST", "STATE", "DEVICES", "COMMANDS", "PYTHON ENVS", "LAST HEARTBEAT",
+               "JOBS"});
   for (const v1::Worker& w : workers.workers()) {
     // "2 cpu", "8 NVIDIA H200", "2 cpu, 1 NVIDIA H200": devices counted by model name.
     std::vector<std::pair<std::string, int>> kinds;
@@ -355,7 +358,9 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
     if (w.state() == v1::WORKER_STATE_ALIVE) state = Cell("ALIVE", kGreen);
     if (w.state() == v1::WORKER_STATE_DEAD) state = Cell("DEAD", kRed);
     table.AddRow({w.worker_id(), w.host(), state,
-                  devices.empty() ? "0" : absl::StrJoin(devices, ", "), heartbeat,
+                  devices.empty() ? "0" : absl::StrJoin(devices, ", "),
+                  w.runs_commands() ? "yes" : "no",
+                  w.python_envs().empty() ? "-" : absl::StrJoin(w.python_envs(), ","), heartbeat,
                   w.job_ids().empty() ? "-" : absl::StrJoin(w.job_ids(), ",")});
   }
   return table.Render(options.color);
@@ -638,15 +643,17 @@ int64_t OptimizerMultiple(const JobPlan& plan) {
 }  // namespace
 
 std::string FormatPlan(const JobPlan& plan, const v1::JobSpec& spec, absl::string_view title) {
-  if (spec.has_program()) {
-    // The program defines its model: its plan is the mesh and the batch it is given.
+  if (RunsUserCode(spec)) {
+    // The program or command defines its model: its plan is the mesh and the batch it is given.
+    const char* what = spec.has_program() ? "program" : "command";
     return absl::StrCat(
-        title, "\nprogram: ", ProgramLine(spec.program()), "; ",
+        title, "\n", what, ": ",
+        spec.has_program() ? ProgramLine(spec.program()) : CommandSpecLine(spec.command()), "; ",
         plan.per_device_batch > 0
             ? absl::StrCat(plan.per_device_batch, " examples per device per step")
-            : "no batch given (the program chooses)",
-        "\n\n", plan.mesh_info.ToString(),
-        "\n  parameters, memory and collectives: the program's own (not planned)\n");
+            : absl::StrCat("no batch given (the ", what, " chooses)"),
+        "\n\n", plan.mesh_info.ToString(), "\n  parameters, memory and collectives: the ", what,
+        "'s own (not planned)\n");
   }
   const std::string optimizer = spec.optimizer().type();
   std::string out = absl::StrCat(
@@ -697,6 +704,7 @@ std::string PlanToJson(const JobPlan& plan, const v1::JobSpec& spec) {
   w.Open('{');
   w.Key("job").String(spec.name());
   if (spec.has_program()) w.Key("program").String(ProgramLine(spec.program()));
+  if (spec.has_command()) w.Key("command").String(CommandSpecLine(spec.command()));
   w.Key("mesh").Open('{');
   w.Key("axis_names").Strings(plan.mesh_info.axis_names);
   w.Key("shape").Ints(plan.mesh_info.shape);

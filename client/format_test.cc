@@ -142,6 +142,31 @@ TEST(FormatTest, AProgramJobShowsItsProgramInsteadOfAModel) {
   EXPECT_THAT(details, Not(HasSubstr("mlp")));
 }
 
+TEST(FormatTest, ACommandJobShowsItsCommandAndWhetherItReported) {
+  v1::Job job = RunningJob();
+  v1::JobSpec& spec = *job.mutable_spec();
+  spec.clear_model();
+  spec.clear_optimizer();
+  spec.clear_data();
+  v1::CommandSpec& command = *spec.mutable_command();
+  for (const char* arg : {"python", "train.py", "--name", "two words"}) command.add_argv(arg);
+  command.set_python_env("jax");
+  job.mutable_progress()->Clear();
+  job.mutable_progress()->set_total_steps(1000);
+  std::string details = FormatJobDetails(job, At(kT0 + 300));
+  EXPECT_THAT(details, HasSubstr("Command:  python train.py --name 'two words' (python_env jax, "
+                                 "per_worker)\n"
+                                 "Spec:     batch 256, 3 epochs\n"));
+  EXPECT_THAT(details, HasSubstr("Progress: no report yet: the command reports through "
+                                 "$SUBSTRAX_REPORT_FILE (docs/command-jobs.md)\n"));
+  // Once a step is in, or when the job is not running, the usual progress.
+  job.mutable_progress()->set_step(5);
+  EXPECT_THAT(FormatJobDetails(job, At(kT0 + 300)), HasSubstr("Progress: step 5/1000 (0.5%)\n"));
+  job.mutable_progress()->set_step(0);
+  job.set_state(v1::JOB_STATE_PENDING);
+  EXPECT_THAT(FormatJobDetails(job, At(kT0 + 300)), Not(HasSubstr("no report yet")));
+}
+
 TEST(FormatTest, OutcomeHasFinalMetricsOneALine) {
   v1::Job job = RunningJob();
   job.set_state(v1::JOB_STATE_SUCCEEDED);
@@ -158,15 +183,19 @@ TEST(FormatTest, WorkersTable) {
   auto workers = Parse<v1::ListWorkersResponse>(R"pb(
     workers { worker_id: "local-0" host: "local-0" state: WORKER_STATE_ALIVE
               seconds_since_heartbeat: 0.43 job_ids: [ "mnist-3", "lin-1" ]
+              runs_commands: true python_envs: [ "jax", "torch" ]
               devices { kind: DEVICE_KIND_CPU name: "cpu" } devices { kind: DEVICE_KIND_CPU } }
     workers { worker_id: "gpu-7" host: "gpu-7" state: WORKER_STATE_DEAD
               seconds_since_heartbeat: 300
               devices { kind: DEVICE_KIND_CUDA name: "NVIDIA H200" } }
   )pb");
   EXPECT_EQ(FormatWorkersTable(workers, At(kT0)),
-            "WORKER    HOST      STATE   DEVICES         LAST HEARTBEAT   JOBS\n"
-            "local-0   local-0   ALIVE   2 cpu           0.4s ago         mnist-3,lin-1\n"
-            "gpu-7     gpu-7     DEAD    1 NVIDIA H200   5m ago           -\n");
+            "WORKER    HOST      STATE   DEVICES         COMMANDS   PYTHON ENVS   LAST HEARTBEAT   "
+            "JOBS\n"
+            "local-0   local-0   ALIVE   2 cpu           yes        jax,torch     0.4s ago         "
+            "mnist-3,lin-1\n"
+            "gpu-7     gpu-7     DEAD    1 NVIDIA H200   no         -             5m ago           "
+            "-\n");
 }
 
 TEST(FormatTest, MetricsTableHasAColumnPerSeriesAndDashesForGaps) {
@@ -296,7 +325,9 @@ TEST(FormatTest, YamlIsBlockStyleAndKeepsStringsStrings) {
             "      - j-1\n"
             "    data_roots: []\n"
             "    checkpoint_roots: []\n"
-            "    programs_dirs: []\n");
+            "    programs_dirs: []\n"
+            "    python_envs: []\n"
+            "    runs_commands: false\n");
   EXPECT_EQ(FormatMessage(v1::ListJobsResponse(), OutputFormat::kYaml),
             "jobs: []\nnext_page_token: \"\"\n");
 }

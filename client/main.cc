@@ -71,6 +71,7 @@ struct CommandLine {
   std::string health_address;
   std::string health_service;
   std::string plan_workers;
+  bool plan_env = false;
   ctl::MetricsFlags metrics_flags;
   ctl::LocalFlags local_flags;
   std::string start_timeout = "60s";
@@ -202,9 +203,14 @@ void AddPlanCommand(CLI::App& app, CommandLine& cl) {
   plan->add_option("--workers", cl.plan_workers,
                    "Plan for WORKERSxDEVICES CPU devices (2x2: hosts worker-0, worker-1 with 2 "
                    "devices each) instead of the coordinator's alive workers");
+  plan->add_flag("--env", cl.plan_env,
+                 "For a command job (spec.command): print the environment each process gets "
+                 "(docs/command-jobs.md) instead of the plan");
   AddOutputFlag(plan, cl);
   plan->callback([&cl] {
-    cl.run = [&cl](auto& ctx) { return ctl::PlanCommand(ctx, cl.spec_file, cl.plan_workers); };
+    cl.run = [&cl](auto& ctx) {
+      return ctl::PlanCommand(ctx, cl.spec_file, cl.plan_workers, cl.plan_env);
+    };
   });
 }
 

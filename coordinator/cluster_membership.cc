@@ -16,9 +16,12 @@
 
 namespace substrax {
 
-absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
-    const v1::RegisterWorkerRequest& request) {
-  const std::string worker_id = request.worker_id().empty() ? request.host() : request.worker_id();
+namespace {
+
+// What a registration must hold before it is stored: names, devices, roots, Python
+// environments. INVALID_ARGUMENT naming the worker and the field.
+absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request,
+                               const std::string& worker_id) {
   for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"worker_id",
                                                                               &worker_id},
                                      {"host", &request.host()},
@@ -81,6 +84,16 @@ absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
           local < 0 ? "must be >= 0" : "repeated", ", got ", local));
     }
   }
+
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RegisterWorkerResponse> Cluster::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
+  const std::string worker_id = request.worker_id().empty() ? request.host() : request.worker_id();
+  SUBSTRAX_RETURN_IF_ERROR(CheckRegistration(request, worker_id));
 
   EndedAttempts ended;
   v1::RegisterWorkerResponse response;

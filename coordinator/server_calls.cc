@@ -143,9 +143,12 @@ absl::StatusOr<std::string> ServerState::ReporterOf(const Caller& caller,
 
 void RedactForCaller(const Caller& caller, v1::Job* job) {
   if (caller.Has(Role::kAdmin) || job->owner() == caller.name) return;
-  if (!job->has_spec() || !job->spec().has_program()) return;
-  for (auto& [name, value] : *job->mutable_spec()->mutable_program()->mutable_env()) {
-    value = kRedactedEnvValue;
+  if (!job->has_spec()) return;
+  v1::JobSpec& spec = *job->mutable_spec();
+  for (auto* env : {spec.has_program() ? spec.mutable_program()->mutable_env() : nullptr,
+                    spec.has_command() ? spec.mutable_command()->mutable_env() : nullptr}) {
+    if (env == nullptr) continue;
+    for (auto& [name, value] : *env) value = kRedactedEnvValue;
   }
 }
 

@@ -129,7 +129,8 @@ struct ServerState {
 };
 
 // Env values a reader who is neither the job's owner nor an admin sees, in place of each value
-// of spec.program.env (the names stay): a spec's env may hold a submitter's secrets.
+// of spec.program.env and spec.command.env (the names stay): a spec's env may hold a
+// submitter's secrets.
 inline constexpr char kRedactedEnvValue[] = "<redacted>";
 // `job` as `caller` may see it (GetJob, ListJobs, WatchJob, CancelJob's answer).
 void RedactForCaller(const Caller& caller, v1::Job* job);
