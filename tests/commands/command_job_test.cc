@@ -5,7 +5,8 @@
 //   - a shell script per_worker: the job fails naming rank 1, its host and its last lines; rank
 //     0 is stopped; with max_restarts: 1 the second attempt gets TORCHELASTIC_RESTART_COUNT=1 and
 //     the resume directory; malformed report lines are skipped with a warning in the job's log;
-//     the command's environment holds no credential of the worker and no launch file;
+//     the command's environment holds no credential of the worker and no launch file; an error
+//     file with `retry: false` becomes the job's error and fails it without its restarts;
 //   - a PyTorch program (Gloo) per_device and the same program under torchrun per_worker: an
 //     all-reduce over 4 processes, metrics that `substraxctl metrics` returns reduced as
 //     declared, a final metric, every process's lines in `substraxctl logs`;
@@ -68,7 +69,8 @@ CommandCluster StartCluster(const std::string& name) {
   c.checkpoints = c.files + "/checkpoints";
   std::filesystem::create_directories(c.programs);
   std::filesystem::create_directories(c.checkpoints);
-  for (const char* program : {"fail_in_rank1.sh", "torch_allreduce.py", "jax_psum.py"}) {
+  for (const char* program :
+       {"fail_in_rank1.sh", "error_file.sh", "torch_allreduce.py", "jax_psum.py"}) {
     const std::string to = absl::StrCat(c.programs, "/", program);
     std::filesystem::copy_file(Runfile(absl::StrCat("tests/commands/", program)), to);
     chmod(to.c_str(), 0755);
@@ -182,6 +184,19 @@ TEST(CommandJobTest, TheFirstFailureStopsTheOthersNamesTheRankAndTheRestartGetsI
   EXPECT_THAT(logs.out, HasSubstr("rank 1 attempt 1 restart 0 resume none"));
   EXPECT_THAT(logs.out, HasSubstr("line 1: skipped"));
   EXPECT_THAT(logs.out, HasSubstr("stopping the command's processes"));
+
+  // An error file becomes the job's error; `retry: false` fails the job without its restarts.
+  const std::string no_retry = cluster.Submit(CommandJob(
+      "no-retry", absl::StrCat("{argv: [", c.programs, "/error_file.sh]}"), "  max_restarts: 2\n"));
+  ASSERT_FALSE(absl::StartsWith(no_retry, "error: ")) << no_retry;
+  job = cluster.WaitForEnd(no_retry, absl::Seconds(120));
+  ASSERT_TRUE(job.has_value()) << cluster.Logs();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_FAILED) << cluster.Logs();
+  EXPECT_EQ(job->attempt(), 1) << job->DebugString();
+  EXPECT_THAT(job->error(), ::testing::ContainsRegex(
+                                "rank 0 on host host-[ab] exited with status 2: ValueError: "
+                                "learning rate -1 is negative\nTraceback \\(most recent call "
+                                "last\\):\n  File \"train.py\", line 7"));
 
   EXPECT_EQ(cluster.StopAndListLeftovers(), "");
 }

@@ -260,6 +260,54 @@ TEST_F(JobUserTest, AProgramRunsAsTheJobUserWithACleanEnvironmentAndNoWorkerKey)
   EXPECT_EQ(Trimmed(out_ + "/cwd"), job_dir);
 }
 
+// A command job (spec.command) under --job-user: its launcher and its process run as the job
+// user (the agent needs neither --allow-command-jobs nor anything else), cannot read the worker's
+// key, get the contract and no launch file.
+TEST_F(JobUserTest, ACommandRunsAsTheJobUserWithTheContractAndNoCredential) {
+  // The launcher (`substrax-job command`) runs as the job user: its binary must be one the job
+  // user may execute, as an installed one is (the test's runfiles are root's).
+  const std::string job_binary = dir_ + "/substrax-job";
+  fs::copy_file(Runfile("worker/substrax-job"), job_binary);
+  chmod(job_binary.c_str(), 0755);
+  std::vector<std::string> argv = AgentArgv(user_);
+  argv.insert(argv.end(), {"--job-binary", job_binary});
+  agent_ = std::make_unique<Process>(argv, dir_ + "/agent.log");
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        return Ctl({"workers", "-o", "json"}).out.find("WORKER_STATE_ALIVE") != std::string::npos;
+      },
+      absl::Seconds(30)))
+      << Logs();
+  const std::string path = dir_ + "/command.yaml";
+  std::ofstream(path) << "apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: command}\n"
+                      << "spec:\n  command:\n    argv: [" << programs_ << "/probe.sh, " << out_
+                      << ", " << worker_.key_file << ", " << dir_
+                      << "/work]\n  mesh: {data_parallel_size: 1}\n";
+  CommandResult submitted = Ctl({"submit", path});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err << Logs();
+  const std::vector<std::string> words =
+      absl::StrSplit(absl::StripAsciiWhitespace(submitted.out), ' ');
+  const std::string id = words.back();
+  ASSERT_TRUE(PollUntil([&] { return fs::exists(out_ + "/done"); }, absl::Seconds(60)))
+      << Logs();
+  EXPECT_EQ(Trimmed(out_ + "/uid"), uid_);
+  EXPECT_EQ(Trimmed(out_ + "/key"), "refused");
+  EXPECT_EQ(Trimmed(out_ + "/work-dir"), "refused");
+  const std::string env = ReadFile(out_ + "/env");
+  EXPECT_THAT(env, Not(HasSubstr("SUBSTRAX_LAUNCH=")));
+  EXPECT_THAT(env, Not(HasSubstr("sxa1.")));
+  EXPECT_THAT(env, HasSubstr("\nRANK=0\n"));
+  EXPECT_THAT(env, HasSubstr("\nSUBSTRAX_REPORT_FILE=" + dir_ + "/work/"));
+  // The probe exits 3: the job fails naming its rank.
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        return Ctl({"get", id, "-o", "json"}).out.find("JOB_STATE_FAILED") != std::string::npos;
+      },
+      absl::Seconds(60)))
+      << Logs();
+  EXPECT_THAT(Ctl({"get", id, "-o", "json"}).out, HasSubstr("exited with status 3"));
+}
+
 TEST_F(JobUserTest, TheAgentRefusesToStartForAUserThatDoesNotExist) {
   CommandResult r = testing::Run(AgentArgv("no-such-user-substrax"), absl::Seconds(30));
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
