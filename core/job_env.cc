@@ -33,6 +33,9 @@ constexpr char kAgent[] =
 constexpr char kDistributed[] =
     "reserved for the agent, which sets it for distributed launchers (torchrun, JAX) to find "
     "their peers";
+constexpr char kOtherLauncher[] =
+    "another launcher's (Slurm, Open MPI): a framework that sees it takes its ranks and peers "
+    "from it instead of from the agent's";
 
 struct Denied {
   const char* pattern;  // a name, or one '*' anywhere
@@ -131,6 +134,11 @@ constexpr Denied kDenied[] = {
     {"JAX_PROCESS_ID", kDistributed},
     {"JAX_NUM_CPU_DEVICES", kDistributed},
     {"JAX_LOCAL_DEVICE_IDS", kDistributed},
+    // Other launchers' variables: JAX's and torch's cluster detection would read them.
+    {"SLURM_*", kOtherLauncher},
+    {"OMPI_*", kOtherLauncher},
+    {"PMI_*", kOtherLauncher},
+    {"PMIX_*", kOtherLauncher},
 };
 
 }  // namespace

@@ -50,6 +50,14 @@ TEST(JobEnvTest, StartUpVariablesAreDeniedEvenWhenTheAdministratorAllowsThem) {
   EXPECT_THAT(JobEnvDenial("PATH"), HasSubstr("fixed PATH"));
 }
 
+TEST(JobEnvTest, OtherLaunchersVariablesAreDenied) {
+  for (const char* name : {"SLURM_PROCID", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK",
+                                   "PMI_RANK", "PMIX_RANK"}) {
+    EXPECT_THAT(JobEnvRefusal(name, {name, "*"}), StartsWith("denied: ")) << name;
+    EXPECT_THAT(JobEnvDenial(name), HasSubstr("another launcher's")) << name;
+  }
+}
+
 TEST(JobEnvTest, WhatTheAgentSetsIsDenied) {
   for (const std::string& name : AgentVariables()) {
     EXPECT_THAT(JobEnvRefusal(name, {name}), StartsWith("denied: ")) << name;
