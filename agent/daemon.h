@@ -178,6 +178,8 @@ class WorkerDaemon {
     absl::Time init_deadline = absl::InfiniteFuture();
     // Stopped for not calling substrax::Init in time.
     bool init_timed_out = false;
+    // A command job's launcher (runner_outcome.h).
+    bool command = false;
     bool stop_requested = false;
     std::string stop_reason;
     // When a runner told to stop gets SIGKILL (its group), unless it has exited by then.

@@ -76,6 +76,7 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   runner.stderr_path = files.log;
   runner.started_path = files.started;
   if (program) runner.program = assignment.spec().program().path();
+  runner.command = command_job;
   const std::string what = program       ? absl::StrCat("the program ", runner.program)
                            : command_job ? "the command's launcher"
                                          : "a runner";
@@ -349,6 +350,7 @@ void WorkerDaemon::Reap(int64_t reaper, std::string key, SupervisedChild child) 
   exit.started_path = runner.started_path;
   exit.init_timed_out = runner.init_timed_out;
   exit.init_timeout = options_.program_init_timeout;
+  exit.command = runner.command;
   std::string warning;
   v1::ReportAttemptStatusRequest report = RunnerOutcome(exit, &warning);
   if (!warning.empty()) Log(absl::StrCat("job ", key, ": ", warning));

@@ -75,6 +75,7 @@ v1::ReportAttemptStatusRequest RunnerOutcome(const RunnerExit& exit, std::string
     return report;
   }
   report.set_state(v1::RUNNER_STATE_FAILED);
+  if (exit.command && have_result && !report.error().empty()) return report;
   if (report.error().empty()) {
     const std::string who = program ? absl::StrCat("the program ", exit.program) : "the runner";
     report.set_error(WIFSIGNALED(status)

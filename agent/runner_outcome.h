@@ -37,6 +37,10 @@ struct RunnerExit {
   // `init_timeout` (--program-init-timeout).
   bool init_timed_out = false;
   absl::Duration init_timeout;
+  // A command job's launcher (`substrax-job command`): its result's error already ends with the
+  // failed process's own last lines, so the tail of the whole log (every process's lines and
+  // the launcher's) is added only when it wrote none.
+  bool command = false;
 };
 
 // The state, exit code, error and stderr tail of the report (the caller adds job, attempt,

@@ -79,6 +79,28 @@ TEST(RunnerOutcomeTest, FailureKeepsTheRunnersErrorAndAddsTheLogTail) {
   EXPECT_EQ(r.stderr_tail(), "step 1/2\nboom\n");
 }
 
+// A command's launcher names the failed process and its own last lines in its error: the tail of
+// the whole log would repeat them among every other process's lines. Without a result (the
+// launcher itself crashed), the tail is all there is.
+TEST(RunnerOutcomeTest, ACommandLaunchersErrorCarriesItsOwnLinesAndNoLogTail) {
+  const std::string dir = TempDir("command");
+  RunnerExit e = Exit(dir, W_EXITCODE(3, 0));
+  e.command = true;
+  v1::ReportAttemptStatusRequest written;
+  written.set_state(v1::RUNNER_STATE_FAILED);
+  written.set_error("rank 1 on host b exited with status 3; its last lines:\nboom");
+  ASSERT_TRUE(WriteFileAtomically(e.result_path, written.SerializeAsString()).ok());
+  v1::ReportAttemptStatusRequest r = RunnerOutcome(e, nullptr);
+  EXPECT_EQ(r.state(), v1::RUNNER_STATE_FAILED);
+  EXPECT_EQ(r.exit_code(), 3);
+  EXPECT_EQ(r.error(), written.error());
+  EXPECT_EQ(r.stderr_tail(), "");
+  std::filesystem::remove(e.result_path);
+  r = RunnerOutcome(e, nullptr);
+  EXPECT_EQ(r.error(), "the runner exited with status 3");
+  EXPECT_EQ(r.stderr_tail(), "step 1/2\nboom\n");
+}
+
 TEST(RunnerOutcomeTest, KilledRunnerWithoutResultFailsNamingTheSignal) {
   RunnerExit e = Exit(TempDir("killed"), W_EXITCODE(0, SIGKILL));
   e.stop_requested = true;
