@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "agent/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/proto_time.h"
@@ -19,19 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(base ? base : "/tmp") / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
-
-void WriteScript(const std::string& path, mode_t mode = 0755) {
-  std::ofstream(path) << "#!/bin/sh\nexit 0\n";
-  chmod(path.c_str(), mode);
-}
 
 // An agent that runs command jobs as its own user, with one programs dir and one environment.
 LaunchSettings Settings(const std::string& programs, const std::string& env_dir) {

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "contract/launch.h"
+#include "agent/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/proto_time.h"
@@ -24,19 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(base ? base : "/tmp") / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
-
-void WriteScript(const std::string& path, mode_t mode = 0755) {
-  std::ofstream(path) << "#!/bin/sh\nexit 0\n";
-  chmod(path.c_str(), mode);
-}
 
 LaunchSettings Settings(const std::string& programs_dir) {
   LaunchSettings settings;

@@ -2,7 +2,7 @@
 // devices (the chaos harness's), real processes, substraxctl.
 //   - refused at submit, naming the field: a reserved variable in spec.command.env, a command
 //     outside the programs dirs, an unknown python_env;
-//   - a shell script per_worker: the job fails naming rank 1, its host and its last lines; rank
+//   - a shell script per_worker (rendezvous ports from the agents' --command-ports): the job fails naming rank 1, its host and its last lines; rank
 //     0 is stopped; with max_restarts: 1 the second attempt gets TORCHELASTIC_RESTART_COUNT=1 and
 //     the resume directory; malformed report lines are skipped with a warning in the job's log;
 //     the command's environment holds no credential of the worker and no launch file; an error
@@ -64,7 +64,8 @@ struct CommandCluster {
   std::unique_ptr<ChaosCluster> cluster;
 };
 
-CommandCluster StartCluster(const std::string& name) {
+CommandCluster StartCluster(const std::string& name,
+                            const std::vector<std::string>& extra_flags = {}) {
   CommandCluster c;
   c.files = TempDir(name + "_files");
   c.programs = c.files + "/programs";
@@ -87,6 +88,7 @@ CommandCluster StartCluster(const std::string& name) {
     options.worker_flags.push_back("--python-env");
     options.worker_flags.push_back(absl::StrCat("jax=", kJaxEnv));
   }
+  options.worker_flags.insert(options.worker_flags.end(), extra_flags.begin(), extra_flags.end());
   c.cluster = std::make_unique<ChaosCluster>(name, options);
   return c;
 }
@@ -120,7 +122,8 @@ std::map<std::string, std::string> EnvOf(const std::string& path) {
 bool ProcessGone(pid_t pid) { return ReadFile(absl::StrCat("/proc/", pid, "/stat")).empty(); }
 
 TEST(CommandJobTest, TheFirstFailureStopsTheOthersNamesTheRankAndTheRestartGetsItsCount) {
-  CommandCluster c = StartCluster("command_fail");
+  // Rendezvous ports from a range (for firewalls), below the ephemeral ports.
+  CommandCluster c = StartCluster("command_fail", {"--command-ports", "20000-20999"});
   ChaosCluster& cluster = *c.cluster;
   ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
   // Refused at submit, naming the field: a reserved variable, a command outside the programs
@@ -172,6 +175,16 @@ TEST(CommandJobTest, TheFirstFailureStopsTheOthersNamesTheRankAndTheRestartGetsI
   EXPECT_EQ(second["SUBSTRAX_RESUME_FROM"], absl::StrCat(c.checkpoints, "/anonymous/fails"));
   EXPECT_EQ(second["SUBSTRAX_LOCAL_DEVICE_IDS"].size(), 3u) << second["SUBSTRAX_LOCAL_DEVICE_IDS"];
   EXPECT_EQ(first["JAX_NUM_CPU_DEVICES"], "2");
+  int master_port = 0, jax_port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(first["MASTER_PORT"], &master_port)) << first["MASTER_PORT"];
+  const std::string jax = first["JAX_COORDINATOR_ADDRESS"];
+  ASSERT_TRUE(absl::SimpleAtoi(jax.substr(jax.rfind(':') + 1), &jax_port)) << jax;
+  for (int port : {master_port, jax_port}) {
+    EXPECT_GE(port, 20000);
+    EXPECT_LE(port, 20999);
+  }
+  EXPECT_NE(master_port, jax_port);
+  EXPECT_EQ(second["MASTER_ADDR"], "127.0.0.1");
   // No credential of the worker, no launch file, nothing of the agent's own environment.
   for (const auto& [name, value] : first) {
     EXPECT_NE(name, "SUBSTRAX_LAUNCH");
