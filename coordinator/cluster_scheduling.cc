@@ -150,15 +150,17 @@ std::vector<Device> Cluster::RunnableDevicesLocked(const v1::JobSpec& spec,
                                                    std::vector<Device> devices) const {
   if (!spec.has_command()) return devices;
   // The agent refuses a command it cannot run; placing it there would only fail the attempt.
+  // A loop, not a predicate: the thread-safety analysis cannot see that a lambda runs under mu_.
   const std::string& env = spec.command().python_env();
-  auto cannot = [&](const Device& device) {
+  std::vector<Device> runnable;
+  for (Device& device : devices) {
     const v1::Worker& worker = workers_.at(device.worker_id).proto;
-    return !worker.runs_commands() ||
-           (!env.empty() && std::find(worker.python_envs().begin(), worker.python_envs().end(),
-                                      env) == worker.python_envs().end());
-  };
-  devices.erase(std::remove_if(devices.begin(), devices.end(), cannot), devices.end());
-  return devices;
+    const bool has_env = env.empty() || std::find(worker.python_envs().begin(),
+                                                  worker.python_envs().end(),
+                                                  env) != worker.python_envs().end();
+    if (worker.runs_commands() && has_env) runnable.push_back(std::move(device));
+  }
+  return runnable;
 }
 
 void Cluster::NotePendingLocked(const JobEntry& entry) {
