@@ -1,5 +1,7 @@
 # substrax: the two commands a new user needs.
 #   make demo   installs what it needs, builds, and trains Fashion-MNIST on a local cluster
+#   make demo-python  the same with the guide's Python example (JAX, flax.nnx, optax) as a
+#               command job (STEP=collective: its shard_map variant)
 #   make test   installs what the build and tests need (Debian packages, and the manifest tests'
 #               Python venv from PyPI), builds, runs every test and the layering checks
 #   make build  installs what the build needs (Debian packages only) and builds everything
@@ -7,7 +9,7 @@
 #               (default /usr/local): headers, libsubstrax.so, substrax.pc, a CMake package
 #   make fuzz   builds the libFuzzer targets (tests/fuzz) with clang and runs each for
 #               FUZZ_SECONDS seconds (default 60); fails if any crashes
-.PHONY: deps build-deps build test demo fuzz sdk
+.PHONY: deps build-deps build test demo demo-python fuzz sdk
 
 FUZZ_SECONDS ?= 60
 PREFIX ?= /usr/local
@@ -26,6 +28,9 @@ test: deps
 
 demo:
 	@tools/demo.sh
+
+demo-python:
+	@tools/demo_python.sh
 
 fuzz: build-deps
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run_fuzzers.sh
