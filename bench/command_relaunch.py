@@ -20,31 +20,21 @@ must have failed once and then succeeded on all 4 ranks, or this exits 1. Assert
 Usage: bench/command_relaunch.sh [--rounds N] [--restart-backoff D]
 """
 import argparse
-import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from bench_cluster import Cluster, binaries, stop
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "relaunch_job.py")
 TORCHRUN_FLAGS = ["--nnodes", "2", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
                   "--max_restarts=1", "--monitor_interval=0.1", "--tee=2", "--redirects=1"]
 RANKS = 4
-
-
-def wait_for(condition, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise SystemExit(f"command_relaunch: timed out after {timeout}s waiting for {what}")
 
 
 def timings(bench_dir, launched):
@@ -66,73 +56,25 @@ def timings(bench_dir, launched):
     return max(steps[0]) - launched, max(steps[1]) - fails[0]
 
 
-def stop(processes):
-    for p in processes:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in processes:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def run_substrax(bins, work, backoff):
     bench_dir = os.path.join(work, "bench")
     programs = os.path.join(work, "programs")
     os.makedirs(bench_dir)
     os.makedirs(programs)
     shutil.copy(JOB, programs)
-    address_file = os.path.join(work, "address")
-    logs = open(os.path.join(work, "cluster.log"), "w")
-    processes = [subprocess.Popen(
-        [bins["coordinator"], "--insecure", "--listen", "127.0.0.1:0", "--metrics-listen", "",
-         "--state-dir", os.path.join(work, "state"), "--address-file", address_file,
-         "--restart-backoff", backoff], stdout=logs, stderr=subprocess.STDOUT)]
-    try:
-        address = wait_for(lambda: os.path.exists(address_file) and open(address_file).read().strip(),
-                           30, "the coordinator's address")
-        for w in (1, 2):
-            processes.append(subprocess.Popen(
-                [bins["agent"], "--insecure", "--coordinator", address, "--cpu-devices", "2",
-                 "--worker-id", f"w-{w}", "--host", f"host-{w}", "--work-dir",
-                 os.path.join(work, f"worker-{w}"), "--job-binary", bins["job"],
-                 "--programs-dir", programs, "--allow-command-jobs", "--python-env",
-                 "system=/usr", "--stop-grace", "5s"], stdout=logs, stderr=subprocess.STDOUT))
-        ctl = [bins["ctl"], "--coordinator", address, "--insecure"]
-
-        def alive():
-            r = subprocess.run(ctl + ["workers", "-o", "json"], capture_output=True, text=True)
-            if r.returncode != 0:
-                return False
-            workers = json.loads(r.stdout).get("workers", [])
-            return sum(w.get("state") == "WORKER_STATE_ALIVE" for w in workers) == 2
-        wait_for(alive, 30, "2 agents to register")
-        spec = os.path.join(work, "job.yaml")
-        with open(spec, "w") as f:
-            f.write("apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: relaunch}\n"
-                    "spec:\n  command:\n    python_env: system\n    processes: per_device\n"
-                    f"    argv: [python3, {programs}/relaunch_job.py]\n"
-                    f"    env: {{JOB_BENCH_DIR: {bench_dir}}}\n"
-                    "  mesh: {data_parallel_size: 4}\n  max_restarts: 1\n")
-        launched = time.time()
-        r = subprocess.run(ctl + ["submit", spec], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"command_relaunch: submit failed: {r.stderr}")
-        job = r.stdout.strip().split()[-1]
-
-        def ended():
-            r = subprocess.run(ctl + ["get", job, "-o", "json"], capture_output=True, text=True)
-            state = json.loads(r.stdout).get("state", "") if r.returncode in (0, 1) and r.stdout else ""
-            return state if state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED") else None
-        state = wait_for(ended, 180, f"job {job} to end")
+    with Cluster(bins, work, ["--restart-backoff", backoff],
+                 ["--programs-dir", programs, "--allow-command-jobs", "--python-env",
+                  "system=/usr"]) as cluster:
+        job, launched = cluster.submit(
+            "apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: relaunch}\n"
+            "spec:\n  command:\n    python_env: system\n    processes: per_device\n"
+            f"    argv: [python3, {programs}/relaunch_job.py]\n"
+            f"    env: {{JOB_BENCH_DIR: {bench_dir}}}\n"
+            "  mesh: {data_parallel_size: 4}\n  max_restarts: 1\n")
+        state = cluster.wait_end(job, 180)["state"]
         if state != "JOB_STATE_SUCCEEDED":
             raise SystemExit(f"command_relaunch: the substrax job ended {state}; logs in {work}")
         return timings(bench_dir, launched)
-    finally:
-        stop(processes[::-1])
-        logs.close()
 
 
 def free_port():
@@ -173,10 +115,7 @@ def main():
     parser.add_argument("--restart-backoff", default="100ms")
     parser.add_argument("--bin-dir", required=True, help="bazel-bin of a -c opt build")
     args = parser.parse_args()
-    bins = {"coordinator": f"{args.bin_dir}/coordinator/substrax-coordinator",
-            "agent": f"{args.bin_dir}/agent/substrax-agent",
-            "job": f"{args.bin_dir}/worker/substrax-job",
-            "ctl": f"{args.bin_dir}/client/substraxctl"}
+    bins = binaries(args.bin_dir)
     print(f"command_relaunch: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
           f"{args.rounds} rounds; substrax: 2 agents x 2 CPU devices, per_device, "
           f"--restart-backoff {args.restart_backoff}; torchrun {' '.join(TORCHRUN_FLAGS)} "
