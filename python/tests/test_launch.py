@@ -172,7 +172,7 @@ def wait_until(condition, what: str) -> None:
 
 
 def pids_in(directory) -> list[int]:
-    return [int(p.read_text()) for p in sorted(directory.glob("*.pid")) if p.read_text()]
+    return [int(p.read_text()) for p in sorted(directory.glob("*.pid"))]
 
 
 PSUM = """
@@ -244,18 +244,23 @@ STUCK_AND_FAILING = """
     # Each process and a child of its own, which must go with it.
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     for pid, name in ((os.getpid(), "self"), (child.pid, "child")):
-        with open(os.path.join(pids, f"{me.rank}-{name}.pid"), "w") as f:
+        path = os.path.join(pids, f"{me.rank}-{name}.pid")
+        with open(path + ".tmp", "w") as f:
             f.write(str(pid))
+        os.rename(path + ".tmp", path)  # whole when it appears
+
+    def all_started():
+        return len([n for n in os.listdir(pids) if n.endswith(".pid")]) == 4
 
     @job.record
     def main():
         if me.rank == 1 and os.environ.get("FAIL") == "raise":
-            while len(os.listdir(pids)) < 4:
+            while not all_started():
                 time.sleep(0.05)
             print("rank 1 fails now", flush=True)
             raise ValueError("the data shard is corrupt")
         if me.rank == 1 and os.environ.get("FAIL") == "exit":
-            while len(os.listdir(pids)) < 4:
+            while not all_started():
                 time.sleep(0.05)
             print("last words of rank 1", flush=True)
             os._exit(3)
@@ -281,16 +286,17 @@ def test_a_failing_process_stops_the_others(tmp_path, fail, status, shown):
     wait_until(lambda: not any(alive(pid) for pid in pids), "every process and child gone")
 
 
-def test_ctrl_c_stops_every_process(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_stops_every_process(tmp_path, signum):
     (tmp_path / "pids").mkdir()
     proc = launch(tmp_path, "-n", "2", "--grace", "5", script=STUCK_AND_FAILING)
-    wait_until(lambda: len(list((tmp_path / "pids").glob("*.pid"))) == 4 and
-               all(pids_in(tmp_path / "pids")), "both processes and their children started")
+    wait_until(lambda: len(pids_in(tmp_path / "pids")) == 4,
+               "both processes and their children started")
     pids = pids_in(tmp_path / "pids")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     rc, out, err = finish(proc)
-    assert rc == 128 + signal.SIGINT, out + err
-    assert "[launch] SIGINT: stopping every process" in err
+    assert rc == 128 + signum, out + err
+    assert f"[launch] {signal.Signals(signum).name}: stopping every process" in err
     wait_until(lambda: not any(alive(pid) for pid in pids), "every process and child gone")
 
 
