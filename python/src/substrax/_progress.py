@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
