@@ -346,3 +346,9 @@ def test_torch_gloo_from_the_contract(tmp_path, repo_root):
         text=True, timeout=DEADLINE_SECONDS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[p0] rank 0 of 2: 3.0" in proc.stdout and "[p1] rank 1 of 2: 3.0" in proc.stdout
+    # Outside a job: a group of one process.
+    env = {k: v for k, v in os.environ.items() if k not in NAMES}
+    alone = subprocess.run([python, str(tmp_path / "script.py")], capture_output=True,
+                           text=True, timeout=DEADLINE_SECONDS,
+                           env={**env, "PYTHONPATH": str(tmp_path / "path")})
+    assert alone.returncode == 0 and "rank 0 of 1: 1.0" in alone.stdout, alone.stderr
