@@ -7,9 +7,11 @@
 #   make build  installs what the build needs (Debian packages only) and builds everything
 #   make sdk    builds the SDK for users' own training programs and installs it into PREFIX
 #               (default /usr/local): headers, libsubstrax.so, substrax.pc, a CMake package
+#   make python builds the substrax Python package (python/) into dist/ as a wheel, offline, and
+#               installs it into the pinned JAX environment /opt/substrax/jax (docs/python.md)
 #   make fuzz   builds the libFuzzer targets (tests/fuzz) with clang and runs each for
 #               FUZZ_SECONDS seconds (default 60); fails if any crashes
-.PHONY: deps build-deps build test demo demo-python fuzz sdk
+.PHONY: deps build-deps build test demo demo-python fuzz sdk python
 
 FUZZ_SECONDS ?= 60
 PREFIX ?= /usr/local
@@ -37,3 +39,6 @@ fuzz: build-deps
 
 sdk:
 	@PREFIX="$(PREFIX)" tools/install_sdk.sh
+
+python: deps
+	@tools/build_python.sh

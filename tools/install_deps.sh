@@ -22,6 +22,9 @@ set -euo pipefail
 # Training frameworks (tests/frameworks): Debian's PyTorch, and OpenBLAS for it: Debian's torch
 # calls BLAS through libblas.so.3, which without libopenblas0-pthread is the reference BLAS, many
 # times slower.
+# The Python package (make python, tools/build_python.sh): Debian's setuptools, wheel and pip
+# build its wheel offline, without build isolation; left out with the test tools, as the JAX
+# environment it is installed into is.
 PACKAGES=(
   bazel-bootstrap
   g++
@@ -55,6 +58,9 @@ PACKAGES=(
   libclang-rt-14-dev
   python3-torch
   libopenblas0-pthread
+  python3-setuptools
+  python3-wheel
+  python3-pip
 )
 
 # SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 (make build, the image builds in deploy/docker) leaves out what
@@ -67,7 +73,8 @@ for pkg in "${PACKAGES[@]}"; do
   case "$pkg" in
     kubernetes-client)
       [ "$K8S_TEST_TOOLS" = 1 ] && ! command -v kubectl >/dev/null 2>&1 && keep+=("$pkg") ;;
-    python3-venv|python3-torch|libopenblas0-pthread) [ "$K8S_TEST_TOOLS" = 1 ] && keep+=("$pkg") ;;
+    python3-venv|python3-torch|libopenblas0-pthread|python3-setuptools|python3-wheel|python3-pip)
+      [ "$K8S_TEST_TOOLS" = 1 ] && keep+=("$pkg") ;;
     *) keep+=("$pkg") ;;
   esac
 done
@@ -175,16 +182,23 @@ PY_REQUIREMENTS=(
 )
 install_venv /opt/substrax/venv "${PY_REQUIREMENTS[@]}"
 
-# JAX for tests/frameworks (a JAX program as command jobs will run it): jax, jaxlib (CPU), flax
-# and optax with every dependency pinned, in a virtual environment of their own (its numpy and
-# protobuf differ from the test tools'). The pins are tools/jax_requirements.txt's, which
-# deploy/docker/Dockerfile.worker-python installs in the Python worker image too.
+# JAX for tests/frameworks (a JAX program as command jobs will run it) and the substrax Python
+# package (make python installs it here; python/tests): jax, jaxlib (CPU), flax and optax with
+# every dependency pinned, in a virtual environment of their own (its numpy and protobuf differ
+# from the test tools'). The pins are tools/jax_requirements.txt's, which
+# deploy/docker/Dockerfile.worker-python installs in the Python worker image too, and the test
+# tools' (pytest) of tools/jax_test_requirements.txt, which the image does not need.
 JAX_REQUIREMENTS=()
+JAX_TEST_REQUIREMENTS=()
 jax_requirements="$(dirname "${BASH_SOURCE[0]}")/jax_requirements.txt"
-if [ ! -r "$jax_requirements" ]; then
-  echo "install_deps: cannot read $jax_requirements (the JAX pins): run this script from a" \
-    "checkout of the repository" >&2
-  exit 1
-fi
+jax_test_requirements="$(dirname "${BASH_SOURCE[0]}")/jax_test_requirements.txt"
+for file in "$jax_requirements" "$jax_test_requirements"; do
+  if [ ! -r "$file" ]; then
+    echo "install_deps: cannot read $file (the JAX pins): run this script from a" \
+      "checkout of the repository" >&2
+    exit 1
+  fi
+done
 mapfile -t JAX_REQUIREMENTS < <(read_requirements "$jax_requirements")
-install_venv /opt/substrax/jax "${JAX_REQUIREMENTS[@]}"
+mapfile -t JAX_TEST_REQUIREMENTS < <(read_requirements "$jax_test_requirements")
+install_venv /opt/substrax/jax "${JAX_REQUIREMENTS[@]}" "${JAX_TEST_REQUIREMENTS[@]}"

@@ -8,6 +8,11 @@
 #   3. the visibility probes: each target in VISIBILITY_PROBES depends across a forbidden edge
 #      (tools/visibility/BUILD.bazel) and must fail to build with a visibility error (one test
 #      each).
+#   4. the Python package's tests: make python's build and install (tools/build_python.sh, into
+#      the JAX environment /opt/substrax/jax), then its pytest over python/tests, each test
+#      counted from pytest's closing line ("N passed, M failed, K skipped in ..."; errors count
+#      as failed; a pytest that crashes or runs no test counts as one failed). Without that
+#      environment the package's tests are skipped, and under CI=true counted as one failed.
 # Extra arguments go to `bazel test`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +83,43 @@ for probe in "${VISIBILITY_PROBES[@]}"; do
     exit_status=1
   fi
 done
+
+echo "== pytest python/tests (the substrax Python package)"
+JAX_PYTHON=/opt/substrax/jax/bin/python
+python_log=$(mktemp)
+trap 'rm -f "$log" "$probe_log" "$python_log"' EXIT
+if [ ! -x "$JAX_PYTHON" ]; then
+  if [ "${CI:-}" = true ]; then
+    echo "//python:tests FAILED: no JAX environment at /opt/substrax/jax (tools/install_deps.sh)"
+    failed=$((failed + 1))
+    exit_status=1
+  else
+    echo "//python:tests SKIPPED: no JAX environment at /opt/substrax/jax (tools/install_deps.sh)"
+  fi
+elif ! tools/build_python.sh; then
+  echo "//python:tests FAILED: make python's build or install failed (above)"
+  failed=$((failed + 1))
+  exit_status=1
+else
+  "$JAX_PYTHON" -m pytest python/tests -q 2>&1 | tee "$python_log"
+  status=${PIPESTATUS[0]}
+  # pytest's closing line, e.g. "3 failed, 40 passed, 2 skipped in 31.02s".
+  summary=$(grep -E '^=*[ ]*(no tests ran|[0-9]+ [a-z]+.* in [0-9.]+s)' "$python_log" | tail -1)
+  count() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '^[0-9]+' || echo 0; }
+  py_passed=$(count passed)
+  py_failed=$(( $(count failed) + $(count 'errors?') ))
+  if [ "$status" -ne 0 ] && [ "$py_failed" -eq 0 ]; then
+    py_failed=1  # pytest crashed, was interrupted, or collected no test (exit 5)
+    echo "//python:tests FAILED: pytest exited with status $status"
+  fi
+  if [ "$py_passed" -eq 0 ] && [ "$py_failed" -eq 0 ]; then
+    py_failed=1
+    echo "//python:tests FAILED: pytest ran no test"
+  fi
+  passed=$((passed + py_passed))
+  failed=$((failed + py_failed))
+  if [ "$py_failed" -ne 0 ]; then exit_status=1; fi
+fi
 
 echo
 echo "$passed passed, $failed failed"

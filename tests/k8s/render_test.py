@@ -16,7 +16,8 @@ plus the SDK's library and programs in that directory (testProgramsImage). overl
 agent that runs as root with the five capabilities --job-user needs, in a namespace enforcing
 "baseline" (testPythonOverlay); Dockerfile.worker-python installs tools/jax_requirements.txt's
 pins with --no-index from a wheelhouse made in its build stage, without network
-(testPythonImage), and tools/install_deps.sh reads the same pins (testJaxPinsAreShared).
+(testPythonImage) with the substrax package's wheel built there from python/, and
+tools/install_deps.sh reads the same pins (testJaxPinsAreShared).
 
 approver-policy's CertificateRequestPolicies (policy.cert-manager.io/v1alpha1) are evaluated as
 approver-policy would (testApproverPolicy): every certificate the render requests is approved
@@ -1452,6 +1453,15 @@ class DockerfileTest(unittest.TestCase):
                      "--find-links /wheelhouse", "-r /wheelhouse/requirements.txt"):
             self.assertIn(want, install)
         self.assertNotRegex(install, r"--(extra-)?index-url|--trusted-host|-i\s")
+        # The substrax package (docs/python.md): its wheel built in the wheels stage from
+        # python/ as tools/build_python.sh builds it, offline, and installed with the pins.
+        self.assertIn("python /tmp/substrax-python", self.Instructions(name, "COPY"))
+        builds = [r for r in runs if "pip wheel" in r]
+        self.assertEqual(len(builds), 1, "one pip wheel: the substrax package's")
+        for want in ("--no-build-isolation", "--no-deps", "--no-index",
+                     "--wheel-dir /wheelhouse /tmp/substrax-python"):
+            self.assertIn(want, builds[0])
+        self.assertRegex(install, r"-r /wheelhouse/requirements\.txt substrax\b")
         apt = " ".join(r for r in runs if "apt-get install" in r) + " "
         for package in ("python3", "python3-venv", "python3-torch", "libopenblas0-pthread"):
             self.assertRegex(apt, r"\s%s\s" % re.escape(package))
