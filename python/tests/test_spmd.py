@@ -473,6 +473,14 @@ def test_prefetch_close_stops_the_thread_and_closes_the_pipeline() -> None:
     prefetcher.close()  # idempotent
 
 
+def test_an_abandoned_prefetcher_stops_its_thread() -> None:
+    prefetcher = prefetch_to_device(CountingSource(1000), size=2)
+    next(prefetcher)
+    thread = prefetcher._thread  # the thread holds no reference to its prefetcher
+    del prefetcher
+    wait_until(lambda: not thread.is_alive(), "the abandoned prefetcher's thread ends")
+
+
 def test_prefetch_refuses_a_size_below_one() -> None:
     with pytest.raises(ValueError, match="size must be >= 1, got 0"):
         prefetch_to_device([], size=0)
