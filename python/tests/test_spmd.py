@@ -273,6 +273,19 @@ def test_collectives_inside_shard_map(mesh: jax.sharding.Mesh, sharding: NamedSh
         np.testing.assert_array_equal(gathered["a"][4 * device:4 * (device + 1), 0, :], x)
 
 
+def test_collectives_inside_pmap() -> None:
+    """pmap over plain arrays binds its axis_name as the guide has it ("batch")."""
+    x = RNG.normal(size=(4, 2)).astype(np.float32)
+    mean, total, gathered = jax.pmap(
+        lambda v: (reduce_mean_collective({"a": v}, axis_name="batch"),
+                   reduce_sum_collective(v, axis_name="batch"), all_gather(v, axis_name="batch")),
+        axis_name="batch")(x)
+    for device in range(4):
+        np.testing.assert_allclose(mean["a"][device], x.mean(0), rtol=1e-6)
+        np.testing.assert_allclose(total[device], x.sum(0), rtol=1e-6)
+        np.testing.assert_array_equal(gathered[device], x)
+
+
 def test_collectives_refuse_an_unbound_axis(mesh: jax.sharding.Mesh,
                                             sharding: NamedSharding) -> None:
     @jax.shard_map(mesh=mesh, in_specs=P("data"), out_specs=P("data"))
