@@ -8,7 +8,7 @@ with optax's Adam, data-parallel over every device of every process of the job:
     ... place_batch_on_shards(batch, sharding); spmd_train_step(model, optimizer, batch, loss_fn)
 
 as the guide writes it (`--step spmd`, the default: XLA all-reduces the gradients), or on the
-collective path (`--step collective`: `jax.shard_map` over the data axis with the gradients
+collective path (`--step collective`: `nnx.shard_map` over the data axis with the gradients
 averaged by `reduce_mean_collective`, the working form of the guide's `pmap` example).
 
 Everything about the job comes from substrax's contract (docs/command-jobs.md), read through the
@@ -48,6 +48,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--step", choices=("spmd", "collective"), default="spmd")
     parser.add_argument("--checkpoint-every", type=int, default=0,
                         help="save every N steps into the spec's checkpoint directory (0: never)")
+    parser.add_argument("--export", metavar="FILE.npz",
+                        help="process 0 writes the trained parameters there (param0, param1, ... "
+                        "in the model's order)")
     return parser.parse_args()
 
 
@@ -129,22 +132,19 @@ def main() -> None:
         def train_step(batch: dict[str, jax.Array]) -> jax.Array:
             return spmd_train_step(model, optimizer, batch, loss_fn)
     else:
+        # The guide's pmap example in its working form on jax 0.10 / flax 0.12
+        # (docs/python-api.md, "The collective path"): the step runs once per device on its rows,
+        # and check_vma=False keeps the gradients per-device, as under pmap, so that
+        # reduce_mean_collective averages them (with the check on they arrive already summed).
         @nnx.jit
+        @nnx.shard_map(mesh=mesh, in_specs=(P(), P(), P("data")), out_specs=P(),
+                       check_vma=False)
         def collective_step(model: MLP, optimizer: nnx.Optimizer,
                             batch: dict[str, jax.Array]) -> jax.Array:
-            graphdef, state = nnx.split((model, optimizer))
-
-            def per_device(state: Any, batch: dict[str, jax.Array]) -> tuple[Any, jax.Array]:
-                model, optimizer = nnx.merge(graphdef, state)
-                loss, grads = nnx.value_and_grad(loss_fn)(model, batch)
-                grads = reduce_mean_collective(grads, axis_name="data")
-                optimizer.update(model, grads)
-                return nnx.state((model, optimizer)), reduce_mean_collective(loss, "data")
-
-            state, loss = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P("data")),
-                                        out_specs=(P(), P()))(state, batch)
-            nnx.update((model, optimizer), state)
-            return loss
+            loss, grads = nnx.value_and_grad(loss_fn)(model, batch)
+            grads = reduce_mean_collective(grads, axis_name="data")
+            optimizer.update(model, grads)
+            return reduce_mean_collective(loss, axis_name="data")
 
         def train_step(batch: dict[str, jax.Array]) -> jax.Array:
             return collective_step(model, optimizer, batch)
@@ -222,6 +222,10 @@ def main() -> None:
                                            "targets": test_y[lo:lo + eval_rows]}, sharding)
             right += float(correct(model, batch))
     accuracy = right / len(test_x)
+    if args.export and me.is_main:
+        params = jax.tree.leaves(nnx.state(model, nnx.Param))
+        np.savez(args.export, **{f"param{i}": np.asarray(p.addressable_data(0))
+                                 for i, p in enumerate(params)})
     job.report_final({"test_accuracy": accuracy})
     print(f"process {me.process_index} of {me.num_processes}: trained {total_steps} steps on "
           f"{devices} devices, test_accuracy={accuracy:.4f}", flush=True)
