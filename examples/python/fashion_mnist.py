@@ -192,7 +192,8 @@ def main() -> None:
         os.makedirs(partial)
         np.savez(os.path.join(partial, "state.npz"), **host)
         os.replace(partial, final)
-        job.report_checkpoint(step, final)
+        job.report_checkpoint(step, final,
+                              size_bytes=os.path.getsize(os.path.join(final, "state.npz")))
 
     with jax.set_mesh(mesh):
         started, since = time.perf_counter(), step
