@@ -444,6 +444,12 @@ std::optional<v1::Job> ChaosCluster::WaitForEnd(const std::string& id, absl::Dur
   return job;
 }
 
+CommandResult ChaosCluster::Ctl(std::vector<std::string> args) {
+  args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", address_,
+                             "--insecure"});
+  return Run(args, absl::Seconds(60));
+}
+
 std::string ChaosCluster::Logs() {
   std::string all;
   for (int run = 1; run <= coordinator_runs_; ++run) {

@@ -136,6 +136,9 @@ class ChaosCluster {
 
   // Every log, for failure messages.
   std::string Logs();
+  // `substraxctl ARGS` against the coordinator, plaintext (the caller's data must include
+  // //client:substraxctl).
+  CommandResult Ctl(std::vector<std::string> args);
   // Stops the daemons and the coordinator with SIGTERM, then checks through /proc that no
   // process of this cluster (daemon, runner, coordinator) is left. Empty: none is.
   std::string StopAndListLeftovers();

@@ -100,13 +100,6 @@ std::string CommandJob(const std::string& name, const std::string& command,
                       rest);
 }
 
-// `substraxctl ARGS` against the cluster (plaintext, as the harness runs it).
-CommandResult Ctl(ChaosCluster& cluster, std::vector<std::string> args) {
-  args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", cluster.address(),
-                             "--insecure"});
-  return Run(args, absl::Seconds(60));
-}
-
 // name=value lines of a file written by `env`.
 std::map<std::string, std::string> EnvOf(const std::string& path) {
   std::map<std::string, std::string> env;
@@ -193,7 +186,7 @@ TEST(CommandJobTest, TheFirstFailureStopsTheOthersNamesTheRankAndTheRestartGetsI
   }
 
   // Every process's lines in the job's log, and the malformed report line warned about there.
-  CommandResult logs = Ctl(cluster, {"logs", id, "--attempt", "1"});
+  CommandResult logs = cluster.Ctl({"logs", id, "--attempt", "1"});
   ASSERT_EQ(logs.exit_code, 0) << logs.err;
   EXPECT_THAT(logs.out, HasSubstr("rank 0 attempt 1 restart 0 resume none"));
   EXPECT_THAT(logs.out, HasSubstr("rank 1 attempt 1 restart 0 resume none"));
@@ -220,7 +213,7 @@ TEST(CommandJobTest, TheFirstFailureStopsTheOthersNamesTheRankAndTheRestartGetsI
 // spec declares (the CLI's default); nothing when the series or the point is missing.
 std::optional<double> ReducedMetric(ChaosCluster& cluster, const std::string& id,
                                     const std::string& name, int64_t step) {
-  CommandResult r = Ctl(cluster, {"metrics", id, "--name", name, "-o", "json"});
+  CommandResult r = cluster.Ctl({"metrics", id, "--name", name, "-o", "json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   v1::QueryMetricsResponse response;
   google::protobuf::util::JsonParseOptions options;
@@ -252,7 +245,7 @@ void ExpectTorchJob(ChaosCluster& cluster, const std::string& id) {
   // What `substraxctl metrics` returns: the same reductions over the four devices' reports.
   EXPECT_EQ(ReducedMetric(cluster, id, "contribution", 1), 10);
   EXPECT_EQ(ReducedMetric(cluster, id, "allreduced", 1), 10);
-  CommandResult logs = Ctl(cluster, {"logs", id});
+  CommandResult logs = cluster.Ctl({"logs", id});
   ASSERT_EQ(logs.exit_code, 0) << logs.err;
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("OK rank ", rank, " of 4: all_reduce = 10")));
@@ -297,7 +290,7 @@ TEST(CommandJobTest, JaxPerWorkerPsumsOverTheFourDevicesOfItsTwoProcesses) {
   ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->error() << cluster.Logs();
   EXPECT_EQ(job->progress().metrics().at("psum"), 10);
   EXPECT_EQ(ReducedMetric(cluster, id, "psum", 1), 10);
-  CommandResult logs = Ctl(cluster, {"logs", id});
+  CommandResult logs = cluster.Ctl({"logs", id});
   EXPECT_THAT(logs.out, HasSubstr("OK process 0 of 2: psum over 4 devices = 10"));
   EXPECT_THAT(logs.out, HasSubstr("OK process 1 of 2: psum over 4 devices = 10"));
   EXPECT_EQ(cluster.StopAndListLeftovers(), "");

@@ -101,12 +101,6 @@ std::string ExampleSpec(const std::string& name, const std::string& extra,
   return spec + extra;
 }
 
-CommandResult Ctl(ChaosCluster& cluster, std::vector<std::string> args) {
-  args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", cluster.address(),
-                             "--insecure"});
-  return Run(args, absl::Seconds(60));
-}
-
 // The pids of the example's processes of job `id` (their environment names the job).
 std::vector<pid_t> ExampleProcesses(const std::string& id) {
   std::vector<pid_t> pids;
@@ -140,7 +134,7 @@ TEST(PythonJobTest, TheGuidesExampleTrainsFashionMnistAsACommandJob) {
   EXPECT_EQ(job->progress().step(), 2 * (60000 / 128));
 
   // The loss, reduced over both processes' devices as the spec declares (mean).
-  CommandResult metrics = Ctl(cluster, {"metrics", id, "--name", "loss", "-o", "json"});
+  CommandResult metrics = cluster.Ctl({"metrics", id, "--name", "loss", "-o", "json"});
   ASSERT_EQ(metrics.exit_code, 0) << metrics.err;
   v1::QueryMetricsResponse response;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(metrics.out, &response).ok())
@@ -152,7 +146,7 @@ TEST(PythonJobTest, TheGuidesExampleTrainsFashionMnistAsACommandJob) {
     EXPECT_EQ(point.num_values(), 4) << "step " << point.step() << ": not every device";
   }
 
-  CommandResult logs = Ctl(cluster, {"logs", id});
+  CommandResult logs = cluster.Ctl({"logs", id});
   ASSERT_EQ(logs.exit_code, 0) << logs.err;
   EXPECT_THAT(logs.out, HasSubstr("process 0 of 2: trained 936 steps on 4 devices"));
   EXPECT_THAT(logs.out, HasSubstr("process 1 of 2: trained 936 steps on 4 devices"));
@@ -200,7 +194,7 @@ TEST(PythonJobTest, AProcessKilledMidRunRestartsFromTheNewestCheckpoint) {
   }
   EXPECT_TRUE(said) << job->DebugString();
   EXPECT_EQ(job->progress().step(), 600);
-  CommandResult get = Ctl(cluster, {"get", id});
+  CommandResult get = cluster.Ctl({"get", id});
   EXPECT_THAT(get.out, HasSubstr(absl::StrCat("resumed from the checkpoint of step ",
                                               job->resumed_from_step())));
   EXPECT_EQ(cluster.StopAndListLeftovers(), "");
