@@ -110,6 +110,7 @@
 #include "coordinator/limits.h"
 #include "coordinator/log_lines.h"
 #include "coordinator/metrics_store.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
 #include "coordinator/submit_policy.h"
@@ -168,6 +169,9 @@ struct ClusterOptions {
   // A followed log (ReadLogs) waits this long after its attempt ended for every process's last
   // piece; a daemon that died never ships it.
   absl::Duration log_follow_grace = absl::Seconds(limits::kLogFollowGraceSeconds);
+  // Queues, priority classes and the policy (scheduler.h; --queues FILE). Replaced at run time
+  // by SetSchedulingConfig.
+  v1::SchedulingConfig scheduling = scheduling::DefaultSchedulingConfig();
 };
 
 // How a followed ReadLogs goes on once it has read everything stored (Cluster::FollowLogs).
@@ -338,8 +342,15 @@ class Cluster {
   // INVALID_ARGUMENT (a request id longer than limits::kMaxRequestIdBytes or not of
   // [A-Za-z0-9_-]), ALREADY_EXISTS (the request id made job J from another spec: the message
   // names J), UNAVAILABLE (a submit with the same request id is still being stored: retry).
+  //
+  // Queues (docs/scheduling.md): the job gets spec.queue and spec.priority_class, or the
+  // defaults (Job.queue, Job.priority_class, Job.priority); more errors: Scheduler::Admit's
+  // (INVALID_ARGUMENT for an unknown queue or class, PERMISSION_DENIED for a submitter the queue
+  // does not take, given the caller's `roles`, RESOURCE_EXHAUSTED for a job larger than its
+  // queue could ever hold), PERMISSION_DENIED for spec.preemptible false from a non-admin.
   absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec, const std::string& owner = "",
-                                    bool admin = false, const std::string& request_id = "");
+                                    bool admin = false, const std::string& request_id = "",
+                                    const std::vector<std::string>& roles = {});
   // Errors: NOT_FOUND.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
   // Newest first; an empty filter means every state. Skips `offset` matching jobs and returns
@@ -369,6 +380,15 @@ class Cluster {
   // and MetricsStore::Query's.
   absl::StatusOr<v1::QueryMetricsResponse> QueryMetrics(
       const v1::QueryMetricsRequest& request) const;
+
+  // --- queues ---
+
+  // Replaces the queues, classes and policy (a reloaded --queues file); jobs keep the queue and
+  // priority they were admitted with, and scheduling runs at once.
+  void SetSchedulingConfig(v1::SchedulingConfig config);
+  v1::SchedulingConfig SchedulingConfig() const;
+  // Each queue's quota, use, borrowing and pending jobs, as of the latest scheduling pass.
+  std::vector<scheduling::QueueStatus> Queues() const;
 
   // --- change notification, for the streaming rpcs ---
 
@@ -429,6 +449,8 @@ class Cluster {
     bool reported = false;
     // The latest heartbeat said the runner is stopped by a signal.
     bool suspended = false;
+    // While its attempt is preempted: its runner has ended (reported or no longer listed).
+    bool stopped = false;
   };
   struct JobEntry {
     v1::Job job;
@@ -448,6 +470,10 @@ class Cluster {
     std::pair<int, int64_t> pruned{0, 0};
     // Its place in the submission order (the key of pending_).
     int64_t order = 0;
+    // On the lease clock: when the running attempt started, and (while it is preempted,
+    // Job.preemption) when its runners are given up on.
+    absl::Time attempt_start = absl::InfinitePast();
+    absl::Time preemption_deadline = absl::InfiniteFuture();
     // The worker of each process of the attempts started by this coordinator run (the newest
     // kAttemptsRemembered), so that logs shipped after an attempt ended are still checked.
     std::map<int, std::vector<std::string>> attempt_workers;
@@ -565,6 +591,28 @@ class Cluster {
   // it is from the wall clock's (see the class comment).
   absl::Time RebaseLocked(absl::Time wall) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The policy's view of the cluster (cluster_preemption.cc): the schedulable pending jobs,
+  // the running ones.
+  scheduling::PendingJob PendingViewLocked(const JobEntry& entry, const std::vector<int>& sizes,
+                                           const std::string& pool) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  scheduling::RunningJob RunningViewLocked(const JobEntry& entry) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the preemption of the running `victim` for `for_job`: Job.preemption set, a stop
+  // event with preempt and the grace to each of its workers; it keeps its devices until its
+  // processes have stopped (FinishPreemptionLocked).
+  void PreemptLocked(JobEntry& victim, const std::string& for_job, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The preempted attempt's processes on `worker_id` ("" for all) have stopped; once all have,
+  // or past the deadline, the job goes back to PENDING (FinishPreemptionLocked).
+  void NotePreemptedStoppedLocked(JobEntry& entry, const std::string& worker_id,
+                                  EndedAttempts* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the preempted attempt and queues the job again, counting the work lost; restarts are
+  // not used.
+  void FinishPreemptionLocked(JobEntry& entry, const std::string& how, EndedAttempts* ended)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the preemption stop events of a preempted attempt (again, after a restart).
+  void PushPreemptEventsLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps pending_ in step with the entry's state (after every state change).
   void NotePendingLocked(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the "; waiting for ..." part of a pending job's reason (a change only if it differs).
@@ -620,6 +668,8 @@ class Cluster {
   // Device id -> the job whose running attempt holds it.
   std::map<int, std::string> busy_devices_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
+  // The policy, with its fair-share history.
+  scheduling::Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   // (owner, request id) -> the job it made (SubmitJob); "" while that submit is being stored.
   std::map<std::pair<std::string, std::string>, std::string> submit_requests_
       ABSL_GUARDED_BY(mu_);

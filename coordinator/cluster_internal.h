@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/device.h"
 #include "core/mesh.h"
 #include "google/protobuf/map.h"
 #include "substrax/v1/job.pb.h"
@@ -31,6 +32,10 @@ std::string Count(size_t n, absl::string_view noun);
 // data axis).
 absl::StatusOr<google::protobuf::Map<std::string, v1::ShardLayout>> LayoutsFor(
     const v1::JobSpec& spec, const Mesh& mesh);
+
+// The scheduling pool a job of `backend` draws from, "cpu" or "cuda" (BackendName): auto's
+// is CUDA when any of `alive` is a GPU, as DevicesForBackend decides.
+std::string PoolName(v1::Backend backend, const std::vector<Device>& alive);
 
 // The workers of an attempt's processes: process p is the p-th distinct worker_id in row-major
 // device order (the runtime's rule).

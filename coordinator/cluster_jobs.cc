@@ -54,6 +54,11 @@ void Cluster::TransitionLocked(JobEntry& entry, v1::JobState to, const std::stri
     transitions->DeleteSubrange(1, transitions->size() - limits::kMaxTransitionsKept);
   }
   entry.job.set_state(to);
+  if (to != v1::JOB_STATE_RUNNING) {
+    // A preemption ends with its attempt, however that ends.
+    entry.job.clear_preemption();
+    entry.preemption_deadline = absl::InfiniteFuture();
+  }
   NotePendingLocked(entry);
   if (to == v1::JOB_STATE_PENDING) {
     entry.pending_reason = reason;
@@ -86,6 +91,11 @@ void Cluster::EndAttemptLocked(JobEntry& entry, const std::string& why,
 void Cluster::FailAttemptLocked(JobEntry& entry, const std::string& culprit,
                                 const std::string& cause, EndedAttempts* ended, bool retryable) {
   v1::Job& job = entry.job;
+  if (job.has_preemption()) {
+    // A preempted process that exits, is killed or vanishes has stopped, as asked.
+    NotePreemptedStoppedLocked(entry, culprit, ended);
+    return;
+  }
   std::string where = absl::StrCat("attempt ", job.attempt());
   for (size_t p = 0; p < entry.processes.size(); ++p) {
     if (entry.processes[p].worker_id != culprit) continue;
@@ -94,7 +104,8 @@ void Cluster::FailAttemptLocked(JobEntry& entry, const std::string& culprit,
   }
   const std::string error = absl::StrCat(where, ": ", cause);
   EndAttemptLocked(entry, error, culprit, ended);
-  const int restarts_used = job.attempt() - 1;
+  // Preemptions are not failures: they use no restart.
+  const int restarts_used = job.attempt() - 1 - job.preemptions();
   if (retryable && restarts_used < job.spec().max_restarts()) {
     // Kubernetes Jobs' rule: the wait doubles with each restart, up to a cap.
     absl::Duration backoff = options_.restart_backoff;
@@ -157,6 +168,13 @@ void Cluster::CheckProgressLocked(EndedAttempts* ended) {
       continue;
     }
     if (entry.job.state() != v1::JOB_STATE_RUNNING) continue;
+    if (entry.job.has_preemption()) {
+      // Checkpointing and stopping: no step is expected; past the deadline it is given up on.
+      if (lease_now >= entry.preemption_deadline) {
+        FinishPreemptionLocked(entry, "its processes did not all stop within the grace", ended);
+      }
+      continue;
+    }
     const absl::Duration timeout = spec.progress_timeout_seconds() > 0
                                        ? absl::Seconds(spec.progress_timeout_seconds())
                                        : options_.default_progress_timeout;
@@ -396,6 +414,12 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
     switch (request.state()) {
       case v1::RUNNER_STATE_SUCCEEDED: {
         if (process.succeeded) break;  // a retried report, already stored
+        if (job.has_preemption() && (job.progress().total_steps() == 0 ||
+                                     process.last_step < job.progress().total_steps())) {
+          // Asked to stop, it stopped before its last step: a stop, not the job's success.
+          NotePreemptedStoppedLocked(*entry, request.worker_id(), &ended);
+          break;
+        }
         process.succeeded = true;
         process.final_metrics.clear();
         process.final_metrics.insert(request.final_metrics().begin(),

@@ -1,6 +1,8 @@
-// Scheduling: the gang (all or nothing), FIFO scheduler over the free devices of alive workers,
-// why a pending job waits, and how an attempt starts (mesh, process table, assignments).
+// Scheduling: what the policy (scheduler.h) is shown of the cluster and how its decisions are
+// carried out: gang placement (all or nothing) over the free devices of alive workers, why a
+// pending job waits, and how an attempt starts (mesh, process table, assignments).
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
@@ -19,6 +21,7 @@ namespace substrax {
 using cluster_internal::Count;
 using cluster_internal::kWaitingSeparator;
 using cluster_internal::LayoutsFor;
+using cluster_internal::PoolName;
 
 namespace {
 
@@ -103,6 +106,7 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
   placements_.push_back({job.id(), job.attempt() + 1, /*restart=*/job.attempt() > 0,
                          std::max(absl::ZeroDuration(), now - schedulable)});
   job.set_attempt(job.attempt() + 1);
+  entry.attempt_start = now;
   job.clear_error();
   job.clear_next_attempt_time();
   entry.next_attempt_at = absl::InfinitePast();
@@ -171,7 +175,47 @@ void Cluster::NotePendingLocked(const JobEntry& entry) {
   }
 }
 
-void Cluster::ScheduleLocked() {
+namespace {
+
+// The Cluster's side of a scheduling pass: meshes over the free devices, preemptions, waiting
+// reasons. Its calls run inside ScheduleLocked, which holds the Cluster's lock throughout (the
+// thread-safety analysis cannot follow a virtual call).
+class PassActions : public scheduling::Actions {
+ public:
+  using StartFn = std::function<absl::Status(const scheduling::PendingJob&, int64_t,
+                                             const std::string&)>;
+  using PreemptFn = std::function<void(const scheduling::RunningJob&,
+                                       const scheduling::PendingJob&, const std::string&)>;
+  using WaitFn = std::function<void(const scheduling::PendingJob&, const std::string&)>;
+  PassActions(StartFn start, PreemptFn preempt, WaitFn wait)
+      : start_(std::move(start)), preempt_(std::move(preempt)), wait_(std::move(wait)) {}
+
+  bool Start(const scheduling::PendingJob& job, int64_t devices,
+             const std::string& reason) override {
+    absl::Status started = start_(job, devices, reason);
+    if (!started.ok()) misfit_[job.id] = std::string(started.message());
+    return started.ok();
+  }
+  void Preempt(const scheduling::RunningJob& victim, const scheduling::PendingJob& for_job,
+               const std::string& reason) override {
+    preempt_(victim, for_job, reason);
+  }
+  void Wait(const scheduling::PendingJob& job, const std::string& why) override {
+    auto misfit = misfit_.find(job.id);
+    wait_(job, misfit == misfit_.end() ? why : absl::StrCat(why, " (", misfit->second, ")"));
+  }
+
+ private:
+  StartFn start_;
+  PreemptFn preempt_;
+  WaitFn wait_;
+  // Why the free devices could not hold a job's mesh after all, by job id.
+  std::map<std::string, std::string> misfit_;
+};
+
+}  // namespace
+
+void Cluster::ScheduleLocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // Nothing to place: skip listing every alive device (O(workers); a fleet of 10,000 agents
   // registering would pay it at each registration).
   if (pending_.empty()) return;
@@ -183,25 +227,23 @@ void Cluster::ScheduleLocked() {
   for (const Device& device : all_alive) {
     if (busy_devices_.count(device.id) == 0) all_free.push_back(device);
   }
-  // The oldest job that the alive workers could hold but not now; everything younger waits.
-  std::string blocked_by;
-  // The pending jobs in submission order; a copy, since starting one changes pending_.
-  std::vector<std::string> queue;
-  queue.reserve(pending_.size());
-  for (const auto& [order, id] : pending_) queue.push_back(id);
-  for (const std::string& job_id : queue) {
+  // The policy's pools: alive and free devices per backend.
+  std::map<std::string, scheduling::PoolDevices> pools;
+  for (v1::Backend backend : {v1::BACKEND_CPU, v1::BACKEND_CUDA}) {
+    scheduling::PoolDevices& pool = pools[BackendName(backend)];
+    pool.alive = static_cast<int64_t>(DevicesForBackend(backend, all_alive).size());
+    pool.free = static_cast<int64_t>(DevicesForBackend(backend, all_free).size());
+  }
+  // The pending jobs that could start now, as the policy sees them; the others say why not.
+  std::vector<scheduling::PendingJob> pending;
+  std::map<std::string, std::vector<int>> data_sizes;
+  for (const auto& [order, job_id] : pending_) {
     JobEntry& entry = jobs_.at(job_id);
-    if (entry.job.state() != v1::JOB_STATE_PENDING) continue;
     const v1::JobSpec& spec = entry.job.spec();
     // An elastic data axis may be planned smaller (largest first); a fixed one has one size.
     const std::vector<int> sizes = DataParallelSizes(spec);
     const v1::JobSpec smallest = SpecWithDataParallelSize(spec, sizes.back());
     const int64_t need = RequiredDevices(smallest);
-    // Only devices of the kind the job's backend runs on, on workers that can run it.
-    const std::vector<Device> alive =
-        RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_alive));
-    std::vector<Device> free =
-        RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_free));
     if (entry.next_attempt_at > lease_now) {
       // Backing off after a failed attempt; it does not block younger jobs meanwhile.
       SetWaitingLocked(entry, absl::StrCat("the restart backoff to end (at ",
@@ -212,11 +254,9 @@ void Cluster::ScheduleLocked() {
                                            " UTC)"));
       continue;
     }
-    if (!blocked_by.empty()) {
-      SetWaitingLocked(entry, absl::StrCat(need, " free devices behind job ", blocked_by,
-                                           " (jobs start in submission order)"));
-      continue;
-    }
+    // Only devices of the kind the job's backend runs on, on workers that can run it.
+    const std::vector<Device> alive =
+        RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_alive));
     if (alive.empty()) {
       SetWaitingLocked(entry, all_alive.empty()
                                   ? absl::StrCat(need, " devices: no worker is alive")
@@ -235,32 +275,38 @@ void Cluster::ScheduleLocked() {
                                            ")"));
       continue;
     }
-    const std::string free_note = absl::StrCat(free.size(), " free on ",
-                                               Count(alive_workers, "alive worker"));
-    if (static_cast<int64_t>(free.size()) < need) {
-      SetWaitingLocked(entry, absl::StrCat(need, " free devices; ", free_note));
-      blocked_by = job_id;
-      continue;
-    }
-    absl::StatusOr<Mesh> mesh = absl::UnavailableError("no size tried");
+    pending.push_back(
+        PendingViewLocked(entry, sizes, PoolName(SchedulingBackend(spec), all_alive)));
+    data_sizes[job_id] = sizes;
+  }
+  if (pending.empty()) return;
+  std::vector<scheduling::RunningJob> running;
+  for (const std::string& id : job_order_) {
+    const JobEntry& entry = jobs_.at(id);
+    if (entry.job.state() == v1::JOB_STATE_RUNNING) running.push_back(RunningViewLocked(entry));
+  }
+
+  auto start = [&](const scheduling::PendingJob& job, int64_t devices,
+                   const std::string& policy_reason) -> absl::Status {
+    JobEntry& entry = jobs_.at(job.id);
+    const v1::JobSpec& spec = entry.job.spec();
+    const std::vector<int>& sizes = data_sizes.at(job.id);
+    std::vector<Device> free =
+        RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_free));
     int planned_size = sizes.front();
+    absl::StatusOr<Mesh> mesh = absl::UnavailableError(
+        absl::StrCat(free.size(), " of the free devices can run it"));
     for (int size : sizes) {
       const v1::JobSpec planned = SpecWithDataParallelSize(spec, size);
-      if (static_cast<int64_t>(free.size()) < RequiredDevices(planned)) continue;
+      if (RequiredDevices(planned) != devices) continue;
       mesh = CreateMeshForJob(planned.mesh(), free);
       planned_size = size;
-      if (mesh.ok()) break;
+      break;
     }
-    if (!mesh.ok()) {
-      SetWaitingLocked(entry, absl::StrCat("free devices that can hold the mesh; ", free_note,
-                                           " (", mesh.status().message(), ")"));
-      blocked_by = job_id;
-      continue;
-    }
+    if (!mesh.ok()) return mesh.status();
     if (absl::Status layouts = LayoutsFor(spec, *mesh).status(); !layouts.ok()) {
-      SetWaitingLocked(entry, absl::StrCat("a mesh the batch can be laid out on (",
-                                           layouts.message(), ")"));
-      continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat("no layout of the batch on that mesh: ", layouts.message()));
     }
     std::set<std::string> workers;
     for (const Device& device : mesh->devices()) workers.insert(device.worker_id);
@@ -271,12 +317,45 @@ void Cluster::ScheduleLocked() {
       absl::StrAppend(&reason, "; elastic: data axis ", planned_size, " of at most ",
                       sizes.front(), ", the global batch kept");
     }
+    if (!policy_reason.empty()) absl::StrAppend(&reason, "; ", policy_reason);
     std::set<int> taken;
     for (const Device& device : mesh->devices()) taken.insert(device.id);
     all_free.erase(std::remove_if(all_free.begin(), all_free.end(),
                                   [&](const Device& d) { return taken.count(d.id) > 0; }),
                    all_free.end());
     StartAttemptLocked(entry, *std::move(mesh), reason);
+    return absl::OkStatus();
+  };
+  auto preempt = [&](const scheduling::RunningJob& victim, const scheduling::PendingJob& for_job,
+                     const std::string& reason) {
+    PreemptLocked(jobs_.at(victim.id), for_job.id, reason);
+  };
+  auto wait = [&](const scheduling::PendingJob& job, const std::string& why) {
+    SetWaitingLocked(jobs_.at(job.id), why);
+  };
+  PassActions actions(start, preempt, wait);
+  scheduler_.Schedule(lease_now, pending, running, pools, actions);
+}
+
+void Cluster::SetSchedulingConfig(v1::SchedulingConfig config) {
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    scheduler_.SetConfig(std::move(config));
+    ++version_;
+    ScheduleLocked();
+    ticket = EnqueueLocked();
   }
+  writer_->Wait(ticket).IgnoreError();  // retried by the writer
+}
+
+v1::SchedulingConfig Cluster::SchedulingConfig() const {
+  absl::MutexLock lock(&mu_);
+  return scheduler_.config();
+}
+
+std::vector<scheduling::QueueStatus> Cluster::Queues() const {
+  absl::MutexLock lock(&mu_);
+  return scheduler_.Queues();
 }
 }  // namespace substrax

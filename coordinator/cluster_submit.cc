@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/cluster.h"
+#include "coordinator/cluster_internal.h"
 #include "coordinator/limits.h"
 #include "coordinator/submit_policy.h"
 #include "core/data_paths.h"
@@ -104,7 +105,8 @@ absl::StatusOr<v1::Job> Cluster::RepeatedSubmitLocked(const std::string& job_id,
 }
 
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner,
-                                           bool admin, const std::string& request_id) {
+                                           bool admin, const std::string& request_id,
+                                           const std::vector<std::string>& roles) {
   if (submitted.ByteSizeLong() > limits::kMaxSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", submitted.ByteSizeLong(),
                                                    " bytes, more than the limit of ",
@@ -150,6 +152,23 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::str
           "--max-active-jobs ", options_.max_active_jobs,
           "); wait for some to end, or cancel some"));
     }
+    if (spec.has_preemptible() && !spec.preemptible() && !admin) {
+      return absl::PermissionDeniedError(
+          "spec.preemptible: false is for admins only: a job that cannot be preempted holds its "
+          "devices against every priority; leave it out (true)");
+    }
+    // Its queue and class, as the configuration in force says now.
+    const std::vector<int> sizes = DataParallelSizes(spec);
+    SUBSTRAX_ASSIGN_OR_RETURN(
+        scheduling::Scheduler::Admission admission,
+        scheduler_.Admit(spec.queue(), spec.priority_class(),
+                         cluster_internal::PoolName(SchedulingBackend(spec),
+                                                    AliveDevicesLocked().devices),
+                         RequiredDevices(SpecWithDataParallelSize(spec, sizes.back())), owner,
+                         roles, admin));
+    job.set_queue(admission.queue);
+    job.set_priority_class(admission.priority_class);
+    job.set_priority(admission.priority);
     ++submits_in_flight_;
     if (!request_id.empty()) submit_requests_[request_key] = "";  // being stored
     const absl::Time now = clock_();
