@@ -18,17 +18,21 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "base/files.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/mutex_mode.h"
 #include "coordinator/auth.h"
 #include "coordinator/cluster.h"
 #include "coordinator/limits.h"
+#include "coordinator/queues_file.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/server.h"
 #include "coordinator/state_dir.h"
@@ -46,6 +50,7 @@ struct Flags {
   std::string auth_config;
   std::string state_dir = "./substrax-state";
   std::string address_file;
+  std::string queues;
   std::string heartbeat_interval = "1s";
   std::string heartbeat_timeout = "10s";
   std::string progress_timeout = "5m";
@@ -173,6 +178,12 @@ void AddClusterFlags(CLI::App& app, Flags& f) {
                  "65536, 0: unbounded")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--queues", f.queues,
+                 "The queues, quotas, priority classes and scheduling policy (YAML; "
+                 "docs/scheduling.md). Reread when it changes: a bad file keeps the configuration "
+                 "in force and says why (log, substraxctl queues). Unset: one queue without a "
+                 "quota, one priority class")
+      ->type_name("FILE");
 }
 
 // The cluster's durations from their flags, and the checks across flags; false (the reason
@@ -217,6 +228,64 @@ bool FinishClusterFlags(Flags& f) {
   return true;
 }
 
+// Rereads the --queues file every kQueuesPollInterval while the coordinator serves: a changed
+// file is applied, a bad one logged (once) and shown by `substraxctl queues`.
+class QueuesReloader {
+ public:
+  static constexpr absl::Duration kQueuesPollInterval = absl::Seconds(2);
+
+  QueuesReloader(QueuesFile* file, Cluster* cluster, CoordinatorServer* server)
+      : file_(file), cluster_(cluster), server_(server) {
+    if (file_ == nullptr) return;
+    Publish();
+    thread_ = std::thread([this] {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_) {
+        // Woken early only by Stop.
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), kQueuesPollInterval);
+        if (stopping_) break;
+        Reload();
+      }
+    });
+  }
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  ~QueuesReloader() { Stop(); }
+
+ private:
+  void Reload() {
+    QueuesFile::Change change = file_->Poll(absl::Now());
+    if (!change.refused.empty()) {
+      std::cerr << "substrax-coordinator: --queues " << file_->path()
+                << " was not loaded: " << change.refused
+                << "; the configuration in force stays\n";
+    }
+    if (change.config.has_value()) {
+      cluster_->SetSchedulingConfig(*change.config);
+      std::cerr << "substrax-coordinator: --queues " << file_->path() << " reloaded: "
+                << change.config->queues_size() << " queues, "
+                << change.config->priority_classes_size() << " priority classes\n";
+    }
+    Publish();
+  }
+  // What `substraxctl queues` says of the file.
+  void Publish() {
+    server_->SetQueuesSource(file_->path(), file_->loaded_at(), file_->error());
+  }
+
+  QueuesFile* const file_;
+  Cluster* const cluster_;
+  CoordinatorServer* const server_;
+  absl::Mutex mu_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 // Loads the state, serves until SIGTERM or SIGINT (blocked in `signals`), shuts down. The exit
 // status.
 int Serve(Flags& f, Authenticator* auth, const sigset_t& signals) {
@@ -225,6 +294,16 @@ int Serve(Flags& f, Authenticator* auth, const sigset_t& signals) {
   if (!lock.ok()) {
     std::cerr << "substrax-coordinator: " << lock.status().message() << "\n";
     return 1;
+  }
+  std::optional<QueuesFile> queues;
+  if (!f.queues.empty()) {
+    absl::StatusOr<QueuesFile> loaded = QueuesFile::Load(f.queues, absl::Now());
+    if (!loaded.ok()) {
+      std::cerr << "substrax-coordinator: " << loaded.status().message() << "\n";
+      return 1;
+    }
+    f.cluster.scheduling = loaded->config();
+    queues.emplace(*std::move(loaded));
   }
   auto state = SqliteStateStore::Open(f.state_dir);
   if (!state.ok()) {
@@ -275,9 +354,11 @@ int Serve(Flags& f, Authenticator* auth, const sigset_t& signals) {
                     : ", metrics on " +
                           DialAddress(f.server.metrics_listen, (*server)->metrics_port()))
             << ", state in " << f.state_dir << "\n";
+  QueuesReloader reloader(queues.has_value() ? &*queues : nullptr, cluster->get(), server->get());
   int signal = 0;
   sigwait(&signals, &signal);
   std::cerr << "substrax-coordinator: " << strsignal(signal) << ": shutting down\n";
+  reloader.Stop();
   (*server)->Shutdown();
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -406,6 +407,19 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
           absl::StrCat("'", spec.name(), "' must be at most ", kMaxJobNameLength,
                        " lowercase letters, digits or '-', starting and ending with a letter or "
                        "digit (a DNS-1123 label; the job id appends '-<number>')"));
+  }
+  // Names of the coordinator's configuration (docs/scheduling.md); the coordinator checks that
+  // they exist.
+  for (const auto& [path, value] : {std::pair<const char*, const std::string*>{
+                                        "spec.queue", &spec.queue()},
+                                    {"spec.priority_class", &spec.priority_class()}}) {
+    if (!value->empty() && !IsDns1123Label(*value)) {
+      const std::string shown = value->size() > 64 ? value->substr(0, 64) + "..." : *value;
+      v.Add(path, absl::StrCat("'", shown, "' must be at most ",
+                               kMaxDnsLabelLength,
+                               " lowercase letters, digits or '-', starting and ending with a "
+                               "letter or digit (a DNS-1123 label)"));
+    }
   }
   switch (spec.length_case()) {
     case v1::JobSpec::kSteps:

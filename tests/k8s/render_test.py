@@ -636,6 +636,29 @@ class RenderedOverlayTest(unittest.TestCase):
                  if t.startswith("--program")],
                 "%s: programs are overlays/programs' (opt-in)" % overlay)
 
+    def testTheQueuesFileIsAConfigMapUpdatedInPlace(self):
+        """The coordinator reads --queues from a whole-directory mount of the ConfigMap
+        substrax-queues, whose name carries no hash (an update reaches the running coordinator,
+        which rereads the file; a generated name would roll the pod instead), and the file names
+        queues and priority classes as docs/scheduling.md describes."""
+        for overlay, objects in self.Each():
+            sts = [o for o in objects if o["kind"] == "StatefulSet"][0]
+            pod = sts["spec"]["template"]["spec"]
+            c = pod["containers"][0]
+            self.assertIn("--queues=/etc/substrax/queues/queues.yaml", c["args"], overlay)
+            mount = [m for m in c["volumeMounts"] if m["mountPath"] == "/etc/substrax/queues"]
+            self.assertEqual(len(mount), 1, overlay)
+            self.assertNotIn("subPath", mount[0])
+            volume = [v for v in pod["volumes"] if v["name"] == mount[0]["name"]][0]
+            self.assertEqual(volume["configMap"]["name"], "substrax-queues", overlay)
+            cm = [o for o in objects if o["kind"] == "ConfigMap"
+                  and o["metadata"]["name"] == "substrax-queues"]
+            self.assertEqual(len(cm), 1, overlay)
+            config = yaml.safe_load(cm[0]["data"]["queues.yaml"])
+            self.assertTrue(config["queues"], overlay)
+            classes = [k["name"] for k in config["priority_classes"]]
+            self.assertIn(config["default_priority_class"], classes, overlay)
+
     def testNamespaceEnforcesPodSecurity(self):
         """Every overlay's namespace enforces Pod Security "restricted", which all its pods
         meet (testRestrictedSecurityContext), but overlays/python's, whose worker needs
