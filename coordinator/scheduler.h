@@ -27,6 +27,13 @@
 //          lowest priority, then the youngest; only preemptible ones, never one already being
 //          preempted. While victims stop, their devices count for the head, which waits.
 //
+// No limit: a queue without a quota entry for a pool has no limit in that pool (it neither
+// borrows nor lends there, and nothing is reclaimed from it). DefaultSchedulingConfig's one
+// queue has no entry at all, so QUEUES with it is submission order (within a priority) plus
+// backfill of the jobs with estimates. A job whose queue a reload removed runs without limit.
+// Victims: the greedy choice takes the least work lost per device first, then drops victims
+// a later one made unnecessary, and prefers one victim alone when it loses less than the set.
+//
 // Not thread-safe: one caller at a time (the Cluster, under its lock).
 #ifndef SUBSTRAX_COORDINATOR_SCHEDULER_H_
 #define SUBSTRAX_COORDINATOR_SCHEDULER_H_

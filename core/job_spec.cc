@@ -15,7 +15,7 @@
 #include "core/models.h"
 
 namespace substrax {
-namespace job_spec_internal {
+namespace yaml_message {
 
 std::optional<YAML::Mark> Positions::Find(std::string path) const {
   while (true) {
@@ -45,16 +45,8 @@ absl::Status ToStatus(const Errors& errors, const Positions* positions, absl::st
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 
-}  // namespace job_spec_internal
-
-using job_spec_internal::Errors;
-using job_spec_internal::Positions;
-
-namespace {
-
-// Reads the document into *spec; its errors, with positions, in *errors.
-absl::Status ReadDocument(absl::string_view yaml, absl::string_view source, Errors* errors,
-                          Positions* positions, v1::JobSpec* spec) {
+absl::StatusOr<YAML::Node> LoadDocument(absl::string_view yaml, absl::string_view source,
+                                        absl::string_view what) {
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml));
@@ -64,9 +56,24 @@ absl::Status ReadDocument(absl::string_view yaml, absl::string_view source, Erro
   }
   if (!root.IsDefined() || root.IsNull()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": the document is empty; expected a TrainJob"));
+        absl::StrCat(source, ": the document is empty; expected ", what));
   }
-  job_spec_internal::ReadJobSpecDocument(root, errors, positions, spec);
+  return root;
+}
+
+}  // namespace yaml_message
+
+using job_spec_internal::Errors;
+using job_spec_internal::Positions;
+
+namespace {
+
+// Reads the document into *spec; its errors, with positions, in *errors.
+absl::Status ReadDocument(absl::string_view yaml, absl::string_view source, Errors* errors,
+                          Positions* positions, v1::JobSpec* spec) {
+  absl::StatusOr<YAML::Node> root = yaml_message::LoadDocument(yaml, source, "a TrainJob");
+  if (!root.ok()) return root.status();
+  job_spec_internal::ReadJobSpecDocument(*root, errors, positions, spec);
   if (!errors->empty()) return job_spec_internal::ToStatus(*errors, positions, source);
   return absl::OkStatus();
 }

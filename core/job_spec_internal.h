@@ -4,14 +4,10 @@
 #ifndef SUBSTRAX_CORE_JOB_SPEC_INTERNAL_H_
 #define SUBSTRAX_CORE_JOB_SPEC_INTERNAL_H_
 
-#include <map>
-#include <optional>
 #include <string>
-#include <vector>
 
-#include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
+#include "core/yaml_message.h"
 #include "substrax/v1/job.pb.h"
 #include "yaml-cpp/yaml.h"
 
@@ -23,37 +19,10 @@ inline constexpr const char* kMetricLoss = "loss";
 inline constexpr const char* kMetricAccuracy = "accuracy";
 inline constexpr const char* kMetricStep = "step";
 
-struct FieldError {
-  std::string path;
-  std::string message;
-};
-
-class Errors {
- public:
-  void Add(std::string path, std::string message) {
-    errors_.push_back({std::move(path), std::move(message)});
-  }
-  bool empty() const { return errors_.empty(); }
-  const std::vector<FieldError>& list() const { return errors_; }
-
- private:
-  std::vector<FieldError> errors_;
-};
-
-// Where each field appears in the YAML, for "source:line:column:" prefixes and to tell a field
-// written as 0 from one left out.
-struct Positions {
-  std::map<std::string, YAML::Mark> marks;
-
-  bool Present(const std::string& path) const { return marks.count(path) > 0; }
-
-  // The position of `path`, or of its nearest written ancestor.
-  std::optional<YAML::Mark> Find(std::string path) const;
-};
-
-// Every error as "source:line:column: path: message" (without positions: "path: message"), one
-// per line, in one INVALID_ARGUMENT status; OK when there are none.
-absl::Status ToStatus(const Errors& errors, const Positions* positions, absl::string_view source);
+using yaml_message::Errors;
+using yaml_message::FieldError;
+using yaml_message::Positions;
+using yaml_message::ToStatus;
 
 // The YAML name of an enum value: its name lower-cased without the enum's prefix
 // (MODEL_TYPE_SOFTMAX_REGRESSION -> "softmax_regression").

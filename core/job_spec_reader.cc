@@ -531,4 +531,13 @@ void ReadJobSpecDocument(const YAML::Node& root, Errors* errors, Positions* posi
 }
 
 }  // namespace job_spec_internal
+
+namespace yaml_message {
+
+void ReadMessage(const YAML::Node& node, const std::string& path,
+                 google::protobuf::Message* message, Errors* errors, Positions* positions) {
+  job_spec_internal::Reader(errors, positions).ReadMessage(node, path, message);
+}
+
+}  // namespace yaml_message
 }  // namespace substrax
