@@ -196,6 +196,24 @@ TEST(Queues, FairShareOrdersQueuesOfOnePriority) {
   EXPECT_LT(s.Queues()[0].fair_share, queues[0].fair_share * 0.6);
 }
 
+TEST(Queues, AReloadKeepsTheFairShareOfQueuesThatRemain) {
+  Scheduler s(Config(kTwoQueues));
+  Recorder r;
+  s.Schedule(kT0, {}, {Running("r", 8, absl::InfiniteFuture(), "research")}, Cuda(16, 8), r);
+  s.Schedule(kT0 + absl::Hours(1), {}, {Running("r", 8, absl::InfiniteFuture(), "research")},
+             Cuda(16, 8), r);
+  const double share = s.Queues()[0].fair_share;
+  ASSERT_GT(share, 0);
+  s.SetConfig(Config("queues: [{name: research}, {name: audio}]\n"));
+  s.Schedule(kT0 + absl::Hours(1), {}, {}, Cuda(16, 16), r);
+  std::vector<QueueStatus> queues = s.Queues();
+  ASSERT_EQ(queues.size(), 2u);
+  EXPECT_EQ(queues[0].name, "research");
+  EXPECT_DOUBLE_EQ(queues[0].fair_share, share);
+  EXPECT_EQ(queues[1].fair_share, 0);
+  EXPECT_TRUE(queues[0].quota.empty());  // no quota entry: no limit
+}
+
 TEST(Queues, BorrowsIdleQuotaOfTheCohortWithinItsLimit) {
   Scheduler s(Config(kTwoQueues));
   Recorder r;
