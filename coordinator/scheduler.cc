@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
@@ -67,9 +68,16 @@ PassStats Scheduler::Schedule(absl::Time now, const std::vector<PendingJob>& pen
     }
     shares[queue] = share;
   }
-  Pass pass(config_, now, shares, pending, running, pools, actions);
+  const absl::Duration claim_life =
+      absl::Seconds(config_.preemption_grace_seconds()) + absl::Minutes(5);
+  for (auto it = claims_.begin(); it != claims_.end();) {
+    it = now - it->second > claim_life ? claims_.erase(it) : std::next(it);
+  }
+  Pass pass(config_, now, shares, pending, running, pools, claims_, actions);
   PassStats stats =
       config_.policy() == v1::SCHEDULING_POLICY_FIFO ? pass.RunFifo() : pass.RunQueues();
+  for (const std::string& id : pass.released()) claims_.erase(id);
+  for (const std::string& id : pass.claimed()) claims_[id] = now;
   last_queues_ = pass.QueueStatuses();
   return stats;
 }

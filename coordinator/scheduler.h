@@ -31,8 +31,17 @@
 // borrows nor lends there, and nothing is reclaimed from it). DefaultSchedulingConfig's one
 // queue has no entry at all, so QUEUES with it is submission order (within a priority) plus
 // backfill of the jobs with estimates. A job whose queue a reload removed runs without limit.
-// Victims: the greedy choice takes the least work lost per device first, then drops victims
-// a later one made unnecessary, and prefers one victim alone when it loses less than the set.
+// Preemption, in detail: a job with preemptions in flight for it (or whose victims stopped
+// within the grace period plus five minutes) comes first in the order, so that no other head
+// takes its devices and preempts again; within a priority, jobs of queues below their nominal
+// quota come before those that would borrow. The head waits instead of preempting when the
+// running jobs' expected ends give it its devices (and its quota) within ten grace periods, or
+// when the victims would lose more device-time than it would wait. A job that has checkpointed
+// is expected to write a final checkpoint when asked (it loses at most the grace period); one
+// that would lose more than ten grace periods of work is never a victim (a job that cannot
+// checkpoint is preempted early in its run or not at all). The greedy choice takes the least
+// work lost per device first, then drops victims a later one made unnecessary, and prefers
+// one victim alone when it loses less than the set.
 //
 // Not thread-safe: one caller at a time (the Cluster, under its lock).
 #ifndef SUBSTRAX_COORDINATOR_SCHEDULER_H_
@@ -178,6 +187,10 @@ class Scheduler {
   std::map<std::string, std::map<std::string, double>> usage_;
   absl::Time accounted_at_ = absl::InfinitePast();
   std::vector<QueueStatus> last_queues_;
+  // Jobs that running jobs were preempted for, and when: first in order until they start (the
+  // victims' devices are theirs once the victims have stopped), for at most the grace period
+  // plus five minutes.
+  std::map<std::string, absl::Time> claims_;
 };
 
 }  // namespace scheduling

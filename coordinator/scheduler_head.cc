@@ -31,13 +31,30 @@ void Pass::Head(const PendingJob& job, int queue, int pool, int64_t room, bool m
     why = absl::StrCat("its mesh of ", need, " devices does not fit the hosts of the ", p.free,
                        " free devices in pool ", job.pool);
   } else if (more_devices > 0 || more_quota > 0) {
-    std::vector<Victim> victims =
-        ChooseVictims(job, queue, pool, std::max<int64_t>(0, more_devices), room);
+    // When it would start without preemption: when the running jobs' expected ends free its
+    // devices and its queue's quota. A start that soon is worth waiting for, and so is one
+    // that costs less device-time waiting than the victims would lose.
+    absl::Time start = now_;
+    if (more_devices > 0) {
+      Reserve(job, pool, need, inflight);
+      start = p.shadow_known ? p.shadow : absl::InfiniteFuture();
+    }
+    if (more_quota > 0) start = std::max(start, QuotaFreed(queue, pool, more_quota));
+    std::vector<Victim> victims;
+    if (start > now_ + 10 * grace) {
+      victims = ChooseVictims(job, queue, pool, std::max<int64_t>(0, more_devices), room);
+    }
+    double lost = 0;
+    for (const Victim& v : victims) lost += v.lost;
+    if (start != absl::InfiniteFuture() &&
+        lost >= static_cast<double>(need) * absl::ToDoubleSeconds(start - now_)) {
+      victims.clear();
+    }
     if (!victims.empty()) {
       std::vector<std::string> names;
       for (const Victim& v : victims) {
         coming += v.job->devices;
-        names.push_back(v.job->id);
+        if (names.size() < 5) names.push_back(v.job->id);
         actions_.Preempt(*v.job, job,
                          v.own ? absl::StrCat("preempted for job ", job.id,
                                               " of higher priority in queue ", job.queue)
@@ -46,6 +63,10 @@ void Pass::Head(const PendingJob& job, int queue, int pool, int64_t room, bool m
                                               queues_[queue].cohort_name));
         chosen_.push_back(v.job);
         ++stats_.preempted;
+      }
+      claimed_.push_back(job.id);
+      if (victims.size() > names.size()) {
+        names.push_back(absl::StrCat("and ", victims.size() - names.size(), " more"));
       }
       why = absl::StrCat("preempting ", absl::StrJoin(names, ", "), " (", coming,
                          " devices) to start within ", config_.preemption_grace_seconds(), " s");
@@ -89,6 +110,7 @@ std::vector<Pass::Victim> Pass::ChooseVictims(const PendingJob& job, int queue, 
   const QueueState& q = queues_[queue];
   const int64_t need = job.sizes.back();
   const int64_t quota = std::max<int64_t>(0, need - room);
+  const absl::Duration grace = absl::Seconds(config_.preemption_grace_seconds());
   // Reclaim only what the queue is entitled to: a start that keeps it within
   // its nominal quota (its use is what the limit leaves of its room).
   const bool entitled =
@@ -103,9 +125,15 @@ std::vector<Pass::Victim> Pass::ChooseVictims(const PendingJob& job, int queue, 
     const bool reclaim = entitled && devices > 0 && rq != queue && other.cohort == q.cohort &&
                          other.limited[pool] && other.used[pool] > other.nominal[pool];
     if (!own && !reclaim) continue;
+    // A job that has checkpointed writes a final checkpoint when asked (built-in and SDK
+    // jobs; command jobs through their hook): it loses at most its grace period.
     const absl::Time since = std::max(r->started, r->last_checkpoint);
-    const double lost =
-        static_cast<double>(r->devices) * std::max(0.0, absl::ToDoubleSeconds(now_ - since));
+    absl::Duration at_risk = std::max(absl::ZeroDuration(), now_ - since);
+    if (r->last_checkpoint != absl::InfinitePast()) at_risk = std::min(at_risk, grace);
+    // Nor is more than ten grace periods of a job's work thrown away: a job that cannot
+    // checkpoint is preempted only early in its run, not over and over as it nears its end.
+    if (at_risk > 10 * grace) continue;
+    const double lost = static_cast<double>(r->devices) * absl::ToDoubleSeconds(at_risk);
     candidates.push_back({lost, r->priority, r->started, r, rq, own});
   }
   // Greedy by the work a device loses (seconds since the checkpoint), which
@@ -171,6 +199,19 @@ std::vector<Pass::Victim> Pass::ChooseVictims(const PendingJob& job, int queue, 
     }
   }
   return kept;
+}
+
+absl::Time Pass::QuotaFreed(int queue, int pool, int64_t devices) const {
+  std::vector<EndEntry> ends;
+  for (const EndEntry& e : pools_[pool].ends) {
+    if (e.job->queue == queues_[queue].name) ends.push_back(e);
+  }
+  int64_t freed = 0;
+  for (const EndEntry& e : ends) {
+    if (e.end == absl::InfiniteFuture()) break;
+    if ((freed += e.devices) >= devices) return std::max(e.end, now_);
+  }
+  return absl::InfiniteFuture();
 }
 
 void Pass::Reserve(const PendingJob& job, int pool, int64_t need, const InFlight& inflight) {

@@ -45,7 +45,7 @@ struct QueueState {
   // Devices held by its running jobs, and by those started in this pass.
   int64_t used[kPools] = {0, 0};
   double share = 0;
-  std::map<std::string, int64_t> pending_by_class;
+  absl::flat_hash_map<std::string, int64_t> pending_by_class;
   // Its pending jobs seen so far in the pass, and of those the ones at
   // `priority`: the difference is how many of higher priority are ahead of the
   // next one.
@@ -111,11 +111,14 @@ class Pass {
   Pass(const v1::SchedulingConfig& config, absl::Time now,
        const std::map<std::string, double>& shares, const std::vector<PendingJob>& pending,
        const std::vector<RunningJob>& running, const std::map<std::string, PoolDevices>& pools,
-       Actions& actions);
+       const std::map<std::string, absl::Time>& claims, Actions& actions);
 
   PassStats RunFifo();
   PassStats RunQueues();
   std::vector<QueueStatus> QueueStatuses() const;
+  // The jobs this pass preempted for, and the claimed jobs it started.
+  const std::vector<std::string>& claimed() const { return claimed_; }
+  const std::vector<std::string>& released() const { return released_; }
 
  private:
   struct Victim {
@@ -151,6 +154,9 @@ class Pass {
   std::vector<Victim> ChooseVictims(const PendingJob& job, int queue, int pool, int64_t devices,
                                     int64_t room);
   void Reserve(const PendingJob& job, int pool, int64_t need, const InFlight& inflight);
+  // When the queue's running jobs in the pool are expected to have freed `devices` of its
+  // quota; InfiniteFuture when no estimate says.
+  absl::Time QuotaFreed(int queue, int pool, int64_t devices) const;
   void Backfill(const PendingJob& job, int queue, int pool, int64_t room,
                 const std::string& prefix);
 
@@ -163,6 +169,9 @@ class Pass {
   std::vector<CohortState> cohorts_;
   PoolState pools_[kPools];
   absl::flat_hash_map<std::string, InFlight> inflight_;
+  const std::map<std::string, absl::Time>& claims_;
+  std::vector<std::string> claimed_;
+  std::vector<std::string> released_;
   // Victims chosen in this pass: not chosen again.
   std::vector<const RunningJob*> chosen_;
   int64_t version_ = 0;

@@ -31,8 +31,8 @@ std::string FormatAt(absl::Time t, absl::Time now) {
 Pass::Pass(const v1::SchedulingConfig& config, absl::Time now,
            const std::map<std::string, double>& shares, const std::vector<PendingJob>& pending,
            const std::vector<RunningJob>& running, const std::map<std::string, PoolDevices>& pools,
-           Actions& actions)
-    : config_(config), now_(now), pending_(pending), actions_(actions) {
+           const std::map<std::string, absl::Time>& claims, Actions& actions)
+    : config_(config), now_(now), pending_(pending), actions_(actions), claims_(claims) {
   absl::flat_hash_map<std::string, int> cohort_index;
   for (const v1::QueueConfig& c : config.queues()) {
     QueueState q;
@@ -182,6 +182,7 @@ InFlight Pass::InFlightFor(const std::string& id) const {
 bool Pass::TryStart(const PendingJob& job, int queue, int pool, int64_t devices,
                     const std::string& reason) {
   if (!actions_.Start(job, devices, reason)) return false;
+  if (!claims_.empty() && claims_.count(job.id) > 0) released_.push_back(job.id);
   AddUse(queue, pool, devices);
   PoolState& p = pools_[pool];
   p.free -= devices;
@@ -242,7 +243,9 @@ PassStats Pass::RunFifo() {
 
 PassStats Pass::RunQueues() {
   struct Entry {
+    bool inflight;
     int32_t priority;
+    bool borrowing;
     double share;
     int64_t order;
     int32_t index;
@@ -253,11 +256,22 @@ PassStats Pass::RunQueues() {
   for (size_t i = 0; i < pending_.size(); ++i) {
     const PendingJob& job = pending_[i];
     const int queue = QueueOf(job.queue);
+    const bool inflight = (!inflight_.empty() && inflight_.count(job.id) > 0) ||
+                          (!claims_.empty() && claims_.count(job.id) > 0);
+    const int pool = PoolIndex(job.pool);
+    const QueueState& q = queues_[queue];
+    const bool borrowing = pool >= 0 && q.limited[pool] && q.used[pool] >= q.nominal[pool];
     entries.push_back(
-        {job.priority, queues_[queue].share, job.order, static_cast<int32_t>(i), queue});
+        {inflight, job.priority, borrowing, q.share, job.order, static_cast<int32_t>(i), queue});
   }
+  // A job that running jobs are being preempted for comes first: those devices are its, and
+  // another head in its place would preempt again. Within a priority, the jobs of queues below
+  // their nominal quota come before those that would borrow: otherwise a borrower takes the
+  // devices a queue is entitled to and the queue reclaims them at once by preemption.
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.inflight != b.inflight) return a.inflight;
     if (a.priority != b.priority) return a.priority > b.priority;
+    if (a.borrowing != b.borrowing) return b.borrowing;
     if (a.share != b.share) return a.share < b.share;
     return a.order < b.order;
   });
@@ -265,7 +279,8 @@ PassStats Pass::RunQueues() {
     const PendingJob& job = pending_[e.index];
     QueueState& q = queues_[e.queue];
     ++q.pending_by_class[job.priority_class];
-    const std::string prefix = HigherPriorityPrefix(q, job);
+    // (Jobs first for their preemptions are out of priority order: not counted as ahead.)
+    const std::string prefix = e.inflight ? std::string() : HigherPriorityPrefix(q, job);
     const int pool = PoolIndex(job.pool);
     if (pool < 0 || !pools_[pool].known || pools_[pool].alive <= 0 || job.sizes.empty()) {
       actions_.Wait(job, absl::StrCat(prefix, "no alive devices in pool ", job.pool));
@@ -317,7 +332,7 @@ std::vector<QueueStatus> Pass::QueueStatuses() const {
       }
       if (q.limited[p] || q.used[p] > 0) s.used[kPoolNames[p]] = q.used[p];
     }
-    s.pending = q.pending_by_class;
+    s.pending.insert(q.pending_by_class.begin(), q.pending_by_class.end());
     s.fair_share = q.share;
     statuses.push_back(std::move(s));
   }

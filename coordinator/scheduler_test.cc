@@ -77,6 +77,8 @@ RunningJob Running(const std::string& id, int64_t devices, absl::Time expected_e
   job.devices = devices;
   job.started = kT0 - absl::Hours(1);
   job.expected_end = expected_end;
+  // It checkpoints: a preemption loses at most the grace period.
+  job.last_checkpoint = kT0 - absl::Minutes(10);
   return job;
 }
 
@@ -194,6 +196,24 @@ TEST(Queues, FairShareOrdersQueuesOfOnePriority) {
   EXPECT_LT(s.Queues()[0].fair_share, queues[0].fair_share * 0.6);
 }
 
+TEST(Queues, AReloadKeepsTheFairShareOfQueuesThatRemain) {
+  Scheduler s(Config(kTwoQueues));
+  Recorder r;
+  s.Schedule(kT0, {}, {Running("r", 8, absl::InfiniteFuture(), "research")}, Cuda(16, 8), r);
+  s.Schedule(kT0 + absl::Hours(1), {}, {Running("r", 8, absl::InfiniteFuture(), "research")},
+             Cuda(16, 8), r);
+  const double share = s.Queues()[0].fair_share;
+  ASSERT_GT(share, 0);
+  s.SetConfig(Config("queues: [{name: research}, {name: audio}]\n"));
+  s.Schedule(kT0 + absl::Hours(1), {}, {}, Cuda(16, 16), r);
+  std::vector<QueueStatus> queues = s.Queues();
+  ASSERT_EQ(queues.size(), 2u);
+  EXPECT_EQ(queues[0].name, "research");
+  EXPECT_DOUBLE_EQ(queues[0].fair_share, share);
+  EXPECT_EQ(queues[1].fair_share, 0);
+  EXPECT_TRUE(queues[0].quota.empty());  // no quota entry: no limit
+}
+
 TEST(Queues, BorrowsIdleQuotaOfTheCohortWithinItsLimit) {
   Scheduler s(Config(kTwoQueues));
   Recorder r;
@@ -224,8 +244,10 @@ TEST(Queues, ReclaimPreemptsTheBorrowerThatLosesTheLeastWork) {
   Recorder r;
   RunningJob own = Running("v-own", 8, absl::InfiniteFuture(), "vision");
   RunningJob fresh = Running("v-fresh", 2, absl::InfiniteFuture(), "vision");
-  fresh.last_checkpoint = kT0 - absl::Minutes(1);
+  fresh.started = kT0 - absl::Minutes(30);
+  // Without a checkpoint an hour's work is at risk: never a victim.
   RunningJob stale = Running("v-stale", 2, absl::InfiniteFuture(), "vision");
+  stale.last_checkpoint = absl::InfinitePast();
   RunningJob research = Running("r-1", 4, absl::InfiniteFuture(), "research");
   PassStats stats = s.Schedule(kT0, {Pending("r-2", 2, 1, 0, "research")},
                                {own, fresh, stale, research}, Cuda(16, 0), r);
@@ -272,15 +294,19 @@ TEST(Queues, HigherPriorityPreemptsWithinItsQueueNeverTheUnpreemptible) {
   Scheduler s(Config(kTwoQueues));
   RunningJob pinned = Running("pinned", 4, absl::InfiniteFuture(), "research");
   pinned.preemptible = false;
+  // Neither has checkpointed: young risks 3 minutes, old an hour (more than ten grace periods:
+  // not a victim).
   RunningJob young = Running("young", 2, absl::InfiniteFuture(), "research");
-  young.started = kT0 - absl::Minutes(10);
+  young.started = kT0 - absl::Minutes(3);
+  young.last_checkpoint = absl::InfinitePast();
   RunningJob old = Running("old", 2, absl::InfiniteFuture(), "research");
+  old.last_checkpoint = absl::InfinitePast();
   RunningJob other = Running("other-queue", 8, absl::InfiniteFuture(), "vision");
   Recorder r;
   s.Schedule(kT0, {Pending("urgent", 2, 1, 10, "research")}, {pinned, young, old, other},
              Cuda(16, 0), r);
-  // research is at its quota of 8 (no idle quota to borrow): the job of its own
-  // queue that has run the least since its start is preempted.
+  // research is at its quota of 8 (no idle quota to borrow): the job of its own queue that
+  // loses the least is preempted.
   EXPECT_THAT(r.preempted, ElementsAre("young"));
   EXPECT_THAT(r.reasons["young"], HasSubstr("of higher priority in queue research"));
 
@@ -300,12 +326,32 @@ TEST(Queues, PreemptsFewestVictimsAfterAGreedyChoice) {
     running.push_back(Running(absl::StrCat("small-", i), 1, absl::InfiniteFuture()));
     running.back().started = kT0 - absl::Minutes(1);
   }
+  for (RunningJob& small : running) small.last_checkpoint = absl::InfinitePast();
   running.push_back(Running("big", 4, absl::InfiniteFuture()));
   running.back().last_checkpoint = kT0 - absl::Seconds(20);
   Recorder r;
   s.Schedule(kT0, {Pending("urgent", 4, 1, 10)}, running, Cuda(8, 0), r);
   // The four small ones lost 4 minutes together; the big one 80 s.
   EXPECT_THAT(r.preempted, ElementsAre("big"));
+}
+
+TEST(Queues, WaitsRatherThanPreemptWhenDevicesFreeSoonOrVictimsLoseMore) {
+  Scheduler s(DefaultSchedulingConfig());
+  Recorder soon;
+  // The running job ends within ten grace periods: the urgent job waits for it.
+  s.Schedule(kT0, {Pending("urgent", 4, 1, 10)}, {Running("ending", 4, kT0 + absl::Minutes(4))},
+             Cuda(4, 0), soon);
+  EXPECT_THAT(soon.preempted, IsEmpty());
+  EXPECT_THAT(soon.waits["urgent"], HasSubstr("reserved for 08:04:00 UTC"));
+  // A 1-device job that starts in 20 minutes is not worth 64 devices' grace period (32 min).
+  Recorder costly;
+  s.Schedule(kT0, {Pending("small", 1, 1, 10)}, {Running("wide", 64, kT0 + absl::Minutes(20))},
+             Cuda(64, 0), costly);
+  EXPECT_THAT(costly.preempted, IsEmpty());
+  Recorder worth;
+  s.Schedule(kT0, {Pending("small", 1, 1, 10)}, {Running("wide", 64, kT0 + absl::Hours(2))},
+             Cuda(64, 0), worth);
+  EXPECT_THAT(worth.preempted, ElementsAre("wide"));
 }
 
 TEST(Queues, AStartTheCallerRefusesHoldsTheDevicesAsTheHead) {
