@@ -38,7 +38,7 @@ struct TraceOptions {
   // the arrival span.
   int burst_jobs = 6000;
   // Background job sizes: 2^k devices, k in 0..max_size_log2, P(k) ~ 2^(-size_decay k).
-  int max_size_log2 = 8;
+  int max_size_log2 = 10;
   double size_decay = 0.5;
   double burst_at = 0.35;
   // Checkpoints every this many minutes (jobs that can checkpoint).

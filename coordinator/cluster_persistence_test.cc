@@ -80,7 +80,7 @@ void ExpectRestartKeepsEverything(StateStore& state) {
   EXPECT_TRUE(c.CheckAttemptRunning(running, 1).ok());
   EXPECT_EQ(c.GetJob(waiting)->state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(c.GetJob(waiting)->transitions().rbegin()->reason(),
-              HasSubstr("submitted; waiting for 2 free devices"));
+              HasSubstr("submitted; waiting for 2 devices; 0 free of 4 in pool cpu"));
   std::vector<v1::Worker> workers = c.ListWorkers();
   ASSERT_THAT(workers, SizeIs(2));
   EXPECT_EQ(workers[0].state(), v1::WORKER_STATE_ALIVE);

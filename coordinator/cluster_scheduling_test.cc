@@ -32,9 +32,14 @@ TEST_F(ClusterTest, GangSchedulingIsAllOrNothingAndFifo) {
   EXPECT_EQ(waiting.state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(waiting.mesh().devices(), IsEmpty());
   EXPECT_EQ(waiting.transitions().rbegin()->reason(),
-            "submitted; waiting for 4 free devices; 2 free on 2 alive workers");
+            "submitted; waiting for 4 devices; 2 free of 4 in pool cpu; no reservation: a "
+            "running job in pool cpu has no estimate (max_duration_seconds)");
   EXPECT_EQ(Get(later).state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(Get(later).transitions().rbegin()->reason(), HasSubstr("behind job " + big));
+  // Without an estimate it is not backfilled into the 2 free devices.
+  EXPECT_THAT(Get(later).transitions().rbegin()->reason(),
+              HasSubstr("behind job " + big + ", first in line for pool cpu"));
+  EXPECT_THAT(Get(later).transitions().rbegin()->reason(),
+              HasSubstr("without an estimate of its duration"));
   EXPECT_THAT(Poll("w-2"), IsEmpty());  // the small job fits on w-1 alone
 
   ASSERT_TRUE(cluster_->CancelJob(small, "").ok());
@@ -42,7 +47,7 @@ TEST_F(ClusterTest, GangSchedulingIsAllOrNothingAndFifo) {
   EXPECT_THAT(Get(big).mesh().devices(), SizeIs(4));
   EXPECT_EQ(Get(later).state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(Get(later).transitions().rbegin()->reason(),
-              HasSubstr("waiting for 2 free devices; 0 free on 2 alive workers"));
+              HasSubstr("waiting for 2 devices; 0 free of 4 in pool cpu"));
 
   std::vector<v1::Job> pending = cluster_->ListJobs({v1::JOB_STATE_PENDING});
   ASSERT_THAT(pending, SizeIs(1));
@@ -51,6 +56,31 @@ TEST_F(ClusterTest, GangSchedulingIsAllOrNothingAndFifo) {
   ASSERT_THAT(all, SizeIs(3));
   EXPECT_EQ(all[0].id(), later);  // newest first
   EXPECT_EQ(all[2].id(), small);
+}
+
+TEST_F(ClusterTest, AYoungerJobWithAnEstimateIsBackfilledWhenItCannotDelayTheHead) {
+  RegisterTwoWorkers();
+  v1::JobSpec running = Spec("running", 2);
+  running.set_max_duration_seconds(600);  // the head's reservation: 10 minutes from now
+  const std::string first = Submit(running);
+  const std::string big = Submit(Spec("big", 4));
+  v1::JobSpec longer = Spec("longer", 2);
+  longer.set_max_duration_seconds(3600);
+  v1::JobSpec shorter = Spec("shorter", 2);
+  shorter.set_max_duration_seconds(300);
+  const std::string late = Submit(longer);
+  const std::string quick = Submit(shorter);
+  EXPECT_EQ(Get(first).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(big).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(big).transitions().rbegin()->reason(), HasSubstr("reserved for"));
+  // It would still run when the head could start: it waits.
+  EXPECT_EQ(Get(late).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(late).transitions().rbegin()->reason(),
+              HasSubstr("the reservation of job " + big));
+  // It ends before the head could start: it runs now on the idle devices.
+  const v1::Job backfilled = Get(quick);
+  EXPECT_EQ(backfilled.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(backfilled.transitions().rbegin()->reason(), HasSubstr("backfilled"));
 }
 
 TEST_F(ClusterTest, AJobTheClusterCannotHoldDoesNotBlockTheQueue) {
@@ -64,7 +94,7 @@ TEST_F(ClusterTest, AJobTheClusterCannotHoldDoesNotBlockTheQueue) {
   Register("w-3", "c", 2);
   Register("w-4", "d", 2);
   EXPECT_EQ(Get(huge).state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(Get(huge).transitions().rbegin()->reason(), HasSubstr("4 free on 4 alive workers"));
+  EXPECT_THAT(Get(huge).transitions().rbegin()->reason(), HasSubstr("4 free of 8 in pool cpu"));
 }
 
 TEST_F(ClusterTest, AssignmentsFollowTheProcessIndexRule) {

@@ -263,10 +263,9 @@ void Pass::Backfill(const PendingJob& job, int queue, int pool, int64_t room,
     return;
   }
   if (job.estimate == absl::InfiniteDuration()) {
-    actions_.Wait(job, absl::StrCat(prefix,
-                                    "no estimate of its duration (max_duration_seconds) "
-                                    "to start it ahead of ",
-                                    p.reservation_reason));
+    actions_.Wait(job, absl::StrCat(prefix, p.behind_reason,
+                                    "; without an estimate of its duration "
+                                    "(max_duration_seconds) it is not backfilled ahead of it"));
     return;
   }
   if (!p.shadow_known) {

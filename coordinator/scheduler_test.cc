@@ -129,9 +129,9 @@ TEST(Queues, DefaultConfigurationIsFifoWithBackfill) {
   EXPECT_THAT(r.waits["big"],
               HasSubstr("8 devices; 2 free of 8 in pool cuda; reserved for 08:30:00 UTC"));
   EXPECT_THAT(r.waits["no-estimate"],
-              HasSubstr("no estimate of its duration (max_duration_seconds) to "
-                        "start it ahead "
-                        "of the reservation of job big at 08:30:00 UTC"));
+              HasSubstr("behind job big, first in line for pool cuda (8 devices, 2 free); "
+                        "without an estimate of its duration (max_duration_seconds) it is not "
+                        "backfilled ahead of it"));
   EXPECT_THAT(r.waits["long"], HasSubstr("behind job big"));
   EXPECT_THAT(r.reasons["short"], HasSubstr("backfilled"));
 }
