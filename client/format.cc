@@ -246,6 +246,7 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   fields.emplace_back("Name", job.spec().name());
   fields.emplace_back("State", state);
   fields.emplace_back("Attempt", absl::StrCat(job.attempt()));
+  for (auto& field : SchedulingFields(job, options)) fields.push_back(std::move(field));
   if (job.has_next_attempt_time()) {
     // A failed attempt's restart waits out its backoff.
     fields.emplace_back("Next try", absl::StrCat("attempt ", job.attempt() + 1, " not before ",

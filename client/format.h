@@ -5,6 +5,7 @@
 #define SUBSTRAX_CLIENT_FORMAT_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -97,6 +98,14 @@ std::string FormatJobOutcome(const v1::Job& job);
 // `substraxctl workers`: WORKER, HOST, STATE, DEVICES, LAST HEARTBEAT, JOBS.
 std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
                                const FormatOptions& options);
+// `substraxctl queues`: QUEUE, COHORT, QUOTA, USED, BORROWED, PENDING (by priority class),
+// SHARE; then the priority classes, the policy, where the configuration came from and, when the
+// last reload of the queues file was refused, why.
+std::string FormatQueues(const v1::ListQueuesResponse& queues, const FormatOptions& options);
+// What `get` shows of a job's scheduling: its queue and priority class, a preemption in
+// progress, and past preemptions with the work they lost. Pairs of field name and value.
+std::vector<std::pair<std::string, std::string>> SchedulingFields(const v1::Job& job,
+                                                                  const FormatOptions& options);
 // `substraxctl metrics`: STEP and one column per series ("loss", "loss/host-a"); a step a
 // series lacks shows "-". Steps ascending. When a point is partial (some devices of its group
 // have not reported the step), a last column NOTE says so: "partial (3/4 devices)", or each

@@ -253,6 +253,10 @@ void CoordinatorServer::Shutdown() {
   impl_->state.rendezvous_pool.Stop();
 }
 
+void CoordinatorServer::SetQueuesConfigStatus(QueuesConfigStatus status) {
+  impl_->state.SetQueuesConfig(std::move(status));
+}
+
 void CoordinatorServer::Wait() { server_->Wait(); }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }

@@ -314,6 +314,37 @@ TEST_F(ServerTest, AJobRunsThroughAssignmentsRendezvousAndReports) {
 
 // The server-side check of every spec, whatever client sent it: each bad spec is
 // INVALID_ARGUMENT naming the field, and the coordinator keeps serving.
+TEST_F(ServerTest, ListQueuesShowsTheConfigurationInForceAndWhyAReloadWasRefused) {
+  v1::SchedulingConfig config = scheduling::DefaultSchedulingConfig();
+  v1::QueueConfig* research = config.add_queues();
+  research->set_name("research");
+  research->set_cohort("lab");
+  v1::DeviceQuota* quota = research->add_quotas();
+  quota->set_backend("cpu");
+  quota->set_devices(4);
+  cluster_->SetSchedulingConfig(config);
+  QueuesConfigStatus source;
+  source.source = "/etc/substrax/queues.yaml";
+  source.loaded = absl::FromUnixSeconds(1700000000);
+  source.last_error = "queues[1].quotas[0].backend: unknown backend 'tpu'";
+  server_->SetQueuesConfigStatus(source);
+
+  v1::ListQueuesResponse response;
+  ASSERT_TRUE(jobs_->ListQueues(Context().get(), v1::ListQueuesRequest(), &response).ok());
+  EXPECT_EQ(response.policy(), v1::SCHEDULING_POLICY_QUEUES);
+  ASSERT_EQ(response.queues_size(), 2);
+  EXPECT_EQ(response.queues(0).name(), "default");
+  EXPECT_EQ(response.queues(1).name(), "research");
+  EXPECT_EQ(response.queues(1).cohort(), "lab");
+  ASSERT_EQ(response.queues(1).devices_size(), 1);
+  EXPECT_EQ(response.queues(1).devices(0).quota(), 4);
+  ASSERT_EQ(response.priority_classes_size(), 1);
+  EXPECT_EQ(response.priority_classes(0).name(), "default");
+  EXPECT_EQ(response.config_source(), "/etc/substrax/queues.yaml");
+  EXPECT_EQ(response.config_load_time().seconds(), 1700000000);
+  EXPECT_EQ(response.config_error(), source.last_error);
+}
+
 TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
   Register("a", "inc-a");
   Register("b", "inc-b");
