@@ -14,7 +14,7 @@
 namespace substrax {
 
 // Where the scheduling configuration in force came from; the coordinator sets it at each load
-// or refused reload of --queues (CoordinatorServer::SetQueuesConfigStatus).
+// or refused reload of --queues (CoordinatorServer::SetQueuesSource).
 struct QueuesConfigStatus {
   // The file's path, or "built-in default".
   std::string source = "built-in default";

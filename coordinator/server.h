@@ -97,8 +97,10 @@ class CoordinatorServer {
   int worker_port() const { return worker_port_; }
   // The bound /metrics port; 0 without metrics_listen.
   int metrics_port() const { return metrics_port_; }
-  // What ListQueues says of the configuration in force. Thread-safe.
-  void SetQueuesConfigStatus(QueuesConfigStatus status);
+  // What ListQueues says of the scheduling configuration in force: where it was read from (the
+  // --queues file's path), when, and why the file's last reload was refused (empty: it was
+  // not). Unset: "built-in default". Thread-safe.
+  void SetQueuesSource(const std::string& source, absl::Time loaded, const std::string& error);
   // Stops accepting, ends open streams, and returns when every handler has finished.
   void Shutdown();
   // Blocks until Shutdown.
