@@ -107,10 +107,11 @@ TEST_F(CommandsTest, GetShowsTheJobOrNotFound) {
 TEST_F(CommandsTest, ListReadsEveryPageAndFiltersByState) {
   EXPECT_EQ(ListCommand(ctx_, "running,pending"), kExitOk) << err_.str();
   const std::string out = out_.str();
-  EXPECT_EQ(out.rfind("ID       NAME   STATE     ATTEMPT   STEP     DEVICES   AGE\n", 0), 0u)
+  EXPECT_EQ(
+      out.rfind("ID       NAME   QUEUE   STATE     ATTEMPT   STEP     DEVICES   AGE\n", 0), 0u)
       << out;
-  EXPECT_NE(out.find("demo-2   demo   PENDING   0         0/100"), std::string::npos) << out;
-  EXPECT_NE(out.find("demo-1   demo   RUNNING   1         40/100"), std::string::npos) << out;
+  EXPECT_THAT(out, HasSubstr("demo-2   demo   -       PENDING   0         0/100"));
+  EXPECT_THAT(out, HasSubstr("demo-1   demo   -       RUNNING   1         40/100"));
   ASSERT_EQ(jobs_.last_list().states_size(), 2);
   EXPECT_EQ(jobs_.last_list().states(0), v1::JOB_STATE_RUNNING);
 

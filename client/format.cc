@@ -218,10 +218,11 @@ std::string MeshLine(const v1::Mesh& mesh) {
 }  // namespace
 
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOptions& options) {
-  Table table({"ID", "NAME", "STATE", "ATTEMPT", "STEP", "DEVICES", "AGE"});
+  Table table({"ID", "NAME", "QUEUE", "STATE", "ATTEMPT", "STEP", "DEVICES", "AGE"});
   for (const v1::Job& job : jobs) {
     const int64_t devices = job.mesh().devices_size();
-    table.AddRow({job.id(), job.spec().name(), StateCell(job.state()),
+    table.AddRow({job.id(), job.spec().name(), job.queue().empty() ? "-" : job.queue(),
+                  StateCell(job.state()),
                   absl::StrCat(job.attempt()), StepCell(job.progress()),
                   devices > 0 ? absl::StrCat(devices) : "-",
                   job.has_create_time() ? FormatAge(options.now - FromProtoTime(job.create_time()))

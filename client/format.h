@@ -83,7 +83,7 @@ std::string FormatMetricPairs(const google::protobuf::Map<std::string, double>& 
 // "(data=2, model=2)"; "-" for an empty mesh.
 std::string FormatMeshShape(const v1::Mesh& mesh);
 
-// `substraxctl list`: ID, NAME, STATE, ATTEMPT, STEP, DEVICES, AGE.
+// `substraxctl list`: ID, NAME, QUEUE, STATE, ATTEMPT, STEP, DEVICES, AGE.
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOptions& options);
 // `substraxctl get`: the job's fields one per line, then its transitions.
 std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options);

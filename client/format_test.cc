@@ -93,12 +93,12 @@ TEST(FormatTest, DurationsAgesAndValues) {
 
 TEST(FormatTest, JobsTable) {
   v1::Job pending = Parse<v1::Job>(absl::StrCat(
-      R"pb(id: "lin-1" state: JOB_STATE_PENDING spec { name: "lin" }
+      R"pb(id: "lin-1" state: JOB_STATE_PENDING spec { name: "lin" } queue: "research"
            create_time { seconds: )pb", kT0 + 280, " }"));
   EXPECT_EQ(FormatJobsTable({RunningJob(), pending}, At(kT0 + 300)),
-            "ID        NAME    STATE     ATTEMPT   STEP       DEVICES   AGE\n"
-            "mnist-3   mnist   RUNNING   1         120/1000   4         5m\n"
-            "lin-1     lin     PENDING   0         -          -         20s\n");
+            "ID        NAME    QUEUE      STATE     ATTEMPT   STEP       DEVICES   AGE\n"
+            "mnist-3   mnist   -          RUNNING   1         120/1000   4         5m\n"
+            "lin-1     lin     research   PENDING   0         -          -         20s\n");
 }
 
 TEST(FormatTest, JobDetailsShowEveryPart) {
