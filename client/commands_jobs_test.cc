@@ -254,7 +254,7 @@ TEST_F(CommandsTest, QueuesShowsQuotasUseAndPendingThenWhyTheFileWasNotLoaded) {
   EXPECT_EQ(out_.str(),
             "QUEUE                COHORT   QUOTA    USED     BORROWED   PENDING         SHARE\n"
             "research (default)   lab      cpu 16   cpu 20   cpu 4      high 2, low 5   0.50\n"
-            "vision               -        -        -        -          0               0.00\n"
+            "vision               -        -        0        0          0               0.00\n"
             "Priority classes: high (1000), low (0, default)\n"
             "Policy: queues (priority, fair share, age; backfill, preemption)\n"
             "Configuration: /etc/substrax/queues.yaml\n"

@@ -15,16 +15,16 @@ namespace substrax::ctl {
 namespace {
 
 // "cpu 16, cuda 8": `count` of each backend of the queue that has it, and (unless `zeros`)
-// where it is not 0; "-" if none.
+// where it is not 0; `none` if none.
 std::string PerBackend(const v1::QueueState& queue,
                        const std::function<std::optional<int64_t>(const v1::QueueDevices&)>& count,
-                       bool zeros) {
+                       bool zeros, const char* none) {
   std::vector<std::string> parts;
   for (const v1::QueueDevices& d : queue.devices()) {
     const std::optional<int64_t> n = count(d);
     if (n.has_value() && (zeros || *n != 0)) parts.push_back(absl::StrCat(d.backend(), " ", *n));
   }
-  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+  return parts.empty() ? none : absl::StrJoin(parts, ", ");
 }
 
 // "high 2, low 5" in the classes' order (highest first), then any class no longer configured.
@@ -68,9 +68,9 @@ std::string FormatQueues(const v1::ListQueuesResponse& r, const FormatOptions& o
     auto borrowed = [](const v1::QueueDevices& d) -> std::optional<int64_t> {
       return d.borrowed();
     };
-    table.AddRow({name, q.cohort().empty() ? "-" : q.cohort(), PerBackend(q, quota, true),
-                  PerBackend(q, used, false), PerBackend(q, borrowed, false), PendingCell(q, r),
-                  absl::StrFormat("%.2f", q.fair_share())});
+    table.AddRow({name, q.cohort().empty() ? "-" : q.cohort(), PerBackend(q, quota, true, "-"),
+                  PerBackend(q, used, false, "0"), PerBackend(q, borrowed, false, "0"),
+                  PendingCell(q, r), absl::StrFormat("%.2f", q.fair_share())});
   }
   std::string out = table.Render(options.color);
   std::vector<std::string> classes;

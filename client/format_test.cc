@@ -176,7 +176,7 @@ TEST(FormatTest, QueuesTableThenClassesPolicyAndSource) {
             "SHARE\n"
             "research (default)   lab      cpu 16, cuda 8   cpu 20   cpu 4      high 2, low 5   "
             "0.25\n"
-            "vision               -        cuda 8           cuda 8   -          0               "
+            "vision               -        cuda 8           cuda 8   0          0               "
             "0.00\n"
             "Priority classes: high (1000), low (0, default)\n"
             "Policy: queues (priority, fair share, age; backfill, preemption)\n"

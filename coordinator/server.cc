@@ -361,7 +361,7 @@ void CoordinatorServer::Shutdown() {
 
 void CoordinatorServer::SetQueuesSource(const std::string& source, absl::Time loaded,
                                         const std::string& error) {
-  impl_->state.SetQueuesConfig({source, loaded, error});
+  impl_->state.SetQueuesSource({source, loaded, error});
 }
 
 void CoordinatorServer::Wait() { server_->Wait(); }

@@ -187,7 +187,7 @@ void ServerState::RemoveStream(const std::shared_ptr<StreamHandle>& handle) {
   streams.erase(handle);
 }
 
-void ServerState::SetQueuesConfig(QueuesConfigStatus status) {
+void ServerState::SetQueuesSource(QueuesConfigStatus status) {
   absl::MutexLock lock(&queues_mu);
   queues_config = std::move(status);
 }

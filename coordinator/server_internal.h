@@ -112,7 +112,8 @@ struct ServerState {
   // Sets `stopping` and wakes every stream, which then ends UNAVAILABLE.
   void StopStreams() ABSL_LOCKS_EXCLUDED(streams_mu);
 
-  void SetQueuesConfig(QueuesConfigStatus status) ABSL_LOCKS_EXCLUDED(queues_mu);
+  // CoordinatorServer::SetQueuesSource.
+  void SetQueuesSource(QueuesConfigStatus status) ABSL_LOCKS_EXCLUDED(queues_mu);
   // ListQueues' answer: the cluster's configuration and queues, and queues_config.
   v1::ListQueuesResponse ListQueues() const ABSL_LOCKS_EXCLUDED(queues_mu);
 
