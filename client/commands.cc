@@ -446,6 +446,15 @@ int WorkersCommand(const CommandContext& ctx) {
       response.workers().empty(), "no workers have registered");
 }
 
+int QueuesCommand(const CommandContext& ctx) {
+  v1::ListQueuesResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::ListQueues, v1::ListQueuesRequest(),
+                              &response)) {
+    return rc;
+  }
+  return PrintResult(ctx, response, [&] { return FormatQueues(response, FormatOptionsOf(ctx)); });
+}
+
 int HealthCommand(const CommandContext& ctx, const std::string& address,
                   const std::string& service) {
   const std::string target = address.empty() ? ctx.coordinator : address;

@@ -70,6 +70,9 @@ int CancelCommand(const CommandContext& ctx, const std::string& job_id,
                   const std::string& reason);
 // workers.
 int WorkersCommand(const CommandContext& ctx);
+// queues: each queue's quota, use, borrowing and pending jobs, the priority classes, the policy
+// and where its configuration came from (and why a reload was refused).
+int QueuesCommand(const CommandContext& ctx);
 // grpc.health.v1 Check of `address` (default: the coordinator) for `service` ("" = the server):
 // prints SERVING or NOT_SERVING; exit 0 only when SERVING (3 when unreachable).
 int HealthCommand(const CommandContext& ctx, const std::string& address,

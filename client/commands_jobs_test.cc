@@ -1,6 +1,6 @@
 // Tests of substraxctl's job commands (submit, get, list, cancel, delete, logs, watch, workers,
-// mesh) against the fake coordinator of commands_test_util.h, checking stdout, stderr and exit
-// codes.
+// queues, mesh) against the fake coordinator of commands_test_util.h, checking stdout, stderr
+// and exit codes.
 #include "client/commands.h"
 
 #include <algorithm>
@@ -107,10 +107,11 @@ TEST_F(CommandsTest, GetShowsTheJobOrNotFound) {
 TEST_F(CommandsTest, ListReadsEveryPageAndFiltersByState) {
   EXPECT_EQ(ListCommand(ctx_, "running,pending"), kExitOk) << err_.str();
   const std::string out = out_.str();
-  EXPECT_EQ(out.rfind("ID       NAME   STATE     ATTEMPT   STEP     DEVICES   AGE\n", 0), 0u)
+  EXPECT_EQ(
+      out.rfind("ID       NAME   QUEUE   STATE     ATTEMPT   STEP     DEVICES   AGE\n", 0), 0u)
       << out;
-  EXPECT_NE(out.find("demo-2   demo   PENDING   0         0/100"), std::string::npos) << out;
-  EXPECT_NE(out.find("demo-1   demo   RUNNING   1         40/100"), std::string::npos) << out;
+  EXPECT_THAT(out, HasSubstr("demo-2   demo   -       PENDING   0         0/100"));
+  EXPECT_THAT(out, HasSubstr("demo-1   demo   -       RUNNING   1         40/100"));
   ASSERT_EQ(jobs_.last_list().states_size(), 2);
   EXPECT_EQ(jobs_.last_list().states(0), v1::JOB_STATE_RUNNING);
 
@@ -246,6 +247,23 @@ TEST_F(CommandsTest, WorkersAndMesh) {
   ctx_.format = OutputFormat::kYaml;
   EXPECT_EQ(WorkersCommand(ctx_), kExitOk);
   EXPECT_EQ(out_.str().rfind("workers:\n  - worker_id: w-0\n", 0), 0u) << out_.str();
+}
+
+TEST_F(CommandsTest, QueuesShowsQuotasUseAndPendingThenWhyTheFileWasNotLoaded) {
+  EXPECT_EQ(QueuesCommand(ctx_), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "QUEUE                COHORT   QUOTA    USED     BORROWED   PENDING         SHARE\n"
+            "research (default)   lab      cpu 16   cpu 20   cpu 4      high 2, low 5   0.50\n"
+            "vision               -        -        0        0          0               0.00\n"
+            "Priority classes: high (1000), low (0, default)\n"
+            "Policy: queues (priority, fair share, age; backfill, preemption)\n"
+            "Configuration: /etc/substrax/queues.yaml\n"
+            "The queues file was not loaded: queues[1].quotas[0].backend: unknown backend "
+            "'tpu'; the configuration above stays\n");
+  out_.str("");
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(QueuesCommand(ctx_), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("\"config_error\": \"queues[1].quotas[0].backend: unknown"));
 }
 
 TEST_F(CommandsTest, UnreachableCoordinatorExitsThreeNamingTheAddress) {

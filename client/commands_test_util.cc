@@ -163,6 +163,32 @@ grpc::Status FakeJobService::WatchJob(grpc::ServerContext*, const v1::WatchJobRe
   return grpc::Status::OK;
 }
 
+grpc::Status FakeJobService::ListQueues(grpc::ServerContext*, const v1::ListQueuesRequest*,
+                                        v1::ListQueuesResponse* response) {
+  response->set_policy(v1::SCHEDULING_POLICY_QUEUES);
+  v1::QueueState* research = response->add_queues();
+  research->set_name("research");
+  research->set_cohort("lab");
+  v1::QueueDevices* cpu = research->add_devices();
+  cpu->set_backend("cpu");
+  cpu->set_quota(16);
+  cpu->set_used(20);
+  cpu->set_borrowed(4);
+  (*research->mutable_pending())["high"] = 2;
+  (*research->mutable_pending())["low"] = 5;
+  research->set_fair_share(0.5);
+  response->add_queues()->set_name("vision");
+  response->set_default_queue("research");
+  v1::PriorityClass* high = response->add_priority_classes();
+  high->set_name("high");
+  high->set_value(1000);
+  response->add_priority_classes()->set_name("low");
+  response->set_default_priority_class("low");
+  response->set_config_source("/etc/substrax/queues.yaml");
+  response->set_config_error("queues[1].quotas[0].backend: unknown backend 'tpu'");
+  return grpc::Status::OK;
+}
+
 grpc::Status FakeJobService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                                          v1::ListWorkersResponse* response) {
   // The stand-in coordinator of the local-cluster test lists the workers it was told of.

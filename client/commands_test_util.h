@@ -55,6 +55,10 @@ class FakeJobService final : public v1::JobService::Service {
                            v1::ListWorkersResponse* response) override;
   grpc::Status GetMesh(grpc::ServerContext*, const v1::GetMeshRequest*,
                        v1::GetMeshResponse* response) override;
+  // Queues research (cohort lab, cpu 16, 2 high and 5 low pending) and vision (nothing yet),
+  // classes high and low, from /etc/substrax/queues.yaml whose last reload was refused.
+  grpc::Status ListQueues(grpc::ServerContext*, const v1::ListQueuesRequest*,
+                          v1::ListQueuesResponse* response) override;
 
   int submits() {
     absl::MutexLock lock(&mu_);

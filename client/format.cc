@@ -218,10 +218,11 @@ std::string MeshLine(const v1::Mesh& mesh) {
 }  // namespace
 
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOptions& options) {
-  Table table({"ID", "NAME", "STATE", "ATTEMPT", "STEP", "DEVICES", "AGE"});
+  Table table({"ID", "NAME", "QUEUE", "STATE", "ATTEMPT", "STEP", "DEVICES", "AGE"});
   for (const v1::Job& job : jobs) {
     const int64_t devices = job.mesh().devices_size();
-    table.AddRow({job.id(), job.spec().name(), StateCell(job.state()),
+    table.AddRow({job.id(), job.spec().name(), job.queue().empty() ? "-" : job.queue(),
+                  StateCell(job.state()),
                   absl::StrCat(job.attempt()), StepCell(job.progress()),
                   devices > 0 ? absl::StrCat(devices) : "-",
                   job.has_create_time() ? FormatAge(options.now - FromProtoTime(job.create_time()))
@@ -246,6 +247,7 @@ std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options) {
   fields.emplace_back("Name", job.spec().name());
   fields.emplace_back("State", state);
   fields.emplace_back("Attempt", absl::StrCat(job.attempt()));
+  for (auto& field : SchedulingFields(job, options)) fields.push_back(std::move(field));
   if (job.has_next_attempt_time()) {
     // A failed attempt's restart waits out its backoff.
     fields.emplace_back("Next try", absl::StrCat("attempt ", job.attempt() + 1, " not before ",

@@ -5,6 +5,7 @@
 #define SUBSTRAX_CLIENT_FORMAT_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -82,7 +83,7 @@ std::string FormatMetricPairs(const google::protobuf::Map<std::string, double>& 
 // "(data=2, model=2)"; "-" for an empty mesh.
 std::string FormatMeshShape(const v1::Mesh& mesh);
 
-// `substraxctl list`: ID, NAME, STATE, ATTEMPT, STEP, DEVICES, AGE.
+// `substraxctl list`: ID, NAME, QUEUE, STATE, ATTEMPT, STEP, DEVICES, AGE.
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatOptions& options);
 // `substraxctl get`: the job's fields one per line, then its transitions.
 std::string FormatJobDetails(const v1::Job& job, const FormatOptions& options);
@@ -97,6 +98,14 @@ std::string FormatJobOutcome(const v1::Job& job);
 // `substraxctl workers`: WORKER, HOST, STATE, DEVICES, LAST HEARTBEAT, JOBS.
 std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
                                const FormatOptions& options);
+// `substraxctl queues`: QUEUE, COHORT, QUOTA, USED, BORROWED, PENDING (by priority class),
+// SHARE; then the priority classes, the policy, where the configuration came from and, when the
+// last reload of the queues file was refused, why.
+std::string FormatQueues(const v1::ListQueuesResponse& queues, const FormatOptions& options);
+// What `get` shows of a job's scheduling: its queue and priority class, a preemption in
+// progress, and past preemptions with the work they lost. Pairs of field name and value.
+std::vector<std::pair<std::string, std::string>> SchedulingFields(const v1::Job& job,
+                                                                  const FormatOptions& options);
 // `substraxctl metrics`: STEP and one column per series ("loss", "loss/host-a"); a step a
 // series lacks shows "-". Steps ascending. When a point is partial (some devices of its group
 // have not reported the step), a last column NOTE says so: "partial (3/4 devices)", or each

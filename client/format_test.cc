@@ -93,12 +93,12 @@ TEST(FormatTest, DurationsAgesAndValues) {
 
 TEST(FormatTest, JobsTable) {
   v1::Job pending = Parse<v1::Job>(absl::StrCat(
-      R"pb(id: "lin-1" state: JOB_STATE_PENDING spec { name: "lin" }
+      R"pb(id: "lin-1" state: JOB_STATE_PENDING spec { name: "lin" } queue: "research"
            create_time { seconds: )pb", kT0 + 280, " }"));
   EXPECT_EQ(FormatJobsTable({RunningJob(), pending}, At(kT0 + 300)),
-            "ID        NAME    STATE     ATTEMPT   STEP       DEVICES   AGE\n"
-            "mnist-3   mnist   RUNNING   1         120/1000   4         5m\n"
-            "lin-1     lin     PENDING   0         -          -         20s\n");
+            "ID        NAME    QUEUE      STATE     ATTEMPT   STEP       DEVICES   AGE\n"
+            "mnist-3   mnist   -          RUNNING   1         120/1000   4         5m\n"
+            "lin-1     lin     research   PENDING   0         -          -         20s\n");
 }
 
 TEST(FormatTest, JobDetailsShowEveryPart) {
@@ -124,6 +124,67 @@ TEST(FormatTest, JobDetailsShowEveryPart) {
             "  2024-05-01 12:00:00   -         PENDING   0         submitted\n"
             "  2024-05-01 12:00:02   PENDING   RUNNING   1         scheduled on 4 devices of 2 "
             "workers\n");
+}
+
+TEST(FormatTest, JobDetailsShowTheQueueAPreemptionInProgressAndTheWorkLost) {
+  v1::Job job = RunningJob();
+  job.set_queue("research");
+  job.set_priority_class("high");
+  job.set_priority(1000);
+  v1::JobPreemption* p = job.mutable_preemption();
+  p->set_for_job("big-7");
+  p->set_reason("priority urgent (2000) over high (1000) in queue research");
+  p->mutable_requested_time()->set_seconds(kT0 + 200);
+  p->mutable_deadline_time()->set_seconds(kT0 + 230);
+  job.set_preemptions(2);
+  job.set_work_lost_device_seconds(5400);
+  const std::string details = FormatJobDetails(job, At(kT0 + 300));
+  EXPECT_THAT(details, HasSubstr("Attempt:  1\n"
+                                 "Queue:    research, priority high (1000)\n"
+                                 "Preempt:  preempting for job big-7 since 12:03:20: priority "
+                                 "urgent (2000) over high (1000) in queue research (stopped by "
+                                 "force at 12:03:50)\n"
+                                 "Preempts: 2, work lost: 1.50 device-hours\n"));
+  // A job never preempted, of a coordinator before queues: none of these lines.
+  const std::string plain = FormatJobDetails(RunningJob(), At(kT0 + 300));
+  EXPECT_THAT(plain, Not(HasSubstr("Queue:")));
+  EXPECT_THAT(plain, Not(HasSubstr("Preempt")));
+}
+
+TEST(FormatTest, QueuesTableThenClassesPolicyAndSource) {
+  v1::ListQueuesResponse r = Parse<v1::ListQueuesResponse>(R"pb(
+    policy: SCHEDULING_POLICY_QUEUES
+    queues {
+      name: "research"
+      cohort: "lab"
+      devices { backend: "cpu" quota: 16 used: 20 borrowed: 4 }
+      devices { backend: "cuda" quota: 8 used: 0 }
+      pending { key: "low" value: 5 }
+      pending { key: "high" value: 2 }
+      fair_share: 0.25
+    }
+    queues { name: "vision" devices { backend: "cuda" quota: 8 used: 8 } }
+    default_queue: "research"
+    priority_classes { name: "high" value: 1000 }
+    priority_classes { name: "low" value: 0 }
+    default_priority_class: "low"
+    config_source: "/etc/substrax/queues.yaml"
+    config_load_time { seconds: 1714564800 }
+  )pb");
+  EXPECT_EQ(FormatQueues(r, At(kT0 + 300)),
+            "QUEUE                COHORT   QUOTA            USED     BORROWED   PENDING         "
+            "SHARE\n"
+            "research (default)   lab      cpu 16, cuda 8   cpu 20   cpu 4      high 2, low 5   "
+            "0.25\n"
+            "vision               -        cuda 8           cuda 8   0          0               "
+            "0.00\n"
+            "Priority classes: high (1000), low (0, default)\n"
+            "Policy: queues (priority, fair share, age; backfill, preemption)\n"
+            "Configuration: /etc/substrax/queues.yaml, loaded 2024-05-01 12:00:00 (5m ago)\n");
+  r.set_config_error("queues[1].quotas[0].backend: unknown backend 'tpu'");
+  EXPECT_THAT(FormatQueues(r, At(kT0 + 300)),
+              HasSubstr("\nThe queues file was not loaded: queues[1].quotas[0].backend: unknown "
+                        "backend 'tpu'; the configuration above stays\n"));
 }
 
 TEST(FormatTest, AProgramJobShowsItsProgramInsteadOfAModel) {

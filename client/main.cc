@@ -180,6 +180,13 @@ void AddWorkersCommand(CLI::App& app, CommandLine& cl) {
   workers->callback([&cl] { cl.run = [](auto& ctx) { return ctl::WorkersCommand(ctx); }; });
 }
 
+void AddQueuesCommand(CLI::App& app, CommandLine& cl) {
+  CLI::App* queues = app.add_subcommand(
+      "queues", "List the scheduling queues: quota, used, borrowed, pending jobs by priority");
+  AddOutputFlag(queues, cl);
+  queues->callback([&cl] { cl.run = [](auto& ctx) { return ctl::QueuesCommand(ctx); }; });
+}
+
 void AddHealthCommand(CLI::App& app, CommandLine& cl) {
   CLI::App* health = app.add_subcommand(
       "health", "Ask a coordinator or worker daemon whether it serves (grpc.health.v1 Check)");
@@ -412,6 +419,7 @@ void AddCommands(CLI::App& app, CommandLine& cl) {
                 "Delete an ended job and its metrics (ended jobs also expire on their own)", cl,
                 ctl::DeleteCommand, /*output=*/false);
   AddWorkersCommand(app, cl);
+  AddQueuesCommand(app, cl);
   AddHealthCommand(app, cl);
   AddJobCommand(app, "mesh",
                 "Show a job's device mesh (grid with hosts) and its arrays' shard layouts", cl,

@@ -185,6 +185,7 @@ absl::Status CheckRequest(const v1::WatchJobRequest& request) {
 }
 
 absl::Status CheckRequest(const v1::ListWorkersRequest&) { return absl::OkStatus(); }
+absl::Status CheckRequest(const v1::ListQueuesRequest&) { return absl::OkStatus(); }
 
 absl::Status CheckRequest(const v1::GetMeshRequest& request) {
   return CheckName("job_id", request.job_id());

@@ -43,6 +43,7 @@ absl::Status CheckRequest(const v1::CancelJobRequest& request);
 absl::Status CheckRequest(const v1::DeleteJobRequest& request);
 absl::Status CheckRequest(const v1::WatchJobRequest& request);
 absl::Status CheckRequest(const v1::ListWorkersRequest& request);
+absl::Status CheckRequest(const v1::ListQueuesRequest& request);
 absl::Status CheckRequest(const v1::GetMeshRequest& request);
 absl::Status CheckRequest(const v1::ReadLogsRequest& request);
 

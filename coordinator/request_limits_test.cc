@@ -174,6 +174,7 @@ TEST(RequestLimitsTest, JobIdsOfEveryUserCall) {
   ExpectJobIdBounded<v1::QueryMetricsRequest>();
   ExpectJobIdBounded<v1::ReportCheckpointsRequest>();
   EXPECT_TRUE(CheckRequest(v1::ListWorkersRequest()).ok());
+  EXPECT_TRUE(CheckRequest(v1::ListQueuesRequest()).ok());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,39 @@ namespace substrax {
 
 using server_internal::ServerState;
 
+namespace {
+
+// How often the preemption totals are summed over every job kept (a copy of each: not at every
+// tick).
+constexpr absl::Duration kPreemptionTotalsInterval = absl::Seconds(15);
+
+// The gauges of one family whose label sets come and go (the queues of a reloaded
+// configuration): Set each one an update has, then Sweep removes those it did not set.
+class LabeledGauges {
+ public:
+  LabeledGauges() = default;
+  explicit LabeledGauges(prometheus::Family<prometheus::Gauge>* family) : family_(family) {}
+  void Set(const prometheus::Labels& labels, double value) {
+    prometheus::Gauge& gauge = family_->Add(labels);
+    gauge.Set(value);
+    set_.insert(&gauge);
+  }
+  void Sweep() {
+    for (prometheus::Gauge* gauge : shown_) {
+      if (set_.count(gauge) == 0) family_->Remove(gauge);
+    }
+    shown_ = std::move(set_);
+    set_.clear();
+  }
+
+ private:
+  prometheus::Family<prometheus::Gauge>* family_ = nullptr;
+  std::set<prometheus::Gauge*> shown_;
+  std::set<prometheus::Gauge*> set_;
+};
+
+}  // namespace
+
 struct CoordinatorServer::Impl {
   Impl(const CoordinatorServerOptions& o, Cluster* c, Rendezvous* r, Authenticator* a)
       : state(o, c, r, a),
@@ -33,6 +67,7 @@ struct CoordinatorServer::Impl {
 
   // Serves /metrics on options.metrics_listen. Errors: UNAVAILABLE naming the address.
   absl::Status ServeMetrics(int* port);
+  void RegisterQueueGauges();
   // One gRPC server on `address` with `services` and its own resource budget.
   absl::StatusOr<std::unique_ptr<grpc::Server>> Build(
       const std::string& address, const std::vector<grpc::Service*>& services, int max_threads,
@@ -65,6 +100,44 @@ struct CoordinatorServer::Impl {
       jobs[name] += n;
     }
     for (const auto& [name, n] : jobs) job_gauges->Add({{"state", name}}).Set(n);
+    UpdateQueueGauges();
+  }
+
+  // Per queue and backend: quota (where the configuration sets one), used and borrowed devices
+  // (every pool, 0 included); per queue and priority class: pending jobs. Queues and classes
+  // gone from the configuration lose their series.
+  void UpdateQueueGauges() {
+    const v1::ListQueuesResponse queues = state.ListQueues();
+    for (const v1::QueueState& q : queues.queues()) {
+      std::map<std::string, std::pair<int64_t, int64_t>> use = {{"cpu", {0, 0}}, {"cuda", {0, 0}}};
+      for (const v1::QueueDevices& d : q.devices()) {
+        const prometheus::Labels labels = {{"queue", q.name()}, {"backend", d.backend()}};
+        if (d.has_quota()) quota_gauges.Set(labels, d.quota());
+        use[d.backend()] = {d.used(), d.borrowed()};
+      }
+      for (const auto& [backend, n] : use) {
+        used_gauges.Set({{"queue", q.name()}, {"backend", backend}}, n.first);
+        borrowed_gauges.Set({{"queue", q.name()}, {"backend", backend}}, n.second);
+      }
+      std::map<std::string, int64_t> pending(q.pending().begin(), q.pending().end());
+      for (const v1::PriorityClass& c : queues.priority_classes()) pending.emplace(c.name(), 0);
+      for (const auto& [priority_class, n] : pending) {
+        pending_gauges.Set({{"queue", q.name()}, {"priority_class", priority_class}}, n);
+      }
+    }
+    for (LabeledGauges* g : {&quota_gauges, &used_gauges, &borrowed_gauges, &pending_gauges}) {
+      g->Sweep();
+    }
+    const absl::Time now = absl::Now();
+    if (now - totals_at < kPreemptionTotalsInterval) return;
+    totals_at = now;
+    double preemptions = 0, lost = 0;
+    for (const v1::Job& job : state.cluster->ListJobs({})) {
+      preemptions += job.preemptions();
+      lost += job.work_lost_device_seconds();
+    }
+    preemptions_gauge->Set(preemptions);
+    work_lost_gauge->Set(lost);
   }
 
   // Feeds the attempts the scheduler started since the last tick to the histogram (drained
@@ -92,6 +165,10 @@ struct CoordinatorServer::Impl {
   prometheus::Gauge* busy_gauge = nullptr;
   prometheus::Histogram* first_latency = nullptr;
   prometheus::Histogram* restart_latency = nullptr;
+  LabeledGauges quota_gauges, used_gauges, borrowed_gauges, pending_gauges;
+  prometheus::Gauge* preemptions_gauge = nullptr;
+  prometheus::Gauge* work_lost_gauge = nullptr;
+  absl::Time totals_at = absl::InfinitePast();
 };
 
 absl::Status CoordinatorServer::Impl::ServeMetrics(int* port) {
@@ -137,10 +214,39 @@ absl::Status CoordinatorServer::Impl::ServeMetrics(int* port) {
                       .Register(*registry);
   first_latency = &latency.Add({{"attempt", "first"}}, latency_buckets);
   restart_latency = &latency.Add({{"attempt", "restart"}}, latency_buckets);
+  RegisterQueueGauges();
   exposer->RegisterCollectable(registry);
   const std::vector<int> ports = exposer->GetListeningPorts();
   *port = ports.empty() ? 0 : ports.front();
   return absl::OkStatus();
+}
+
+void CoordinatorServer::Impl::RegisterQueueGauges() {
+  auto family = [&](const char* name, const char* help) {
+    return LabeledGauges(&prometheus::BuildGauge().Name(name).Help(help).Register(*registry));
+  };
+  quota_gauges = family("substrax_queue_quota_devices",
+                        "A queue's nominal device quota per backend (where its configuration "
+                        "sets one).");
+  used_gauges = family("substrax_queue_used_devices",
+                       "Devices held by a queue's running jobs, per backend (borrowed included).");
+  borrowed_gauges = family("substrax_queue_borrowed_devices",
+                           "Of a queue's used devices, those borrowed from its cohort.");
+  pending_gauges = family("substrax_queue_pending_jobs",
+                          "A queue's pending jobs by priority class, as of the last scheduling "
+                          "pass.");
+  preemptions_gauge = &prometheus::BuildGauge()
+                           .Name("substrax_jobs_preemptions")
+                           .Help("Preemptions of the jobs the coordinator keeps (summed over "
+                                 "them every 15 s).")
+                           .Register(*registry)
+                           .Add({});
+  work_lost_gauge = &prometheus::BuildGauge()
+                         .Name("substrax_jobs_work_lost_device_seconds")
+                         .Help("Device-seconds of work lost to preemptions, summed over the jobs "
+                               "the coordinator keeps every 15 s.")
+                         .Register(*registry)
+                         .Add({});
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> CoordinatorServer::Impl::Build(
@@ -251,6 +357,11 @@ void CoordinatorServer::Shutdown() {
   // Calls still queued for the pools are answered (the servers wait for them) before this.
   impl_->state.pool.Stop();
   impl_->state.rendezvous_pool.Stop();
+}
+
+void CoordinatorServer::SetQueuesSource(const std::string& source, absl::Time loaded,
+                                        const std::string& error) {
+  impl_->state.SetQueuesSource({source, loaded, error});
 }
 
 void CoordinatorServer::Wait() { server_->Wait(); }

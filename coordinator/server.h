@@ -25,6 +25,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/cluster.h"
 #include "coordinator/limits.h"
+#include "coordinator/queues_view.h"
 #include "coordinator/rendezvous.h"
 #include "rpc/health_server.h"
 #include "rpc/transport.h"
@@ -96,6 +97,10 @@ class CoordinatorServer {
   int worker_port() const { return worker_port_; }
   // The bound /metrics port; 0 without metrics_listen.
   int metrics_port() const { return metrics_port_; }
+  // What ListQueues says of the scheduling configuration in force: where it was read from (the
+  // --queues file's path), when, and why the file's last reload was refused (empty: it was
+  // not). Unset: "built-in default". Thread-safe.
+  void SetQueuesSource(const std::string& source, absl::Time loaded, const std::string& error);
   // Stops accepting, ends open streams, and returns when every handler has finished.
   void Shutdown();
   // Blocks until Shutdown.

@@ -187,6 +187,20 @@ void ServerState::RemoveStream(const std::shared_ptr<StreamHandle>& handle) {
   streams.erase(handle);
 }
 
+void ServerState::SetQueuesSource(QueuesConfigStatus status) {
+  absl::MutexLock lock(&queues_mu);
+  queues_config = std::move(status);
+}
+
+v1::ListQueuesResponse ServerState::ListQueues() const {
+  QueuesConfigStatus source;
+  {
+    absl::MutexLock lock(&queues_mu);
+    source = queues_config;
+  }
+  return MakeListQueuesResponse(cluster->SchedulingConfig(), cluster->Queues(), source);
+}
+
 void ServerState::StopStreams() {
   stopping.store(true);
   std::set<std::shared_ptr<StreamHandle>> all;
@@ -446,6 +460,16 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                         v1::ListWorkersResponse* response) override {
     return s_->Inline(context, [&](const Caller&) {
       for (v1::Worker& w : s_->cluster->ListWorkers()) *response->add_workers() = std::move(w);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* context,
+                                       const v1::ListQueuesRequest* request,
+                                       v1::ListQueuesResponse* response) override {
+    return s_->Inline(context, [&](const Caller&) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
+      *response = s_->ListQueues();
       return absl::OkStatus();
     });
   }

@@ -112,6 +112,11 @@ struct ServerState {
   // Sets `stopping` and wakes every stream, which then ends UNAVAILABLE.
   void StopStreams() ABSL_LOCKS_EXCLUDED(streams_mu);
 
+  // CoordinatorServer::SetQueuesSource.
+  void SetQueuesSource(QueuesConfigStatus status) ABSL_LOCKS_EXCLUDED(queues_mu);
+  // ListQueues' answer: the cluster's configuration and queues, and queues_config.
+  v1::ListQueuesResponse ListQueues() const ABSL_LOCKS_EXCLUDED(queues_mu);
+
   const CoordinatorServerOptions options;
   Cluster* const cluster;
   Rendezvous* const rendezvous;
@@ -126,6 +131,9 @@ struct ServerState {
 
   absl::Mutex streams_mu;
   std::set<std::shared_ptr<StreamHandle>> streams ABSL_GUARDED_BY(streams_mu);
+
+  mutable absl::Mutex queues_mu;
+  QueuesConfigStatus queues_config ABSL_GUARDED_BY(queues_mu);
 };
 
 // Env values a reader who is neither the job's owner nor an admin sees, in place of each value

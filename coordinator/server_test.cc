@@ -2,6 +2,11 @@
 // daemons and runners: the second tier of tests, between units on fakes and real processes.
 #include "coordinator/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -314,6 +319,105 @@ TEST_F(ServerTest, AJobRunsThroughAssignmentsRendezvousAndReports) {
 
 // The server-side check of every spec, whatever client sent it: each bad spec is
 // INVALID_ARGUMENT naming the field, and the coordinator keeps serving.
+TEST_F(ServerTest, ListQueuesShowsTheConfigurationInForceAndWhyAReloadWasRefused) {
+  v1::SchedulingConfig config = scheduling::DefaultSchedulingConfig();
+  v1::QueueConfig* research = config.add_queues();
+  research->set_name("research");
+  research->set_cohort("lab");
+  v1::DeviceQuota* quota = research->add_quotas();
+  quota->set_backend("cpu");
+  quota->set_devices(4);
+  cluster_->SetSchedulingConfig(config);
+  const std::string error = "queues[1].quotas[0].backend: unknown backend 'tpu'";
+  server_->SetQueuesSource("/etc/substrax/queues.yaml", absl::FromUnixSeconds(1700000000), error);
+
+  v1::ListQueuesResponse response;
+  ASSERT_TRUE(jobs_->ListQueues(Context().get(), v1::ListQueuesRequest(), &response).ok());
+  EXPECT_EQ(response.policy(), v1::SCHEDULING_POLICY_QUEUES);
+  ASSERT_EQ(response.queues_size(), 2);
+  EXPECT_EQ(response.queues(0).name(), "default");
+  EXPECT_EQ(response.queues(1).name(), "research");
+  EXPECT_EQ(response.queues(1).cohort(), "lab");
+  ASSERT_EQ(response.queues(1).devices_size(), 1);
+  EXPECT_EQ(response.queues(1).devices(0).quota(), 4);
+  ASSERT_EQ(response.priority_classes_size(), 1);
+  EXPECT_EQ(response.priority_classes(0).name(), "default");
+  EXPECT_EQ(response.config_source(), "/etc/substrax/queues.yaml");
+  EXPECT_EQ(response.config_load_time().seconds(), 1700000000);
+  EXPECT_EQ(response.config_error(), error);
+}
+
+// The body of GET http://127.0.0.1:port/path (HTTP/1.0, the server closes), or "" on an error.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+    const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+TEST_F(ServerTest, QueueGaugesFollowTheConfigurationInForce) {
+  CoordinatorServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "127.0.0.1:0";
+  options.transport.insecure = true;
+  options.rendezvous_key = "0123456789abcdef0123456789abcdef";
+  options.tick_interval = absl::Milliseconds(20);
+  auto server = CoordinatorServer::Start(options, cluster_.get(), &rendezvous_, auth_.get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Polls /metrics until it shows `want` (each a line of the scrape) and none of `gone`.
+  auto await = [&](const std::vector<std::string>& want, const std::vector<std::string>& gone) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    std::string scrape;
+    while (absl::Now() < deadline) {
+      scrape = HttpGet((*server)->metrics_port(), "/metrics");
+      bool ok = true;
+      for (const std::string& line : want) {
+        ok = ok && scrape.find("\n" + line + "\n") != std::string::npos;
+      }
+      for (const std::string& line : gone) ok = ok && scrape.find(line) == std::string::npos;
+      if (ok) return scrape;
+      absl::SleepFor(absl::Milliseconds(20));  // polling, bounded by the deadline
+    }
+    ADD_FAILURE() << "no such scrape within 20 s; the last:\n" << scrape;
+    return scrape;
+  };
+  // The built-in default: one queue without a quota, one class.
+  await({R"(substrax_queue_used_devices{backend="cpu",queue="default"} 0)",
+         R"(substrax_queue_used_devices{backend="cuda",queue="default"} 0)",
+         R"(substrax_queue_borrowed_devices{backend="cpu",queue="default"} 0)",
+         R"(substrax_queue_pending_jobs{priority_class="default",queue="default"} 0)",
+         "substrax_jobs_preemptions 0", "substrax_jobs_work_lost_device_seconds 0"},
+        {"substrax_queue_quota_devices{"});
+
+  v1::SchedulingConfig config = scheduling::DefaultSchedulingConfig();
+  config.mutable_queues(0)->set_name("research");
+  config.set_default_queue("research");
+  v1::DeviceQuota* quota = config.mutable_queues(0)->add_quotas();
+  quota->set_backend("cuda");
+  quota->set_devices(8);
+  config.mutable_priority_classes(0)->set_name("high");
+  config.set_default_priority_class("high");
+  cluster_->SetSchedulingConfig(config);
+  await({R"(substrax_queue_quota_devices{backend="cuda",queue="research"} 8)",
+         R"(substrax_queue_used_devices{backend="cuda",queue="research"} 0)",
+         R"(substrax_queue_pending_jobs{priority_class="high",queue="research"} 0)"},
+        {R"(queue="default")", R"(priority_class="default")"});
+  (*server)->Shutdown();
+}
+
 TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
   Register("a", "inc-a");
   Register("b", "inc-b");
