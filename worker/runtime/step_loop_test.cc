@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "worker/collectives/nccl_communicator.h"
 #include "worker/collectives/store.h"
+#include "worker/runtime/preemption.h"
 #include "worker/runtime/sharded_update.h"
 #include "worker/runtime/test_mesh.h"
 
@@ -34,6 +35,7 @@ namespace substrax {
 namespace {
 
 using ::testing::DoubleEq;
+using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
@@ -657,6 +659,61 @@ TEST(StepLoopSaveTest, AFailedSaveStopsTheLoop) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(status.message()), HasSubstr("checkpoint after step 3"));
   EXPECT_THAT(std::string(status.message()), HasSubstr("No space left on device"));
+}
+
+// A stop asked of one device (SIGTERM in its process) between reports: at the next report every
+// device agrees on it, saves that step and ends with StoppedBySigterm; without checkpoints the
+// message says so.
+TEST(StepLoopStopTest, OneDevicesStopEndsEveryDeviceAtTheSameStepAfterACheckpoint) {
+  const Mesh mesh = *DeviceMeshManager::CreateHybridMesh(MakeUniformCluster(2, 2), 2, 2);
+  v1::JobSpec spec = Spec();
+  spec.set_report_every_steps(5);
+  for (const bool checkpoints : {true, false}) {
+    SCOPED_TRACE(checkpoints ? "with checkpoints" : "without");
+    absl::Mutex mu;
+    std::map<int, std::vector<int64_t>> saved;
+    std::map<int, absl::Status> results;
+    std::map<int, size_t> applied;
+    Dataset eval;
+    RunOnDevices(mesh, [&](DeviceContext& ctx) {
+      const int id = ctx.device.id;
+      FakeBackend backend(id, 2, ctx.coords[1], HostMemory());
+      StepLoopOptions options;
+      options.spec = &spec;
+      options.mesh = &mesh;
+      options.device_id = id;
+      options.comms = ctx.comms;
+      options.total_steps = 20;
+      options.eval = &eval;
+      if (checkpoints) {
+        options.save_every_steps = 20;
+        options.save = [&, id](int64_t steps_done, DeviceBackend&) -> absl::Status {
+          absl::MutexLock lock(&mu);
+          saved[id].push_back(steps_done);
+          return absl::OkStatus();
+        };
+      }
+      // Device 3 alone is asked, after its 7th step: the next report is after step 10.
+      options.stop_requested = [&backend, id] { return id == 3 && backend.applied.size() >= 7; };
+      absl::StatusOr<TrainResult> r = RunStepLoop(options, backend);
+      absl::MutexLock lock(&mu);
+      results[id] = r.status();
+      applied[id] = backend.applied.size();
+    });
+    ASSERT_EQ(results.size(), 4u);
+    for (int id = 0; id < 4; ++id) {
+      EXPECT_TRUE(IsStoppedBySigterm(results[id])) << id << ": " << results[id];
+      EXPECT_EQ(results[id].message(),
+                checkpoints
+                    ? "stopped after step 10 by SIGTERM (preempted); checkpoint of step 10 written"
+                    : "stopped after step 10 by SIGTERM (preempted); no checkpoint: the spec has "
+                      "none");
+      EXPECT_EQ(applied[id], 10u) << "device " << id;
+      if (checkpoints) {
+        EXPECT_THAT(saved[id], ElementsAre(10)) << "device " << id;
+      }
+    }
+  }
 }
 
 // The CUDA variant: the fake's gradient buffer in GPU memory, NCCL communicators (one rank), the
