@@ -425,7 +425,7 @@ void WorkerDaemon::HeartbeatLoop() {
     for (const v1::StopAttempt& stop : response.stop()) {
       if (!CheckJobId(stop.job_id(), "a heartbeat's stop")) continue;
       Terminate(absl::StrCat(stop.job_id(), "/", stop.attempt()),
-                absl::StrCat("the coordinator says: ", stop.reason()));
+                StopOrderOf(stop, options_.stop_grace, "the coordinator says: "));
     }
     if (status.error_code() == grpc::StatusCode::ABORTED ||
         status.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -504,7 +504,7 @@ void WorkerDaemon::WatchLoop() {
       }
       if (event.has_stop() && CheckJobId(event.stop().job_id(), "a stop event")) {
         Terminate(absl::StrCat(event.stop().job_id(), "/", event.stop().attempt()),
-                  event.stop().reason());
+                  StopOrderOf(event.stop(), options_.stop_grace));
       }
     }
     context.TryCancel();  // no-op unless the loop left early
