@@ -326,6 +326,20 @@ struct LoopCase {
   int in_flight = 0;
 };
 
+// The options every device's loop in these tests starts from: the device's place in `mesh`,
+// its communicators, the job's length and the evaluation data.
+StepLoopOptions LoopOptions(const DeviceContext& ctx, const v1::JobSpec& spec, const Mesh& mesh,
+                            int64_t total_steps, const Dataset* eval) {
+  StepLoopOptions options;
+  options.spec = &spec;
+  options.mesh = &mesh;
+  options.device_id = ctx.device.id;
+  options.comms = ctx.comms;
+  options.total_steps = total_steps;
+  options.eval = eval;
+  return options;
+}
+
 class StepLoopTest : public ::testing::TestWithParam<LoopCase> {};
 
 TEST_P(StepLoopTest, ReducesGradientsAndMetricsOnAHybridMesh) {
@@ -347,14 +361,8 @@ TEST_P(StepLoopTest, ReducesGradientsAndMetricsOnAHybridMesh) {
         auto backend = std::make_unique<FakeBackend>(id, 2, ctx.coords[1], HostMemory());
         backend->in_flight = c.in_flight;
         gradient_awaits = 0;
-        StepLoopOptions options;
-        options.spec = &spec;
-        options.mesh = &mesh;
-        options.device_id = id;
-        options.comms = ctx.comms;
-        options.total_steps = kSteps;
+        StepLoopOptions options = LoopOptions(ctx, spec, mesh, kSteps, &eval);
         options.steps_per_epoch = 2;
-        options.eval = &eval;
         options.explicit_collectives = c.explicit_collectives;
         options.gradients.bucket_bytes = c.bucket_bytes;
         options.on_progress = [&](const ProgressReport& r) {
@@ -469,13 +477,7 @@ DataParallelRun RunDataParallel(
   RunOnDevices(mesh, [&](DeviceContext& ctx) {
     const int id = ctx.device.id;
     auto backend = std::make_unique<FakeBackend>(id, 1, 0, HostMemory());
-    StepLoopOptions options;
-    options.spec = &spec;
-    options.mesh = &mesh;
-    options.device_id = id;
-    options.comms = ctx.comms;
-    options.total_steps = steps;
-    options.eval = &eval;
+    StepLoopOptions options = LoopOptions(ctx, spec, mesh, steps, &eval);
     setup(*backend, options);
     StepLoopStats s;
     absl::StatusOr<TrainResult> r = RunStepLoop(options, *backend, &s);
@@ -599,14 +601,8 @@ TEST(StepLoopSaveTest, EveryDeviceSavesAtTheStepsTheSpecAsksFor) {
     RunOnDevices(mesh, [&](DeviceContext& ctx) {
       const int id = ctx.device.id;
       FakeBackend backend(id, 2, ctx.coords[1], HostMemory());
-      StepLoopOptions options;
-      options.spec = &spec;
-      options.mesh = &mesh;
-      options.device_id = id;
-      options.comms = ctx.comms;
-      options.total_steps = 20;
+      StepLoopOptions options = LoopOptions(ctx, spec, mesh, 20, &eval);
       options.first_step = c.first_step;
-      options.eval = &eval;
       options.save_every_steps = c.every_steps;
       options.save_every = c.every;
       options.save_at_end = c.at_end;
@@ -642,13 +638,7 @@ TEST(StepLoopSaveTest, AFailedSaveStopsTheLoop) {
   absl::Status status;
   RunOnDevices(mesh, [&](DeviceContext& ctx) {
     FakeBackend backend(ctx.device.id, 1, 0, HostMemory());
-    StepLoopOptions options;
-    options.spec = &spec;
-    options.mesh = &mesh;
-    options.device_id = ctx.device.id;
-    options.comms = ctx.comms;
-    options.total_steps = 10;
-    options.eval = &eval;
+    StepLoopOptions options = LoopOptions(ctx, spec, mesh, 10, &eval);
     options.save_every_steps = 3;
     options.save = [](int64_t, DeviceBackend&) {
       return absl::UnavailableError("cannot write /ckpt/x: No space left on device");
@@ -678,13 +668,7 @@ TEST(StepLoopStopTest, OneDevicesStopEndsEveryDeviceAtTheSameStepAfterACheckpoin
     RunOnDevices(mesh, [&](DeviceContext& ctx) {
       const int id = ctx.device.id;
       FakeBackend backend(id, 2, ctx.coords[1], HostMemory());
-      StepLoopOptions options;
-      options.spec = &spec;
-      options.mesh = &mesh;
-      options.device_id = id;
-      options.comms = ctx.comms;
-      options.total_steps = 20;
-      options.eval = &eval;
+      StepLoopOptions options = LoopOptions(ctx, spec, mesh, 20, &eval);
       if (checkpoints) {
         options.save_every_steps = 20;
         options.save = [&, id](int64_t steps_done, DeviceBackend&) -> absl::Status {
