@@ -433,7 +433,7 @@ void WorkerDaemon::HeartbeatLoop() {
       // failed, so their runners must go; then join again as a new incarnation.
       Log(absl::StrCat("lease lost (", status.error_message(), "); registering again"));
       SetReady(false);
-      TerminateAll("the worker lost its lease");
+      TerminateAll("the worker lost its lease", /*fence=*/true);
       // Never offer the devices again while an old runner still uses them.
       if (!AwaitRunnersExited(options_.stop_grace + absl::Seconds(5))) {
         Log("runners still alive after SIGKILL; registering anyway");
@@ -458,7 +458,7 @@ void WorkerDaemon::HeartbeatLoop() {
             " (the heartbeat timeout is ", absl::FormatDuration(timeout),
             "): fencing, since the coordinator may restart these attempts elsewhere");
         Log(why);
-        TerminateAll(why);
+        TerminateAll(why, /*fence=*/true);
       }
     }
     stopped_.WaitForNotificationWithTimeout(interval);

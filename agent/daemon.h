@@ -217,7 +217,8 @@ class WorkerDaemon {
   // preemption's line goes into the attempt's log (StopLogLine). Once per runner.
   void Terminate(const std::string& key, const StopOrder& order);
   void Terminate(const std::string& key, const std::string& reason);
-  void TerminateAll(const std::string& reason);
+  // Every runner; `fence`: the lease is lost or cannot be renewed (StopOrder::fence).
+  void TerminateAll(const std::string& reason, bool fence = false);
   // Waits until no runner is running (ended ones may wait for their acknowledgement), at most
   // `timeout`. False at the deadline.
   bool AwaitRunnersExited(absl::Duration timeout);

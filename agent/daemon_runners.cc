@@ -179,7 +179,7 @@ void WorkerDaemon::Terminate(const std::string& key, const StopOrder& order) {
       [[maybe_unused]] const ssize_t written = write(it->second.log_fd, text.data(), text.size());
     }
     // Its supervisor signals the group (the agent never signals a process it does not reap).
-    SendSignal(it->second.control_fd, SIGTERM);
+    SendSignal(it->second.control_fd, SIGTERM, order.fence);
   }
   Log(absl::StrCat("stopping runner ", pid, " of job ", key, ": ",
                    line.empty() ? order.reason : line));
@@ -315,13 +315,15 @@ bool WorkerDaemon::AwaitRunnersExited(absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&none_running), timeout);
 }
 
-void WorkerDaemon::TerminateAll(const std::string& reason) {
+void WorkerDaemon::TerminateAll(const std::string& reason, bool fence) {
   std::vector<std::string> keys;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, runner] : runners_) keys.push_back(key);
   }
-  for (const std::string& key : keys) Terminate(key, reason);
+  for (const std::string& key : keys) {
+    Terminate(key, StopOrder{.reason = reason, .grace = options_.stop_grace, .fence = fence});
+  }
 }
 
 void WorkerDaemon::Reap(int64_t reaper, std::string key, SupervisedChild child) {

@@ -19,6 +19,9 @@ struct StopOrder {
   // SIGKILL this long after SIGTERM, unless the runner has exited.
   absl::Duration grace;
   bool preempt = false;
+  // The agent lost its lease or cannot renew it: the coordinator may start the attempt elsewhere,
+  // so the job must end at once (a fence's SIGTERM, contract/stop_signal.h), never checkpoint.
+  bool fence = false;
 };
 
 // The order for `stop` on an agent whose --stop-grace is `stop_grace`; `from` is put before the

@@ -6,6 +6,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "contract/stop_signal.h"
 
 namespace substrax {
 namespace {
@@ -13,26 +14,29 @@ namespace {
 // Lock-free (static_assert below): the only kind of object a signal handler may write.
 std::atomic<bool> sigterm_received{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
-std::atomic<bool> installed{false};
-
 constexpr char kStoppedPayload[] = "type.substrax.dev/StoppedBySigterm";
 
-void OnSigterm(int) {
-  sigterm_received.store(true);
-  // The next SIGTERM kills, as if this handler had never been there (signal() is
+void OnSigterm(int, siginfo_t* info, void*) {
+  // The next SIGTERM kills, as if this handler had never been there (signal() and raise() are
   // async-signal-safe).
   signal(SIGTERM, SIG_DFL);
+  if (info != nullptr && info->si_code == SI_QUEUE &&
+      info->si_value.sival_int == kFenceSigtermValue) {
+    // A fence: the attempt may already run elsewhere; end now (delivered when this returns).
+    raise(SIGTERM);
+    return;
+  }
+  sigterm_received.store(true);
 }
 
 }  // namespace
 
 void InstallSigtermFlag() {
-  if (installed.exchange(true)) return;
   struct sigaction action = {};
-  action.sa_handler = OnSigterm;
+  action.sa_sigaction = OnSigterm;
   sigemptyset(&action.sa_mask);
   // Slow system calls (reads of sockets, waits) go on instead of failing with EINTR.
-  action.sa_flags = SA_RESTART;
+  action.sa_flags = SA_RESTART | SA_SIGINFO;
   sigaction(SIGTERM, &action, nullptr);
 }
 

@@ -2,7 +2,8 @@
 // SIGTERM, then SIGKILL after the grace): the first SIGTERM only sets a flag, which the step loop
 // (step_loop.h) and SDK programs (substrax::StopRequested) read at their next report to stop
 // every device at the same step after a final checkpoint; a second SIGTERM kills the process
-// as the default action does. And the status a run that stopped so ends with.
+// as the default action does, and so does a fence's (contract/stop_signal.h: the attempt may
+// already run elsewhere). And the status a run that stopped so ends with.
 //
 // Thread-safe: the flag is a lock-free atomic, set from the signal handler.
 #ifndef SUBSTRAX_WORKER_RUNTIME_PREEMPTION_H_
@@ -14,8 +15,9 @@
 
 namespace substrax {
 
-// Installs the SIGTERM handler (once per process; later calls do nothing). After the first
-// SIGTERM the handler puts back the default action, so a second one ends the process.
+// Installs the SIGTERM handler (again, when called again). After the first SIGTERM the handler
+// puts back the default action, so a second one ends the process; a fence's SIGTERM ends it at
+// once.
 void InstallSigtermFlag();
 
 // Whether SIGTERM has arrived since InstallSigtermFlag.

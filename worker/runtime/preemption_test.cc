@@ -1,7 +1,9 @@
 #include "worker/runtime/preemption.h"
 
 #include <signal.h>
+#include <unistd.h>
 
+#include "contract/stop_signal.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
@@ -19,6 +21,27 @@ TEST(PreemptionTest, TheFirstSigtermSetsTheFlagInsteadOfEndingTheProcess) {
   ASSERT_EQ(sigaction(SIGTERM, nullptr, &now), 0);
   EXPECT_EQ(now.sa_handler, SIG_DFL);
   SetSigtermReceivedForTest(false);
+}
+
+// A fence's SIGTERM (the supervisor's, queued with its value) ends the process at once.
+TEST(PreemptionDeathTest, AFencesSigtermEndsTheProcess) {
+  EXPECT_EXIT(
+      {
+        InstallSigtermFlag();
+        sigval fence{};
+        fence.sival_int = kFenceSigtermValue;
+        sigqueue(getpid(), SIGTERM, fence);
+        _exit(0);  // reached only when the fence was taken for a stop request
+      },
+      ::testing::KilledBySignal(SIGTERM), "");
+  // A plain one only sets the flag.
+  EXPECT_EXIT(
+      {
+        InstallSigtermFlag();
+        raise(SIGTERM);
+        _exit(SigtermReceived() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(PreemptionTest, TheStatusSaysTheStepAndSurvivesAnnotation) {
