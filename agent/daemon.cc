@@ -425,7 +425,7 @@ void WorkerDaemon::HeartbeatLoop() {
     for (const v1::StopAttempt& stop : response.stop()) {
       if (!CheckJobId(stop.job_id(), "a heartbeat's stop")) continue;
       Terminate(absl::StrCat(stop.job_id(), "/", stop.attempt()),
-                absl::StrCat("the coordinator says: ", stop.reason()));
+                StopOrderOf(stop, options_.stop_grace, "the coordinator says: "));
     }
     if (status.error_code() == grpc::StatusCode::ABORTED ||
         status.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -433,7 +433,7 @@ void WorkerDaemon::HeartbeatLoop() {
       // failed, so their runners must go; then join again as a new incarnation.
       Log(absl::StrCat("lease lost (", status.error_message(), "); registering again"));
       SetReady(false);
-      TerminateAll("the worker lost its lease");
+      TerminateAll("the worker lost its lease", /*fence=*/true);
       // Never offer the devices again while an old runner still uses them.
       if (!AwaitRunnersExited(options_.stop_grace + absl::Seconds(5))) {
         Log("runners still alive after SIGKILL; registering anyway");
@@ -458,7 +458,7 @@ void WorkerDaemon::HeartbeatLoop() {
             " (the heartbeat timeout is ", absl::FormatDuration(timeout),
             "): fencing, since the coordinator may restart these attempts elsewhere");
         Log(why);
-        TerminateAll(why);
+        TerminateAll(why, /*fence=*/true);
       }
     }
     stopped_.WaitForNotificationWithTimeout(interval);
@@ -504,7 +504,7 @@ void WorkerDaemon::WatchLoop() {
       }
       if (event.has_stop() && CheckJobId(event.stop().job_id(), "a stop event")) {
         Terminate(absl::StrCat(event.stop().job_id(), "/", event.stop().attempt()),
-                  event.stop().reason());
+                  StopOrderOf(event.stop(), options_.stop_grace));
       }
     }
     context.TryCancel();  // no-op unless the loop left early

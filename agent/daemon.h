@@ -4,7 +4,8 @@
 // (the built-in trainer `substrax-job run`, or a program job's program), handing it its part
 // through the launch contract (launch.h). Cancelling or failing an attempt stops its
 // runner: SIGTERM, then SIGKILL after a grace period, to the runner's process group (its own
-// children go too). A runner that crashes never takes the daemon down; its exit status and the
+// children go too); a preemption gets the longer of --stop-grace and the coordinator's grace,
+// for a final checkpoint, and says so in the attempt's log (stop_order.h). A runner that crashes never takes the daemon down; its exit status and the
 // tail of its stderr go back to the coordinator.
 //
 // Exactly once: a reopened assignment stream resumes after the last event received (epoch,
@@ -53,6 +54,7 @@
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "agent/launch.h"
 #include "agent/log_shipper.h"
+#include "agent/stop_order.h"
 #include "agent/work_files.h"
 
 namespace substrax {
@@ -81,7 +83,8 @@ struct WorkerDaemonOptions {
   // The job binary, started as `<job_binary> run` for built-in jobs (--job-binary). Empty:
   // `substrax-job` in the agent's own directory. Create checks that it can be executed.
   std::string job_binary;
-  // Time a runner gets to exit after SIGTERM before SIGKILL.
+  // Time a runner gets to exit after SIGTERM before SIGKILL; a preempted runner gets the
+  // coordinator's grace when that is longer (stop_order.h).
   absl::Duration stop_grace = absl::Seconds(10);
   // Passed to runners: every collective must finish within this time.
   absl::Duration collective_timeout = absl::Seconds(30);
@@ -182,8 +185,13 @@ class WorkerDaemon {
     bool command = false;
     bool stop_requested = false;
     std::string stop_reason;
-    // When a runner told to stop gets SIGKILL (its group), unless it has exited by then.
+    // When a runner told to stop gets SIGKILL (its group), unless it has exited by then, and
+    // the grace that led to it.
     absl::Time kill_at = absl::InfiniteFuture();
+    absl::Duration grace;
+    // The agent's descriptor of the attempt's log, the same open file as the job's stdout and
+    // stderr (one offset: a line the agent writes never overwrites the job's); -1 once ended.
+    int log_fd = -1;
     bool killed = false;
     // The runner has exited; its outcome waits for the coordinator's acknowledgement.
     bool ended = false;
@@ -205,8 +213,12 @@ class WorkerDaemon {
   // False, with a log line, when `job_id` (from the coordinator) is not a DNS-1123 label: it
   // names files in the work dir, so anything else ("../x", "a/b") is refused before use.
   bool CheckJobId(const std::string& job_id, absl::string_view what) const;
+  // SIGTERM to the runner of `key` (job/attempt), SIGKILL after the order's grace; a
+  // preemption's line goes into the attempt's log (StopLogLine). Once per runner.
+  void Terminate(const std::string& key, const StopOrder& order);
   void Terminate(const std::string& key, const std::string& reason);
-  void TerminateAll(const std::string& reason);
+  // Every runner; `fence`: the lease is lost or cannot be renewed (StopOrder::fence).
+  void TerminateAll(const std::string& reason, bool fence = false);
   // Waits until no runner is running (ended ones may wait for their acknowledgement), at most
   // `timeout`. False at the deadline.
   bool AwaitRunnersExited(absl::Duration timeout);

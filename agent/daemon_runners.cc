@@ -119,8 +119,8 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
     supervision.deadline = FenceDeadlineLocked();
   }
   absl::StatusOr<SupervisedChild> child = StartSupervised(*command, log_fd, supervision);
-  close(log_fd);
   if (!child.ok()) {
+    close(log_fd);
     ReportLaunchFailure(runner,
                         absl::StrCat("cannot start ", what, ": ", child.status().message()));
     return;
@@ -128,6 +128,7 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   runner.pid = child->job;
   runner.supervisor = child->supervisor;
   runner.control_fd = child->control_fd;
+  runner.log_fd = log_fd;
   // Housekeeping wakes for the deadline and stops a program that has not joined its job by then.
   if (program) runner.init_deadline = absl::Now() + options_.program_init_timeout;
   Log(absl::StrCat("started ", program ? absl::StrCat("program ", runner.program) : "runner", " ",
@@ -155,27 +156,45 @@ void WorkerDaemon::ReportLaunchFailure(const Runner& runner, const std::string& 
 }
 
 void WorkerDaemon::Terminate(const std::string& key, const std::string& reason) {
+  Terminate(key, StopOrder{.reason = reason, .grace = options_.stop_grace});
+}
+
+void WorkerDaemon::Terminate(const std::string& key, const StopOrder& order) {
   pid_t pid = 0;
+  const std::string line = StopLogLine(order);
   {
     absl::MutexLock lock(&mu_);
     auto it = runners_.find(key);
     if (it == runners_.end() || it->second.stop_requested || it->second.ended) return;
     it->second.stop_requested = true;
-    it->second.stop_reason = reason;
+    it->second.stop_reason = order.reason;
     // Housekeeping sends SIGKILL then if the runner is still there (it wakes for the change).
-    it->second.kill_at = absl::Now() + options_.stop_grace;
+    it->second.grace = order.grace;
+    it->second.kill_at = absl::Now() + order.grace;
     pid = it->second.pid;
+    // Before the signal, so that the line precedes what the job writes on it. A local file; a
+    // failed write (a full disk) loses only this line, which the agent's own log has too.
+    if (!line.empty() && it->second.log_fd >= 0) {
+      const std::string text = absl::StrCat("substrax-agent: ", line, "\n");
+      [[maybe_unused]] const ssize_t written = write(it->second.log_fd, text.data(), text.size());
+    }
     // Its supervisor signals the group (the agent never signals a process it does not reap).
-    SendSignal(it->second.control_fd, SIGTERM);
+    SendSignal(it->second.control_fd, SIGTERM, order.fence);
   }
-  Log(absl::StrCat("stopping runner ", pid, " of job ", key, ": ", reason));
+  Log(absl::StrCat("stopping runner ", pid, " of job ", key, ": ",
+                   line.empty() ? order.reason : line));
 }
 
 void WorkerDaemon::Housekeeping() {
   absl::Time next_cleanup = absl::Now();  // at start
   while (true) {
     std::vector<std::thread> done;
-    std::vector<std::pair<std::string, pid_t>> to_kill;
+    struct Kill {
+      std::string key;
+      pid_t pid;
+      absl::Duration grace;
+    };
+    std::vector<Kill> to_kill;
     std::vector<std::string> init_due;
     bool clean = false;
     bool exit = false;
@@ -206,7 +225,7 @@ void WorkerDaemon::Housekeeping() {
         if (!r.killed && r.kill_at <= now) {
           r.killed = true;
           SendSignal(r.control_fd, SIGKILL);
-          to_kill.emplace_back(key, r.pid);
+          to_kill.push_back({key, r.pid, r.grace});
         }
         if (r.init_deadline <= now) init_due.push_back(key);
       }
@@ -219,9 +238,9 @@ void WorkerDaemon::Housekeeping() {
       clean = clean || now >= next_cleanup;
       exit = stopped_.HasBeenNotified() && !running;
     }
-    for (const auto& [key, pid] : to_kill) {
-      Log(absl::StrCat("runner ", pid, " of job ", key, " still there after ",
-                       absl::FormatDuration(options_.stop_grace), ": SIGKILL"));
+    for (const Kill& k : to_kill) {
+      Log(absl::StrCat("runner ", k.pid, " of job ", k.key, " still there after ",
+                       absl::FormatDuration(k.grace), ": SIGKILL"));
     }
     CheckProgramInits(init_due);
     for (std::thread& t : done) t.join();
@@ -296,13 +315,15 @@ bool WorkerDaemon::AwaitRunnersExited(absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&none_running), timeout);
 }
 
-void WorkerDaemon::TerminateAll(const std::string& reason) {
+void WorkerDaemon::TerminateAll(const std::string& reason, bool fence) {
   std::vector<std::string> keys;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, runner] : runners_) keys.push_back(key);
   }
-  for (const std::string& key : keys) Terminate(key, reason);
+  for (const std::string& key : keys) {
+    Terminate(key, StopOrder{.reason = reason, .grace = options_.stop_grace, .fence = fence});
+  }
 }
 
 void WorkerDaemon::Reap(int64_t reaper, std::string key, SupervisedChild child) {
@@ -325,6 +346,8 @@ void WorkerDaemon::Reap(int64_t reaper, std::string key, SupervisedChild child) 
     r.ended = true;
     close(r.control_fd);
     r.control_fd = -1;
+    close(r.log_fd);
+    r.log_fd = -1;
     if (exited.fence != FenceCause::kNone && !r.stop_requested) {
       r.stop_requested = true;
       r.stop_reason = absl::StrCat("fenced by its supervisor: ", FenceReason(exited.fence));

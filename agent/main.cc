@@ -145,7 +145,8 @@ void AddJobFlags(CLI::App* app, AgentFlags* flags) {
                   "Time every collective of a job process must finish in")
       ->capture_default_str();
   app->add_option("--stop-grace", flags->stop_grace,
-                  "Time a job process gets to exit after SIGTERM before SIGKILL")
+                  "Time a job process gets to exit after SIGTERM before SIGKILL (a preempted "
+                  "one: the coordinator's grace when longer)")
       ->capture_default_str();
 
   app->add_option("--log-retention", flags->log_retention,

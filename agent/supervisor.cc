@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "contract/stop_signal.h"
 
 namespace substrax {
 namespace {
@@ -151,13 +152,23 @@ class Supervisor {
     if (kill(-args_.job, signal) != 0 && errno == ESRCH) kill(args_.job, signal);
   }
 
+  // SIGTERM to the group, the leader's first and marked as a fence's (contract/stop_signal.h):
+  // the attempt may start elsewhere any moment, so the job must end at once, not checkpoint. The
+  // group's SIGTERM that follows finds the leader's pending and adds nothing to it.
+  void FenceJob() {
+    sigval fence{};
+    fence.sival_int = kFenceSigtermValue;
+    sigqueue(args_.job, SIGTERM, fence);
+    SignalJob(SIGTERM);
+  }
+
   void Fence(FenceCause cause) {
     if (fence_ != FenceCause::kNone) return;
     fence_ = cause;
     kill_at_ = MonotonicNs() + args_.grace_ms * 1000000;
     Log(absl::StrCat(FenceReason(cause), ": SIGTERM to its process group, SIGKILL after ",
                      args_.grace_ms, " ms"));
-    SignalJob(SIGTERM);
+    FenceJob();
   }
 
   void ReadSignals(int fd) {
@@ -186,6 +197,9 @@ class Supervisor {
       if (message.kind == kRenewMessage) {
         // Once fenced the attempt is over: a late renewal changes nothing.
         if (fence_ == FenceCause::kNone) deadline_ = message.value;
+      } else if (message.kind == kSignalMessage && message.value == SIGTERM &&
+                 message.detail == 1) {
+        FenceJob();
       } else if (message.kind == kSignalMessage && message.value > 0 && message.value < NSIG) {
         SignalJob(static_cast<int>(message.value));
       }
@@ -255,10 +269,11 @@ bool SendRenewal(int control_fd, absl::Duration deadline) {
   return WriteMessage(control_fd, message);
 }
 
-bool SendSignal(int control_fd, int signal) {
+bool SendSignal(int control_fd, int signal, bool fence) {
   SupervisorMessage message;
   message.kind = kSignalMessage;
   message.value = signal;
+  message.detail = fence ? 1 : 0;
   return WriteMessage(control_fd, message);
 }
 

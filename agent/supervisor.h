@@ -81,8 +81,10 @@ struct SupervisedChild {
 // when the supervisor is gone or does not read (its pipe full); the caller goes on either way.
 // The process must ignore SIGPIPE (the agent does), or a write to a supervisor that has exited
 // kills it.
+// A `fence` SIGTERM is marked for the job's leader as a fence's (contract/stop_signal.h): the
+// attempt may already run elsewhere, so the job ends at once instead of checkpointing.
 bool SendRenewal(int control_fd, absl::Duration deadline);
-bool SendSignal(int control_fd, int signal);
+bool SendSignal(int control_fd, int signal, bool fence = false);
 
 // Blocks until the supervisor has exited (reading the status pipe to its end, then reaping it),
 // closes status_fd and returns the job's exit. If the supervisor died without reporting, the
@@ -97,7 +99,8 @@ struct SupervisorMessage {
   int64_t detail = 0;
 };
 inline constexpr int64_t kRenewMessage = 1;    // value: deadline, ns on CLOCK_MONOTONIC
-inline constexpr int64_t kSignalMessage = 2;   // value: the signal for the job's group
+inline constexpr int64_t kSignalMessage = 2;   // value: the signal for the job's group;
+                                               // detail: 1 for a fence's (SendSignal)
 inline constexpr int64_t kStartedMessage = 3;  // value: the job's pid, or -errno of its fork
 inline constexpr int64_t kExitedMessage = 4;   // value: wait status; detail: FenceCause
 

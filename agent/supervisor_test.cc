@@ -125,6 +125,34 @@ TEST(SupervisorTest, SupervisorAndJobEachLeadAGroupOfTheirOwn) {
   close(child.control_fd);
 }
 
+// A fence's SIGTERM reaches the job's leader queued (SI_QUEUE, with contract/stop_signal.h's
+// value, which a job process tells apart); the agent's plain stop does not.
+TEST(SupervisorTest, AFencesSigtermIsQueuedToTheLeaderAndAStopsIsNot) {
+  for (const bool fence : {true, false}) {
+    const std::string dir = TempDir(fence ? "fence_queued" : "stop_plain");
+    const std::string code = dir + "/si_code";
+    // Waits for SIGTERM (blocked, so that it stays pending) and writes how it was sent.
+    const std::string script = absl::StrCat(
+        "exec python3 -c 'import signal; signal.pthread_sigmask(signal.SIG_BLOCK, "
+        "[signal.SIGTERM]); open(\"", dir, "/ready\", \"w\").close(); "
+        "i = signal.sigwaitinfo([signal.SIGTERM]); open(\"", code,
+        "\", \"w\").write(str(i.si_code))'");
+    SupervisedChild child = Start(fence ? "fence_queued" : "stop_plain", script, absl::Hours(1),
+                                  absl::Seconds(5));
+    ASSERT_GT(child.job, 0);
+    ASSERT_TRUE(PollUntil([&] { return std::ifstream(dir + "/ready").good(); },
+                          absl::Seconds(10)));
+    ASSERT_TRUE(SendSignal(child.control_fd, SIGTERM, fence));
+    const SupervisedExit exit = AwaitExit(&child);
+    EXPECT_EQ(Ended(exit.wait_status), "exit 0");
+    std::ifstream in(code);
+    std::string si_code;
+    std::getline(in, si_code);
+    EXPECT_EQ(si_code, absl::StrCat(fence ? SI_QUEUE : SI_USER)) << (fence ? "fence" : "stop");
+    close(child.control_fd);
+  }
+}
+
 TEST(SupervisorTest, ALapsedLeaseGetsSigtermThenSigkillOnlyAfterTheGrace) {
   const std::string dir = TempDir("lapsed");
   const std::string term = dir + "/term";

@@ -13,16 +13,22 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace substrax {
 
-// Returns `status` with "context: " put before its message; the code is kept. An OK status is
-// returned unchanged.
+// Returns `status` with "context: " put before its message; the code and payloads are kept. An
+// OK status is returned unchanged.
 inline absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+  absl::Status annotated(status.code(), absl::StrCat(context, ": ", status.message()));
+  // Payloads (what a caller may test the error for) survive the added context.
+  status.ForEachPayload([&annotated](absl::string_view url, const absl::Cord& payload) {
+    annotated.SetPayload(url, payload);
+  });
+  return annotated;
 }
 
 }  // namespace substrax

@@ -13,6 +13,30 @@
 
 namespace substrax::testing {
 
+grpc::Status AcceptingCoordinator::RegisterWorker(grpc::ServerContext*,
+                                                  const v1::RegisterWorkerRequest* request,
+                                                  v1::RegisterWorkerResponse* response) {
+  *response->mutable_devices() = request->devices();
+  response->mutable_heartbeat_interval()->set_nanos(200 * 1000 * 1000);
+  response->mutable_heartbeat_timeout()->set_seconds(30);
+  return grpc::Status::OK;
+}
+
+grpc::Status AcceptingCoordinator::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
+                                             v1::HeartbeatResponse*) {
+  return grpc::Status::OK;
+}
+
+void AcceptingCoordinator::Finish() {
+  if (!done_.HasBeenNotified()) done_.Notify();
+}
+
+void AcceptingCoordinator::HoldOpen(grpc::ServerContext* context) {
+  while (!context->IsCancelled() &&
+         !done_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+  }
+}
+
 absl::StatusOr<LoopbackServer> ServeOnLoopback(grpc::Service* service) {
   LoopbackServer served;
   grpc::ServerBuilder builder;

@@ -13,7 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "grpcpp/grpcpp.h"
+#include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "tests/process.h"
 
 namespace substrax::testing {
@@ -22,6 +24,28 @@ namespace substrax::testing {
 struct LoopbackServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the port the system picked
+};
+
+// The base of a test's fake: accepts every registration (the devices the agent offers, heartbeats
+// every 200 ms, a 30 s timeout) and every heartbeat; a test overrides what it needs. A stream it
+// answers stays open (HoldOpen), as a real coordinator's does, until Finish or the agent goes.
+// Thread-safe.
+class AcceptingCoordinator : public v1::CoordinatorService::Service {
+ public:
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  // Releases every stream held open (call before StopAgentAndServer).
+  void Finish();
+
+ protected:
+  // Returns once Finish was called or the call was cancelled.
+  void HoldOpen(grpc::ServerContext* context);
+
+ private:
+  absl::Notification done_;
 };
 
 // Serves `service` (not owned: it must outlive the server) at a port the system picks. Fails with

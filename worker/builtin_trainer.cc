@@ -12,6 +12,7 @@
 #include "substrax/v1/program.pb.h"
 #include "contract/launch.h"
 #include "worker/runtime/checkpointing.h"
+#include "worker/runtime/preemption.h"
 #include "worker/runtime/trainer.h"
 #include "worker/sdk/program_impl.h"
 
@@ -83,6 +84,9 @@ absl::StatusOr<TrainResult> TrainOnProgram(ProgramImpl& program, TrainerOptions 
 // The built-in trainer, run as a program on the SDK: Init's launch path connects it to its job,
 // and its reports and result go out through the Program as a user's program's do.
 absl::Status RunBuiltinTrainer(v1::ProgramLaunch launch) {
+  // The agent's SIGTERM (a cancel, a preemption) stops every device after the same step, with a
+  // final checkpoint when the job has them (step_loop.h), instead of killing the process.
+  InstallSigtermFlag();
   const v1::Assignment& assignment = launch.assignment();
   const std::vector<std::string> data_roots(launch.data_roots().begin(),
                                             launch.data_roots().end());
@@ -114,6 +118,7 @@ absl::Status RunBuiltinTrainer(v1::ProgramLaunch launch) {
   // (How the devices connect is the program's: its launch's listen host and collective timeout.)
   trainer.data_access = DataAccess::Confined(data_roots);
   trainer.checkpoint_roots = checkpoint_roots;
+  trainer.stop_requested = SigtermReceived;
   trainer.on_resume = [&program](const v1::CheckpointResume& resume) {
     program.ReportResume(resume);
   };

@@ -63,11 +63,13 @@ constexpr size_t kMaxRelayedLineBytes = 64 * 1024;
 constexpr int64_t kMaxErrorFileBytes = 256 * 1024;
 constexpr size_t kMaxErrorTextBytes = 3 * 1024;
 
-// Set by the signal handler: the launcher (or its group) was told to stop.
+// Set by the signal handler: the launcher (or its group) was told to stop, and by whom.
 std::atomic<int> stop_signal{0};
+std::atomic<pid_t> stop_sender{0};
 int signal_pipe_write = -1;
 
-void OnStopSignal(int signal) {
+void OnStopSignal(int signal, siginfo_t* info, void*) {
+  stop_sender.store(info != nullptr ? info->si_pid : 0);
   stop_signal.store(signal);
   const char byte = 0;
   // Only wakes the poll: a full pipe already will.
@@ -401,7 +403,14 @@ class Launcher {
   void Forward(Child& child, const ReportRecord& record);
   // Reaps what exited; the first failure stops the others.
   void Reap();
+  // SIGTERM to the group (the processes and theirs), SIGKILL after the agent's stop grace.
   void StopAll(const std::string& why);
+  // After the launcher got a stop signal. From its supervisor (the agent's stop, a preemption,
+  // a fence: always sent to the whole group, so the processes have it too), the launcher waits
+  // for them without a SIGKILL of its own: the supervisor's, after the agent's grace (a
+  // preemption's may be longer than --stop-grace), bounds the wait, and the processes die with
+  // the launcher (PR_SET_PDEATHSIG). From anyone else: StopAll.
+  void StopOnSignal();
   int Finish();
   bool AllEnded() const;
 
@@ -584,6 +593,23 @@ void Launcher::StopAll(const std::string& why) {
   kill(0, SIGTERM);
 }
 
+void Launcher::StopOnSignal() {
+  const int signal = stop_signal.load();
+  if (signal == 0 || stopping_) return;
+  const std::string why = absl::StrCat("the launcher got signal ", signal, " (", strsignal(signal),
+                                       "): the attempt is stopping");
+  const pid_t parent = getppid();
+  if (parent == 1 || stop_sender.load() != parent) {
+    StopAll(why);
+    return;
+  }
+  stopping_ = true;
+  stop_reason_ = why;
+  Say(absl::StrCat(why, "; the command's processes got it too (their process group) and may "
+                        "write a checkpoint: waiting for them to exit (the agent sends SIGKILL "
+                        "after its grace)"));
+}
+
 void Launcher::Reap() {
   for (Child& child : children_) {
     if (child.wait_status.has_value()) continue;
@@ -594,10 +620,7 @@ void Launcher::Reap() {
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     Say(absl::StrCat("rank ", child.rank, " (pid ", child.pid, ") ", DescribeExit(status)));
     // A process killed by the stop the launcher got too is not the attempt's failure.
-    if (!ok && stop_signal.load() != 0 && !stopping_) {
-      StopAll(absl::StrCat("the launcher got signal ", stop_signal.load(),
-                           ": the attempt is stopping"));
-    }
+    if (!ok) StopOnSignal();
     if (!ok && failed_ == nullptr && !stopping_) {
       failed_ = &child;
       StopAll(absl::StrCat("rank ", child.rank, " ", DescribeExit(status)));
@@ -671,10 +694,7 @@ int Launcher::Run(const Rendezvous& rendezvous) {
     poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(kPollInterval)));
     for (Child& child : children_) RelayOutput(child, /*final=*/false);
     for (Child& child : children_) ForwardReports(child);
-    if (const int signal = stop_signal.load(); signal != 0 && !stopping_) {
-      StopAll(absl::StrCat("the launcher got signal ", signal, " (", strsignal(signal),
-                           "): the attempt is stopping"));
-    }
+    StopOnSignal();
     Reap();
     if (AllEnded()) break;
     if (stopping_ && !killed_ && absl::Now() >= kill_at_) {
@@ -696,7 +716,8 @@ void InstallStopHandlers() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) signal_pipe_write = fds[1];
   struct sigaction action {};
-  action.sa_handler = OnStopSignal;
+  action.sa_sigaction = OnStopSignal;
+  action.sa_flags = SA_SIGINFO;
   sigemptyset(&action.sa_mask);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaction(s, &action, nullptr);
 }

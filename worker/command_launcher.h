@@ -20,7 +20,11 @@
 //   5. on the first process that fails (non-zero exit or a signal) stops the others (SIGTERM to
 //      the group, SIGKILL after the agent's stop grace) and fails the attempt naming the rank,
 //      its device, the host, its error file's message (or its last lines of output); when every
-//      process exits 0, the attempt's part succeeds with the final metrics reported.
+//      process exits 0, the attempt's part succeeds with the final metrics reported;
+//   6. on the agent's SIGTERM (a cancel, a preemption; the supervisor sends it to the whole
+//      group, so the processes get it too) waits for the processes to exit, their final
+//      checkpoint written (docs/command-jobs.md, "Preemption"), with no SIGKILL of its own: the
+//      agent's, after its grace, bounds the wait.
 //
 // The launcher holds the attempt's token (the launch file's), never a credential of the worker;
 // the command's processes get neither (SUBSTRAX_LAUNCH is not passed on).

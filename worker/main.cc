@@ -9,7 +9,8 @@
 //       A whole job in this process on N CPU devices (one thread each, connected by the host's
 //       local communicator, or flat Gloo with --cpu-collectives=gloo), without a coordinator:
 //       progress lines on stderr, the evaluation on stdout ("test_accuracy=0.8812"). The user's
-//       own process: it reads any data path given.
+//       own process: it reads any data path given. SIGTERM stops it after the next report's
+//       step, with a checkpoint of that step when the job has them (exit status 1).
 //   substrax-job export-checkpoint DIR --out FILE [--step N] [--include-optimizer]
 //       A checkpoint's parameters, whole, in one safetensors file (docs/checkpoints.md).
 //
@@ -45,6 +46,7 @@
 #include "worker/checkpoint/export_command.h"
 #include "worker/collectives/cpu_group_connector.h"
 #include "worker/collectives/store.h"
+#include "worker/runtime/preemption.h"
 #include "worker/runtime/trainer.h"
 
 namespace substrax {
@@ -181,7 +183,15 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
     std::cerr << "substrax-job: checkpoint of step " << newest.step() << " committed ("
               << newest.path() << ", " << newest.size_bytes() << " bytes)\n";
   };
+  // SIGTERM stops every device after the same step, with a final checkpoint when the job has
+  // them; a second SIGTERM kills.
+  InstallSigtermFlag();
+  options.stop_requested = SigtermReceived;
   absl::StatusOr<TrainResult> result = substrax::Train(options);
+  if (IsStoppedBySigterm(result.status())) {
+    std::cerr << "substrax-job: " << result.status().message() << "\n";
+    return 1;
+  }
   if (!result.ok()) {
     std::cerr << "substrax-job: training failed: " << result.status() << "\n";
     return 1;

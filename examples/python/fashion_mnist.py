@@ -16,7 +16,8 @@ Everything about the job comes from substrax's contract (docs/command-jobs.md), 
 the batch size, epochs or steps, seed and report interval are the spec's, metrics go to the
 report file (`substrax.job.report`), checkpoints go to the spec's checkpoint directory and are
 listed (`report_checkpoint`), a restarted attempt resumes from the newest one
-(`report_resumed`), and the test accuracy is the job's final metric. Each process reads its own
+(`report_resumed`), SIGTERM (a preemption, a cancel) makes it checkpoint the step it is at and
+exit 0 (`stop_requested`), and the test accuracy is the job's final metric. Each process reads its own
 rows of every global batch, so the same script is right on one process and on many: run it by
 hand (`python fashion_mnist.py`), under `python -m substrax.launch -n 2 --devices-per-process 2
 -- python fashion_mnist.py`, or as a job (examples/python/fashion_mnist.yaml).
@@ -92,6 +93,7 @@ def main() -> None:
     import flax.nnx as nnx
     import jax
     import jax.numpy as jnp
+    from jax.experimental import multihost_utils
     import optax
     from jax.sharding import PartitionSpec as P
 
@@ -180,6 +182,18 @@ def main() -> None:
             job.report_resumed(step, path)
         print(f"resumed from the checkpoint of step {step} ({path})", flush=True)
 
+    job.stop_requested()  # from the main thread: SIGTERM now only sets the flag
+
+    def stop_agreed(step: int) -> bool:
+        """Whether to stop after `step`: at every step on one process; on several, at reports,
+        where every process agrees (a process that left alone would hang the others)."""
+        if processes == 1:
+            return job.stop_requested()
+        if step % report_every != 0:
+            return False
+        wanted = np.int32(job.stop_requested())
+        return bool(np.max(multihost_utils.process_allgather(wanted)))
+
     def save(step: int) -> None:
         """Process 0 writes the replicated state; the directory appears whole or not at all."""
         if not me.is_main or not me.checkpoint_dir:
@@ -211,8 +225,13 @@ def main() -> None:
                 job.report(step, {"loss": float(loss)},
                            samples_per_second=(step - since) * rows / elapsed)
                 started, since = time.perf_counter(), step
-            if args.checkpoint_every and step % args.checkpoint_every == 0:
+            stop = step < total_steps and stop_agreed(step)
+            if stop or (args.checkpoint_every and step % args.checkpoint_every == 0):
                 save(step)
+            if stop:
+                written = "checkpoint written" if me.checkpoint_dir else "no checkpoint directory"
+                print(f"stopped at step {step} (SIGTERM): {written}", flush=True)
+                return
 
         eval_batch = 1000  # divides the 10,000 test images and every device count up to 8
         eval_rows = eval_batch // processes

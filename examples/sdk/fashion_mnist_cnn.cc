@@ -20,7 +20,9 @@
 // Checkpoints: when the job has a checkpoint section (or resume_from), the program saves its
 // parameters and Adam's state every checkpoint.every_steps steps and after the last one, and a
 // restarted attempt (or a job with resume_from) goes on from the newest checkpoint, on any mesh:
-// the order of the examples is a function of the seed and the step.
+// the order of the examples is a function of the seed and the step. On SIGTERM (a preemption,
+// a cancel: substrax::StopRequested) every device stops at the next report's step, after a
+// checkpoint of it when the job has them (docs/sdk.md, "Preemption").
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -265,12 +267,26 @@ absl::Status TrainOnDevice(const Job& job, substrax::DeviceContext& ctx) {
       timing = {};
       window_start = std::chrono::steady_clock::now();
     }
+    // SIGTERM (a preemption, a cancel): every device agrees at a report, saves and stops.
+    bool stop = false;
+    if (step % job.report_every == 0 && step < job.total_steps) {
+      absl::StatusOr<substrax::Metrics> asked = substrax::ReduceCustom(
+          ctx, {{"stop", substrax::StopRequested() ? 1.0 : 0.0}}, {{"stop", "max"}});
+      if (!asked.ok()) return asked.status();
+      stop = asked->at("stop") > 0;
+    }
     const bool save = (job.checkpoint_every > 0 && step % job.checkpoint_every == 0) ||
-                      (job.checkpoint_at_end && step == job.total_steps);
+                      (job.checkpoint_at_end && step == job.total_steps) || stop;
     if (job.checkpoints && save) {
       if (absl::Status s = job.program->SaveCheckpoint(ctx, step, params, **optimizer); !s.ok()) {
         return s;
       }
+    }
+    if (stop) {
+      return absl::AbortedError(absl::StrCat(
+          "stopped after step ", step, " by SIGTERM (preempted); ",
+          job.checkpoints ? absl::StrCat("checkpoint of step ", step, " written")
+                          : std::string("no checkpoint: the spec has none")));
     }
   }
 

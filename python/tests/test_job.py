@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -344,3 +345,58 @@ def test_importing_the_job_part_imports_no_framework():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+STOPPING = """
+import sys, threading, time
+from substrax import job
+
+assert not job.stop_requested()
+print("ready", flush=True)
+deadline = time.monotonic() + 30
+while not job.stop_requested():
+    assert time.monotonic() < deadline, "no SIGTERM within 30 s"
+    time.sleep(0.01)
+print("stopped", flush=True)
+# A second SIGTERM (torchrun forwards the agent's) must not kill it either.
+print("again", flush=True)
+sys.stdin.readline()
+errors = []
+def other_thread():
+    try:
+        job.stop_requested()
+    except RuntimeError as e:
+        errors.append(str(e))
+t = threading.Thread(target=other_thread)
+t.start(); t.join()
+print("from a thread:", errors, flush=True)
+"""
+
+
+def test_sigterm_sets_stop_requested_instead_of_killing(tmp_path):
+    script = tmp_path / "stopping.py"
+    script.write_text(STOPPING)
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout.readline() == "stopped\n"
+        assert proc.stdout.readline() == "again\n"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate("go on\n", timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    # Installed already: another thread may ask too.
+    assert out == "from a thread: []\n"
+
+
+def test_the_first_call_must_come_from_the_main_thread(tmp_path):
+    code = ("import threading\nfrom substrax import job\nerrors = []\n"
+            "def f():\n    try:\n        job.stop_requested()\n"
+            "    except RuntimeError as e:\n        errors.append(str(e))\n"
+            "t = threading.Thread(target=f); t.start(); t.join(); print(errors[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert "call it once from the main thread first" in out

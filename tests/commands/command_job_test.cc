@@ -73,7 +73,8 @@ CommandCluster StartCluster(const std::string& name,
   std::filesystem::create_directories(c.programs);
   std::filesystem::create_directories(c.checkpoints);
   for (const char* program :
-       {"fail_in_rank1.sh", "error_file.sh", "torch_allreduce.py", "jax_psum.py"}) {
+       {"fail_in_rank1.sh", "error_file.sh", "checkpoint_on_sigterm.sh", "torch_allreduce.py",
+        "jax_psum.py"}) {
     const std::string to = absl::StrCat(c.programs, "/", program);
     std::filesystem::copy_file(Runfile(absl::StrCat("tests/commands/", program)), to);
     chmod(to.c_str(), 0755);
@@ -250,6 +251,41 @@ void ExpectTorchJob(ChaosCluster& cluster, const std::string& id) {
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("OK rank ", rank, " of 4: all_reduce = 10")));
   }
+}
+
+// A cancel's SIGTERM reaches every process of the command (their process group) and each
+// launcher waits for them, so that a process's checkpoint after SIGTERM completes.
+TEST(CommandJobTest, TheAgentsSigtermReachesTheProcessesAndTheLauncherWaitsForThem) {
+  CommandCluster c = StartCluster("command_sigterm");
+  ChaosCluster& cluster = *c.cluster;
+  ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
+  const std::string id = cluster.Submit(
+      CommandJob("stops", absl::StrCat("{argv: [", c.programs, "/checkpoint_on_sigterm.sh]}")));
+  ASSERT_FALSE(absl::StartsWith(id, "error: ")) << id;
+  auto logged = [&](const std::vector<std::string>& lines) {
+    const CommandResult logs = cluster.Ctl({"logs", id});
+    for (const std::string& line : lines) {
+      if (!absl::StrContains(logs.out, line)) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(PollUntil([&] { return logged({"rank 0: training", "rank 1: training"}); },
+                        absl::Seconds(60)))
+      << cluster.Logs();
+  grpc::ClientContext context;
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(cluster.jobs()->CancelJob(&context, cancel, &cancelled).ok());
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        return logged({"rank 0: checkpoint written after SIGTERM",
+                       "rank 1: checkpoint written after SIGTERM",
+                       "the command's processes got it too (their process group)"});
+      },
+      absl::Seconds(30)))
+      << cluster.Ctl({"logs", id}).out << cluster.Logs();
+  EXPECT_EQ(cluster.StopAndListLeftovers(), "");
 }
 
 TEST(CommandJobTest, PytorchPerDeviceAndUnderTorchrunAllReduceOverFourProcesses) {

@@ -10,7 +10,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -36,21 +35,8 @@ v1::WatchAssignmentsResponse StopEvent(int64_t cursor, const std::string& job_id
 
 // Events 1 (small), 2 (5 MiB) and 3 (small) after the cursor a stream asks for; each stream's
 // request is recorded.
-class FakeCoordinator final : public v1::CoordinatorService::Service {
+class FakeCoordinator final : public AcceptingCoordinator {
  public:
-  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
-                              v1::RegisterWorkerResponse* response) override {
-    *response->mutable_devices() = request->devices();
-    response->mutable_heartbeat_interval()->set_nanos(200 * 1000 * 1000);
-    response->mutable_heartbeat_timeout()->set_seconds(30);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
-                         v1::HeartbeatResponse*) override {
-    return grpc::Status::OK;
-  }
-
   grpc::Status WatchAssignments(grpc::ServerContext* context,
                                 const v1::WatchAssignmentsRequest* request,
                                 grpc::ServerWriter<v1::WatchAssignmentsResponse>* writer) override {
@@ -64,22 +50,16 @@ class FakeCoordinator final : public v1::CoordinatorService::Service {
     for (const v1::WatchAssignmentsResponse& event : events) {
       if (event.cursor() > after && !writer->Write(event)) return grpc::Status::OK;
     }
-    while (!context->IsCancelled() &&
-           !done_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
-    }
+    HoldOpen(context);
     return grpc::Status::OK;
   }
 
-  void Finish() {
-    if (!done_.HasBeenNotified()) done_.Notify();
-  }
   std::vector<int64_t> cursors() {
     absl::MutexLock lock(&mu_);
     return cursors_;
   }
 
  private:
-  absl::Notification done_;
   absl::Mutex mu_;
   std::vector<int64_t> cursors_ ABSL_GUARDED_BY(mu_);
 };

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "worker/runtime/checkpointing.h"
+#include "worker/runtime/preemption.h"
 
 namespace substrax {
 namespace {
@@ -98,6 +99,12 @@ absl::Status RunOnLocalDevices(const ConnectionOptions& options,
                                    ? local_options.checkpoints->Flush()
                                    : absl::OkStatus();
   for (size_t i = 0; i < results.size(); ++i) {
+    // Every device stopped after the same step; its final checkpoint is what the stop promised.
+    if (IsStoppedBySigterm(results[i])) {
+      return flushed.ok() ? results[i]
+                          : Annotate(flushed, absl::StrCat("stopping on SIGTERM: ",
+                                                           "the final checkpoint failed"));
+    }
     if (!results[i].ok()) {
       const Device& d = mesh.DeviceAt(*mesh.CoordinatesOf(local[i]));
       return Annotate(results[i], absl::StrCat(d.ToString(), ", process ", options.process_index));

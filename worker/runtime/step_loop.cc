@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "core/status.h"
 #include "worker/runtime/gradient_reducer.h"
+#include "worker/runtime/preemption.h"
 
 namespace substrax {
 namespace {
@@ -196,8 +197,13 @@ class StepLoop {
   absl::StatusOr<TrainResult> Finish();
 
  private:
-  // The report after `done` steps; returns whether any device finds a timed checkpoint due.
-  absl::StatusOr<bool> Report(int64_t done);
+  // What every device agreed on at a report.
+  struct Agreed {
+    bool save = false;  // some device finds a timed checkpoint due
+    bool stop = false;  // some device was asked to stop
+  };
+  // The report after `done` steps.
+  absl::StatusOr<Agreed> Report(int64_t done);
   absl::Status Save(int64_t done);
 
   const StepLoopOptions& options_;
@@ -242,15 +248,19 @@ absl::Status StepLoop::ReportAndSave(int64_t done) {
       options_.save != nullptr &&
       ((options_.save_every_steps > 0 && done % options_.save_every_steps == 0) ||
        (last && options_.save_at_end));
-  bool timed_save = false;
+  Agreed agreed;
   if (done % report_every_ == 0 || last) {
-    SUBSTRAX_ASSIGN_OR_RETURN(timed_save, Report(done));
+    SUBSTRAX_ASSIGN_OR_RETURN(agreed, Report(done));
   }
+  const bool stop = agreed.stop && !last;
   // (After a report, counted in the next interval's time: the copy is part of training's cost.)
-  return save_now || timed_save ? Save(done) : absl::OkStatus();
+  if (save_now || agreed.save || (stop && options_.save != nullptr)) {
+    SUBSTRAX_RETURN_IF_ERROR(Save(done));
+  }
+  return stop ? StoppedBySigterm(done, options_.save != nullptr) : absl::OkStatus();
 }
 
-absl::StatusOr<bool> StepLoop::Report(int64_t done) {
+absl::StatusOr<StepLoop::Agreed> StepLoop::Report(int64_t done) {
   // This device's metrics of the interval, reduced over the devices as the spec declares, and
   // the slowest device's time fractions. Every reduction still in flight is collected first: a
   // report never covers a step whose collectives failed.
@@ -274,21 +284,24 @@ absl::StatusOr<bool> StepLoop::Report(int64_t done) {
     options_.on_device_report(report);
   }
   SUBSTRAX_ASSIGN_OR_RETURN(Metrics reduced, ReduceCustom(ctx_, local, reductions_));
-  // The time fractions, and whether any device finds a timed checkpoint due: reduced together so
-  // that every device decides the same.
+  // The time fractions, whether any device finds a timed checkpoint due and whether any was
+  // asked to stop: reduced together so that every device decides the same.
   const bool due = options_.save != nullptr && options_.save_every > absl::ZeroDuration() &&
                    absl::Now() - last_save_ >= options_.save_every;
+  const bool stop = options_.stop_requested != nullptr && options_.stop_requested();
   const Metrics fractions = {{"collective", phase(Phase::kCollective) / wall},
                              {"compute", phase(Phase::kCompute) / wall},
                              {"data", phase(Phase::kData) / wall},
-                             {"save", due ? 1.0 : 0.0}};
+                             {"save", due ? 1.0 : 0.0},
+                             {"stop", stop ? 1.0 : 0.0}};
   SUBSTRAX_ASSIGN_OR_RETURN(
       Metrics slowest,
       ReduceCustom(ctx_, fractions,
                    MetricOps{{"collective", ReduceOp::kMax},
                              {"compute", ReduceOp::kMax},
                              {"data", ReduceOp::kMax},
-                             {"save", ReduceOp::kMax}}));
+                             {"save", ReduceOp::kMax},
+                             {"stop", ReduceOp::kMax}}));
   if (options_.on_progress && ctx_.mesh->Ravel(ctx_.coords) == 0) {
     ProgressReport report = MakeProgressReport(
         options_.total_steps, options_.steps_per_epoch, done, reduced,
@@ -302,7 +315,7 @@ absl::StatusOr<bool> StepLoop::Report(int64_t done) {
   final_metrics_ = std::move(reduced);
   interval_steps_ = 0;
   interval_start_ = absl::Now();
-  return slowest["save"] > 0;
+  return Agreed{.save = slowest["save"] > 0, .stop = slowest["stop"] > 0};
 }
 
 absl::Status StepLoop::Save(int64_t done) {

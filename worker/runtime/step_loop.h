@@ -111,6 +111,11 @@ struct StepLoopOptions {
   int64_t save_every_steps = 0;
   absl::Duration save_every = absl::ZeroDuration();
   bool save_at_end = false;
+  // Whether this process has been asked to stop (preemption.h: SIGTERM); called on every device
+  // at every report and reduced with the report (max), so that every device of every process
+  // stops after the same step: after a final checkpoint of it (when `save` is set) the loop ends
+  // with StoppedBySigterm. Not honoured after the last step (the run is complete). Null: never.
+  std::function<bool()> stop_requested;
 };
 
 // What the loop did, for tests: how many gradient collectives (all-reduces of buckets, or the
@@ -124,7 +129,8 @@ struct StepLoopStats {
 
 // Runs the job on one device. Every device of the mesh runs it with the same options but its
 // own device_id, comms and backend. Errors: the backend's and the collectives' (annotated with
-// the step), INVALID_ARGUMENT for unusable options or metric reductions.
+// the step), INVALID_ARGUMENT for unusable options or metric reductions, ABORTED
+// (StoppedBySigterm) when stop_requested stopped it.
 absl::StatusOr<TrainResult> RunStepLoop(const StepLoopOptions& options, DeviceBackend& backend,
                                         StepLoopStats* stats = nullptr);
 

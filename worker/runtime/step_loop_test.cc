@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "worker/collectives/nccl_communicator.h"
 #include "worker/collectives/store.h"
+#include "worker/runtime/preemption.h"
 #include "worker/runtime/sharded_update.h"
 #include "worker/runtime/test_mesh.h"
 
@@ -34,6 +35,7 @@ namespace substrax {
 namespace {
 
 using ::testing::DoubleEq;
+using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
@@ -324,6 +326,20 @@ struct LoopCase {
   int in_flight = 0;
 };
 
+// The options every device's loop in these tests starts from: the device's place in `mesh`,
+// its communicators, the job's length and the evaluation data.
+StepLoopOptions LoopOptions(const DeviceContext& ctx, const v1::JobSpec& spec, const Mesh& mesh,
+                            int64_t total_steps, const Dataset* eval) {
+  StepLoopOptions options;
+  options.spec = &spec;
+  options.mesh = &mesh;
+  options.device_id = ctx.device.id;
+  options.comms = ctx.comms;
+  options.total_steps = total_steps;
+  options.eval = eval;
+  return options;
+}
+
 class StepLoopTest : public ::testing::TestWithParam<LoopCase> {};
 
 TEST_P(StepLoopTest, ReducesGradientsAndMetricsOnAHybridMesh) {
@@ -345,14 +361,8 @@ TEST_P(StepLoopTest, ReducesGradientsAndMetricsOnAHybridMesh) {
         auto backend = std::make_unique<FakeBackend>(id, 2, ctx.coords[1], HostMemory());
         backend->in_flight = c.in_flight;
         gradient_awaits = 0;
-        StepLoopOptions options;
-        options.spec = &spec;
-        options.mesh = &mesh;
-        options.device_id = id;
-        options.comms = ctx.comms;
-        options.total_steps = kSteps;
+        StepLoopOptions options = LoopOptions(ctx, spec, mesh, kSteps, &eval);
         options.steps_per_epoch = 2;
-        options.eval = &eval;
         options.explicit_collectives = c.explicit_collectives;
         options.gradients.bucket_bytes = c.bucket_bytes;
         options.on_progress = [&](const ProgressReport& r) {
@@ -467,13 +477,7 @@ DataParallelRun RunDataParallel(
   RunOnDevices(mesh, [&](DeviceContext& ctx) {
     const int id = ctx.device.id;
     auto backend = std::make_unique<FakeBackend>(id, 1, 0, HostMemory());
-    StepLoopOptions options;
-    options.spec = &spec;
-    options.mesh = &mesh;
-    options.device_id = id;
-    options.comms = ctx.comms;
-    options.total_steps = steps;
-    options.eval = &eval;
+    StepLoopOptions options = LoopOptions(ctx, spec, mesh, steps, &eval);
     setup(*backend, options);
     StepLoopStats s;
     absl::StatusOr<TrainResult> r = RunStepLoop(options, *backend, &s);
@@ -597,14 +601,8 @@ TEST(StepLoopSaveTest, EveryDeviceSavesAtTheStepsTheSpecAsksFor) {
     RunOnDevices(mesh, [&](DeviceContext& ctx) {
       const int id = ctx.device.id;
       FakeBackend backend(id, 2, ctx.coords[1], HostMemory());
-      StepLoopOptions options;
-      options.spec = &spec;
-      options.mesh = &mesh;
-      options.device_id = id;
-      options.comms = ctx.comms;
-      options.total_steps = 20;
+      StepLoopOptions options = LoopOptions(ctx, spec, mesh, 20, &eval);
       options.first_step = c.first_step;
-      options.eval = &eval;
       options.save_every_steps = c.every_steps;
       options.save_every = c.every;
       options.save_at_end = c.at_end;
@@ -640,13 +638,7 @@ TEST(StepLoopSaveTest, AFailedSaveStopsTheLoop) {
   absl::Status status;
   RunOnDevices(mesh, [&](DeviceContext& ctx) {
     FakeBackend backend(ctx.device.id, 1, 0, HostMemory());
-    StepLoopOptions options;
-    options.spec = &spec;
-    options.mesh = &mesh;
-    options.device_id = ctx.device.id;
-    options.comms = ctx.comms;
-    options.total_steps = 10;
-    options.eval = &eval;
+    StepLoopOptions options = LoopOptions(ctx, spec, mesh, 10, &eval);
     options.save_every_steps = 3;
     options.save = [](int64_t, DeviceBackend&) {
       return absl::UnavailableError("cannot write /ckpt/x: No space left on device");
@@ -657,6 +649,55 @@ TEST(StepLoopSaveTest, AFailedSaveStopsTheLoop) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(status.message()), HasSubstr("checkpoint after step 3"));
   EXPECT_THAT(std::string(status.message()), HasSubstr("No space left on device"));
+}
+
+// A stop asked of one device (SIGTERM in its process) between reports: at the next report every
+// device agrees on it, saves that step and ends with StoppedBySigterm; without checkpoints the
+// message says so.
+TEST(StepLoopStopTest, OneDevicesStopEndsEveryDeviceAtTheSameStepAfterACheckpoint) {
+  const Mesh mesh = *DeviceMeshManager::CreateHybridMesh(MakeUniformCluster(2, 2), 2, 2);
+  v1::JobSpec spec = Spec();
+  spec.set_report_every_steps(5);
+  for (const bool checkpoints : {true, false}) {
+    SCOPED_TRACE(checkpoints ? "with checkpoints" : "without");
+    absl::Mutex mu;
+    std::map<int, std::vector<int64_t>> saved;
+    std::map<int, absl::Status> results;
+    std::map<int, size_t> applied;
+    Dataset eval;
+    RunOnDevices(mesh, [&](DeviceContext& ctx) {
+      const int id = ctx.device.id;
+      FakeBackend backend(id, 2, ctx.coords[1], HostMemory());
+      StepLoopOptions options = LoopOptions(ctx, spec, mesh, 20, &eval);
+      if (checkpoints) {
+        options.save_every_steps = 20;
+        options.save = [&, id](int64_t steps_done, DeviceBackend&) -> absl::Status {
+          absl::MutexLock lock(&mu);
+          saved[id].push_back(steps_done);
+          return absl::OkStatus();
+        };
+      }
+      // Device 3 alone is asked, after its 7th step: the next report is after step 10.
+      options.stop_requested = [&backend, id] { return id == 3 && backend.applied.size() >= 7; };
+      absl::StatusOr<TrainResult> r = RunStepLoop(options, backend);
+      absl::MutexLock lock(&mu);
+      results[id] = r.status();
+      applied[id] = backend.applied.size();
+    });
+    ASSERT_EQ(results.size(), 4u);
+    for (int id = 0; id < 4; ++id) {
+      EXPECT_TRUE(IsStoppedBySigterm(results[id])) << id << ": " << results[id];
+      EXPECT_EQ(results[id].message(),
+                checkpoints
+                    ? "stopped after step 10 by SIGTERM (preempted); checkpoint of step 10 written"
+                    : "stopped after step 10 by SIGTERM (preempted); no checkpoint: the spec has "
+                      "none");
+      EXPECT_EQ(applied[id], 10u) << "device " << id;
+      if (checkpoints) {
+        EXPECT_THAT(saved[id], ElementsAre(10)) << "device " << id;
+      }
+    }
+  }
 }
 
 // The CUDA variant: the fake's gradient buffer in GPU memory, NCCL communicators (one rank), the

@@ -302,6 +302,7 @@ absl::Status TrainingProcess::RunDevice(DeviceContext& ctx) {
                                     : kDefaultGradientBucketBytes;
   loop.overlap_gradients = OverlapGradients(options_);
   loop.on_progress = options_.on_progress;
+  loop.stop_requested = options_.stop_requested;
   if (options_.on_device_report) {
     loop.on_device_report = [this](DeviceReport report) {
       report.input_features = data_.num_features;

@@ -86,6 +86,9 @@ struct TrainerOptions {
   std::function<void(const v1::CheckpointResume&)> on_resume;
   // Process 0, after each committed checkpoint: what the job's directory holds.
   std::function<void(const v1::CheckpointListing&)> on_checkpoint;
+  // Whether the process has been asked to stop (StepLoopOptions::stop_requested; preemption.h's
+  // SigtermReceived in a job process). Null: never. Must be thread-safe.
+  std::function<bool()> stop_requested;
 };
 
 // What every device of a process reads: the data set's splits, the order of its examples and
@@ -109,7 +112,8 @@ std::vector<int> LocalDeviceIds(const TrainerOptions& options);
 // INVALID_ARGUMENT (a directory outside the checkpoint roots; a checkpoint of another model),
 // NOT_FOUND (resume_from holds no whole checkpoint), UNAVAILABLE (a checkpoint could not be
 // written: a full disk; the message names the file and the reason), UNIMPLEMENTED (checkpoints
-// on CUDA devices). The devices' kind chooses the
+// on CUDA devices), ABORTED (StoppedBySigterm, preemption.h: stop_requested stopped every
+// device after the same step, its checkpoint committed). The devices' kind chooses the
 // backend (CPU: Gloo and cpu_backend.h; CUDA: NCCL and cuda_backend.h); both run step_loop.h.
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options);
 

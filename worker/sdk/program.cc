@@ -22,6 +22,7 @@
 #include "rpc/proto_time.h"
 #include "rpc/transport.h"
 #include "contract/cpu_features.h"
+#include "worker/runtime/preemption.h"
 #include "worker/sdk/coordinator_store.h"
 #include "base/files.h"
 #include "base/mutex_mode.h"
@@ -391,6 +392,9 @@ absl::StatusOr<std::unique_ptr<Program>> InitForVersion(int header_major, int he
   }
   // A program's devices are CPU devices: their kernels need this host's vector units.
   SUBSTRAX_RETURN_IF_ERROR(CheckCpuKernels());
+  // The agent's SIGTERM (a cancel or a preemption) sets StopRequested instead of ending the
+  // program, so that it can save a checkpoint first.
+  InstallSigtermFlag();
   if (const char* launch = std::getenv(kLaunchEnv); launch != nullptr && *launch != '\0') {
     SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImpl> program,
                               ProgramImpl::FromLaunch(launch));
@@ -405,6 +409,8 @@ absl::StatusOr<std::unique_ptr<Program>> InitForVersion(int header_major, int he
 }  // namespace internal
 
 const char* LibraryVersion() { return SUBSTRAX_VERSION_STRING; }
+
+bool StopRequested() { return SigtermReceived(); }
 
 int ExitWithError(const absl::Status& status) {
   std::fprintf(stderr, "substrax: %s\n", status.ToString().c_str());

@@ -1,5 +1,7 @@
 // The SDK's Init and Program, standalone and from a launch file (the daemon's side of the launch
 // is tested with real daemons in tests/sdk and tests/).
+#include <signal.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -127,6 +129,15 @@ TEST(InitTest, ALaunchOverTlsWithoutAnAttemptTokenIsRefused) {
       ProgramImpl::FromLaunchProto(launch);
   EXPECT_EQ(program.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(program.status().message(), HasSubstr("no attempt token"));
+}
+
+// Init makes the first SIGTERM a request to stop, which the program reads, instead of its end.
+TEST(InitTest, AfterInitSigtermSetsStopRequested) {
+  absl::StatusOr<std::unique_ptr<Program>> program = Init();
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_FALSE(StopRequested());
+  ASSERT_EQ(raise(SIGTERM), 0);
+  EXPECT_TRUE(StopRequested());
 }
 
 TEST(ProgramTest, RunOnDevicesReducesAcrossTheLocalDevicesAndRunsOnce) {

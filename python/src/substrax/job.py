@@ -11,6 +11,9 @@ an error file. This module is that contract, typed:
         loss = train_step()
         if step % (me.report_every_steps or 10) == 0:
             job.report(step, {"loss": loss}, samples_per_second=rate)
+        if job.stop_requested():            # SIGTERM: preempted or cancelled
+            save_checkpoint(step)           # then exit 0 within the grace
+            sys.exit(0)
     job.report_final({"test_accuracy": acc})
 
 Outside a job (no SUBSTRAX_REPORT_FILE), `info()` describes one local process (index 0 of 1,
@@ -24,9 +27,10 @@ from substrax._errors import PermanentError, install_error_hook, record, write_e
 from substrax._info import DeviceInfo, JobInfo, MeshInfo, in_job, info
 from substrax._report import (heartbeat, report, report_checkpoint, report_final, report_resumed,
                               report_total_steps)
+from substrax._stop import stop_requested
 
 __all__ = [
     "DeviceInfo", "JobInfo", "MeshInfo", "PermanentError", "heartbeat", "in_job", "info",
     "install_error_hook", "record", "report", "report_checkpoint", "report_final",
-    "report_resumed", "report_total_steps", "write_error_file",
+    "report_resumed", "report_total_steps", "stop_requested", "write_error_file",
 ]

@@ -205,6 +205,15 @@ const char* LibraryVersion();
 // For an error before Finish can be called (Init failed): prints it to stderr and returns 1.
 int ExitWithError(const absl::Status& status);
 
+// True once this process got SIGTERM: the agent stops an attempt (cancel, preemption by a job of
+// higher priority) with SIGTERM, then SIGKILL after a grace period. Init installs the handler: a
+// first SIGTERM only sets this flag (the program goes on), a second one ends the process. A
+// program's loop checks it on every device at the same steps (reduce it with the step's
+// metrics, kMax, so that every device of every process agrees), saves a checkpoint of the step
+// (SaveCheckpoint) and returns; Finish then waits for its commit (docs/sdk.md, "Preemption").
+// Async-signal-safe to read; thread-safe.
+bool StopRequested();
+
 }  // namespace substrax
 
 #endif  // SUBSTRAX_PROGRAM_H_
