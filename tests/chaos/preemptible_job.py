@@ -18,6 +18,7 @@ stop_seconds = float(os.environ.get("JOB_STOP_SECONDS", "0"))
 
 
 def newest_checkpoint():
+    os.makedirs(ckpt_dir, exist_ok=True)
     steps = [int(name[len("step-"):]) for name in os.listdir(ckpt_dir)
              if name.startswith("step-") and name[len("step-"):].isdigit()]
     return max(steps, default=0)

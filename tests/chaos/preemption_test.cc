@@ -39,7 +39,7 @@ priority_classes:
   - {name: low, value: 0}
   - {name: high, value: 1000}
 default_priority_class: low
-preemption_grace_seconds: 30
+preemption_grace_seconds: GRACE
 )";
 
 constexpr char kBuiltin[] = R"(apiVersion: substrax/v1
@@ -82,15 +82,18 @@ struct PreemptionCluster {
   std::unique_ptr<ChaosCluster> cluster;
 };
 
-PreemptionCluster Start(const std::string& name) {
+// `grace`: the queues file's preemption_grace_seconds. The policy preempts only a job whose
+// estimate runs past ten graces (it waits for a sooner end), so a short grace keeps the jobs
+// short.
+PreemptionCluster Start(const std::string& name, int grace) {
   PreemptionCluster c;
   c.files = TempDir(name + "_files");
   c.checkpoints = c.files + "/checkpoints";
   std::filesystem::create_directories(c.checkpoints);
   const std::string queues = c.files + "/queues.yaml";
-  std::ofstream(queues) << kQueues;
+  std::ofstream(queues) << absl::StrReplaceAll(kQueues, {{"GRACE", absl::StrCat(grace)}});
   ChaosClusterOptions options;
-  options.stop_grace = "2s";  // the preemption's own grace (30 s) is longer: it wins
+  options.stop_grace = "1s";  // the preemption's own grace is longer: it wins
   options.coordinator_flags = {"--queues", queues, "--restart-backoff", "1s"};
   options.worker_flags = {"--checkpoint-root", c.checkpoints, "--allow-command-jobs"};
   if (access(absl::StrCat(kJaxEnv, "/bin").c_str(), F_OK) == 0) {
@@ -113,13 +116,13 @@ bool RunningAt(ChaosCluster& cluster, const std::string& id, int64_t step) {
 }
 
 TEST(PreemptionTest, ALowPriorityJobCheckpointsWhenPreemptedAndResumesFromThatCheckpoint) {
-  PreemptionCluster c = Start("preempt_builtin");
+  PreemptionCluster c = Start("preempt_builtin", 2);
   ChaosCluster& cluster = *c.cluster;
   ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
   // Checkpoints only when asked: a scheduled one would hide where the resume came from.
   const std::string low = cluster.Submit(Builtin(
-      "low", "low", 3000,
-      absl::StrCat("checkpoint: {directory: ", c.checkpoints, "/low, every_seconds: 86400}")));
+      "low", "low", 20000,
+      absl::StrCat("checkpoint: {directory: ", c.checkpoints, "/anonymous/low, every_seconds: 86400}")));
   ASSERT_FALSE(absl::StartsWith(low, "error")) << low;
   ASSERT_TRUE(RunningAt(cluster, low, 200)) << cluster.Logs();
 
@@ -151,7 +154,7 @@ TEST(PreemptionTest, ACoordinatorKilledMidPreemptionLeavesTheVictimStoppedNeverB
     if (ci != nullptr && std::string(ci) == "true") FAIL() << "the JAX venv is missing";
     GTEST_SKIP() << "the JAX venv (with the substrax package) is missing: make python";
   }
-  PreemptionCluster c = Start("preempt_kill");
+  PreemptionCluster c = Start("preempt_kill", 6);
   ChaosCluster& cluster = *c.cluster;
   const std::string script = c.files + "/preemptible_job.py";
   std::filesystem::copy_file(Runfile("tests/chaos/preemptible_job.py"), script);
@@ -160,9 +163,9 @@ TEST(PreemptionTest, ACoordinatorKilledMidPreemptionLeavesTheVictimStoppedNeverB
   const std::string low = cluster.Submit(absl::StrCat(
       "apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: victim}\nspec:\n"
       "  command: {python_env: jax, argv: [python, ", script,
-      "], env: {JOB_STOP_SECONDS: \"4\"}}\n  mesh: {data_parallel_size: 4}\n  steps: 400\n"
+      "], env: {JOB_STOP_SECONDS: \"3\"}}\n  mesh: {data_parallel_size: 4}\n  steps: 400\n"
       "  report_every_steps: 10\n  max_restarts: 0\n  checkpoint: {directory: ", c.checkpoints,
-      "/victim}\n"));
+      "/anonymous/victim}\n"));
   ASSERT_FALSE(absl::StartsWith(low, "error")) << low;
   ASSERT_TRUE(RunningAt(cluster, low, 50)) << cluster.Logs();
 
@@ -175,7 +178,7 @@ TEST(PreemptionTest, ACoordinatorKilledMidPreemptionLeavesTheVictimStoppedNeverB
       },
       absl::Seconds(30)))
       << cluster.Logs();
-  // Killed while the victim writes its checkpoint (4 s); back at once on the same state.
+  // Killed while the victim writes its checkpoint (3 s); back at once on the same state.
   cluster.coordinator().Signal(SIGKILL);
   ASSERT_TRUE(cluster.coordinator().Wait(absl::Seconds(30)).has_value());
   cluster.StartCoordinator();
