@@ -228,12 +228,6 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
       continue;
     }
     TakeDevicesLocked(entry, *std::move(mesh));
-    for (auto t = job.transitions().rbegin(); t != job.transitions().rend(); ++t) {
-      if (t->to() == v1::JOB_STATE_RUNNING && t->from() != v1::JOB_STATE_RUNNING) {
-        entry.attempt_start = RebaseLocked(FromProtoTime(t->time()));
-        break;
-      }
-    }
     for (int p : job.succeeded_processes()) {
       if (p < 0 || p >= static_cast<int>(entry.processes.size())) continue;
       entry.processes[p].succeeded = true;
@@ -255,15 +249,9 @@ absl::Status Cluster::LoadLocked(const StateStore::Snapshot& snapshot, EndedAtte
     }
     // The start events may not have reached the daemons before the restart; those that did
     // are ignored there (launches are idempotent).
-    if (entry.job.state() == v1::JOB_STATE_RUNNING) PushStartEventsLocked(entry);
-    if (entry.job.state() == v1::JOB_STATE_RUNNING && entry.job.has_preemption()) {
-      // A preemption in progress goes on: its stop events again (the daemons may not have had
-      // them), and at least a grace from now, since the restart may have delayed them.
-      entry.preemption_deadline = std::max(
-          RebaseLocked(FromProtoTime(entry.job.preemption().deadline_time())),
-          lease_clock_() + absl::Seconds(scheduler_.config().preemption_grace_seconds()) +
-              options_.heartbeat_timeout);
-      PushPreemptEventsLocked(entry);
+    if (entry.job.state() == v1::JOB_STATE_RUNNING) {
+      PushStartEventsLocked(entry);
+      ResumeLoadedAttemptLocked(entry);
     }
   }
   return absl::OkStatus();

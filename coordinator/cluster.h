@@ -498,6 +498,11 @@ class Cluster {
                                                const std::string& request_id,
                                                const std::string& fingerprint) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The queue, priority class and priority of a job being submitted (Scheduler::Admit), and
+  // spec.preemptible false only from an admin (by flag or by role).
+  absl::Status AdmitToQueueLocked(const v1::JobSpec& spec, const std::string& owner, bool admin,
+                                  const std::vector<std::string>& roles, v1::Job* job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The submit policy applied to the alive workers as they are now.
   absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const std::string& owner_dir) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -611,6 +616,9 @@ class Cluster {
   // not used.
   void FinishPreemptionLocked(JobEntry& entry, const std::string& how, EndedAttempts* ended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A running attempt loaded from the store: when it started, and a preemption in progress
+  // goes on (its stop events again, its deadline at least a grace away).
+  void ResumeLoadedAttemptLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the preemption stop events of a preempted attempt (again, after a restart).
   void PushPreemptEventsLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps pending_ in step with the entry's state (after every state change).

@@ -102,6 +102,24 @@ scheduling::RunningJob Cluster::RunningViewLocked(const JobEntry& entry) const {
   return view;
 }
 
+void Cluster::ResumeLoadedAttemptLocked(JobEntry& entry) {
+  const v1::Job& job = entry.job;
+  for (auto t = job.transitions().rbegin(); t != job.transitions().rend(); ++t) {
+    if (t->to() == v1::JOB_STATE_RUNNING && t->from() != v1::JOB_STATE_RUNNING) {
+      entry.attempt_start = RebaseLocked(FromProtoTime(t->time()));
+      break;
+    }
+  }
+  if (!job.has_preemption()) return;
+  // A preemption in progress goes on: its stop events again (the daemons may not have had
+  // them), and at least a grace from now, since the restart may have delayed them.
+  entry.preemption_deadline =
+      std::max(RebaseLocked(FromProtoTime(job.preemption().deadline_time())),
+               lease_clock_() + absl::Seconds(scheduler_.config().preemption_grace_seconds()) +
+                   options_.heartbeat_timeout);
+  PushPreemptEventsLocked(entry);
+}
+
 void Cluster::PushPreemptEventsLocked(JobEntry& entry) {
   const v1::Job& job = entry.job;
   const absl::Duration grace = absl::Seconds(scheduler_.config().preemption_grace_seconds());

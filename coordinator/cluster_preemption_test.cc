@@ -1,4 +1,5 @@
-// Tests of Cluster: preemption as the state machine carries it out: the victim asked to stop
+// Tests of Cluster: admission to queues at submit, and preemption as the state machine carries
+// it out: the victim asked to stop
 // (and keeping its devices) while its processes checkpoint, requeued without using a restart,
 // the preemptor started on its devices, the deadline, and a coordinator restart in the middle.
 #include <string>
@@ -166,6 +167,38 @@ TEST_F(PreemptionTest, ARestartedCoordinatorGoesOnWithThePreemption) {
   EXPECT_EQ(Get(low_).state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(Get(low_).preemptions(), 1);
   EXPECT_EQ(Get(high_).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(PreemptionTest, SubmitAdmitsToAQueueByOwnerRoleAndQuota) {
+  v1::SchedulingConfig config = TwoClasses();
+  config.clear_queues();
+  v1::QueueConfig* research = config.add_queues();
+  research->set_name("research");
+  v1::DeviceQuota* quota = research->add_quotas();
+  quota->set_backend("cpu");
+  quota->set_devices(2);
+  research->mutable_submitters()->add_owners("alice");
+  research->mutable_submitters()->add_roles("admin");
+  config.set_default_queue("research");
+  cluster_->SetSchedulingConfig(config);
+
+  v1::JobSpec two = Spec("two", 2);
+  absl::StatusOr<v1::Job> alice = cluster_->SubmitJob(two, "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_EQ(alice->queue(), "research");
+  EXPECT_EQ(alice->priority_class(), "low");
+  absl::StatusOr<v1::Job> bob = cluster_->SubmitJob(two, "bob", false, "", {"submitter"});
+  EXPECT_EQ(bob.status().code(), absl::StatusCode::kPermissionDenied) << bob.status();
+  EXPECT_TRUE(cluster_->SubmitJob(two, "carol", false, "", {"admin"}).ok());
+  // More than the queue could ever hold.
+  absl::StatusOr<v1::Job> four = cluster_->SubmitJob(Spec("four", 4), "alice");
+  EXPECT_EQ(four.status().code(), absl::StatusCode::kResourceExhausted) << four.status();
+  EXPECT_THAT(four.status().message(), HasSubstr("research"));
+  v1::JobSpec elsewhere = two;
+  elsewhere.set_queue("vision");
+  absl::StatusOr<v1::Job> unknown = cluster_->SubmitJob(elsewhere, "alice");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument) << unknown.status();
+  EXPECT_THAT(unknown.status().message(), HasSubstr("research"));
 }
 
 }  // namespace

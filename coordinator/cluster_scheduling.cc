@@ -213,6 +213,18 @@ class PassActions : public scheduling::Actions {
   std::map<std::string, std::string> misfit_;
 };
 
+// The policy's pools: alive and free devices per backend.
+std::map<std::string, scheduling::PoolDevices> Pools(const std::vector<Device>& alive,
+                                                     const std::vector<Device>& free) {
+  std::map<std::string, scheduling::PoolDevices> pools;
+  for (v1::Backend backend : {v1::BACKEND_CPU, v1::BACKEND_CUDA}) {
+    scheduling::PoolDevices& pool = pools[BackendName(backend)];
+    pool.alive = static_cast<int64_t>(DevicesForBackend(backend, alive).size());
+    pool.free = static_cast<int64_t>(DevicesForBackend(backend, free).size());
+  }
+  return pools;
+}
+
 }  // namespace
 
 void Cluster::ScheduleLocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -226,13 +238,6 @@ void Cluster::ScheduleLocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   std::vector<Device> all_free;
   for (const Device& device : all_alive) {
     if (busy_devices_.count(device.id) == 0) all_free.push_back(device);
-  }
-  // The policy's pools: alive and free devices per backend.
-  std::map<std::string, scheduling::PoolDevices> pools;
-  for (v1::Backend backend : {v1::BACKEND_CPU, v1::BACKEND_CUDA}) {
-    scheduling::PoolDevices& pool = pools[BackendName(backend)];
-    pool.alive = static_cast<int64_t>(DevicesForBackend(backend, all_alive).size());
-    pool.free = static_cast<int64_t>(DevicesForBackend(backend, all_free).size());
   }
   // The pending jobs that could start now, as the policy sees them; the others say why not.
   std::vector<scheduling::PendingJob> pending;
@@ -334,7 +339,7 @@ void Cluster::ScheduleLocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     SetWaitingLocked(jobs_.at(job.id), why);
   };
   PassActions actions(start, preempt, wait);
-  scheduler_.Schedule(lease_now, pending, running, pools, actions);
+  scheduler_.Schedule(lease_now, pending, running, Pools(all_alive, all_free), actions);
 }
 
 void Cluster::SetSchedulingConfig(v1::SchedulingConfig config) {

@@ -1,5 +1,6 @@
 // Job submission: the submit policy against the cluster as it is, ids from the stored counter,
 // and idempotent submits by request id.
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -104,6 +105,32 @@ absl::StatusOr<v1::Job> Cluster::RepeatedSubmitLocked(const std::string& job_id,
   return JobViewLocked(entry);
 }
 
+absl::Status Cluster::AdmitToQueueLocked(const v1::JobSpec& spec, const std::string& owner,
+                                          bool admin, const std::vector<std::string>& roles,
+                                          v1::Job* job) const {
+  // An admin by role (or an --insecure caller) may submit anywhere and pin its job.
+  const bool queue_admin =
+      admin || std::find(roles.begin(), roles.end(), "admin") != roles.end();
+  if (spec.has_preemptible() && !spec.preemptible() && !queue_admin) {
+    return absl::PermissionDeniedError(
+        "spec.preemptible: false is for admins only: a job that cannot be preempted holds its "
+        "devices against every priority; leave it out (true)");
+  }
+  // Its queue and class, as the configuration in force says now.
+  const std::vector<int> sizes = DataParallelSizes(spec);
+  SUBSTRAX_ASSIGN_OR_RETURN(
+      scheduling::Scheduler::Admission admission,
+      scheduler_.Admit(spec.queue(), spec.priority_class(),
+                       cluster_internal::PoolName(SchedulingBackend(spec),
+                                                  AliveDevicesLocked().devices),
+                       RequiredDevices(SpecWithDataParallelSize(spec, sizes.back())), owner,
+                       roles, queue_admin));
+  job->set_queue(admission.queue);
+  job->set_priority_class(admission.priority_class);
+  job->set_priority(admission.priority);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner,
                                            bool admin, const std::string& request_id,
                                            const std::vector<std::string>& roles) {
@@ -152,23 +179,7 @@ absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::str
           "--max-active-jobs ", options_.max_active_jobs,
           "); wait for some to end, or cancel some"));
     }
-    if (spec.has_preemptible() && !spec.preemptible() && !admin) {
-      return absl::PermissionDeniedError(
-          "spec.preemptible: false is for admins only: a job that cannot be preempted holds its "
-          "devices against every priority; leave it out (true)");
-    }
-    // Its queue and class, as the configuration in force says now.
-    const std::vector<int> sizes = DataParallelSizes(spec);
-    SUBSTRAX_ASSIGN_OR_RETURN(
-        scheduling::Scheduler::Admission admission,
-        scheduler_.Admit(spec.queue(), spec.priority_class(),
-                         cluster_internal::PoolName(SchedulingBackend(spec),
-                                                    AliveDevicesLocked().devices),
-                         RequiredDevices(SpecWithDataParallelSize(spec, sizes.back())), owner,
-                         roles, admin));
-    job.set_queue(admission.queue);
-    job.set_priority_class(admission.priority_class);
-    job.set_priority(admission.priority);
+    SUBSTRAX_RETURN_IF_ERROR(AdmitToQueueLocked(spec, owner, admin, roles, &job));
     ++submits_in_flight_;
     if (!request_id.empty()) submit_requests_[request_key] = "";  // being stored
     const absl::Time now = clock_();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/failpoint.h"
@@ -388,8 +389,15 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
       // their own directory. On an --insecure cluster every caller is "anonymous", and all
       // jobs share its directory (docs/checkpoints.md).
       const bool admin = !caller.unrestricted && caller.Has(Role::kAdmin);
-      SUBSTRAX_ASSIGN_OR_RETURN(v1::Job job, s_->cluster->SubmitJob(request->spec(), caller.name,
-                                                                    admin, request->request_id()));
+      // Queues admit by role: the caller's role names ("admin" for an --insecure caller, whom
+      // every check passes).
+      std::vector<std::string> roles;
+      for (Role role : {Role::kAdmin, Role::kSubmitter, Role::kViewer}) {
+        if (caller.Has(role)) roles.push_back(RoleName(role));
+      }
+      SUBSTRAX_ASSIGN_OR_RETURN(
+          v1::Job job, s_->cluster->SubmitJob(request->spec(), caller.name, admin,
+                                              request->request_id(), roles));
       if (s_->jobs_submitted != nullptr) s_->jobs_submitted->Increment();
       *response->mutable_job() = std::move(job);
       return absl::OkStatus();

@@ -230,6 +230,17 @@ for key, value in (hits[0].get("data") or {}).items():
     with open(os.path.join(sys.argv[2], key), "wb") as f:
         f.write(base64.b64decode(value))
 EOF
+# The coordinator's --queues: the file of the rendered ConfigMap substrax-queues.
+mkdir -p "$TMP/$C_NS/queues"
+"$PY" - "$TMP/rendered.yaml" "$TMP/$C_NS/queues" <<'EOF'
+import os, sys, yaml
+hits = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap"
+        and d["metadata"]["name"] == "substrax-queues"]
+assert len(hits) == 1, "want one rendered ConfigMap substrax-queues, got %d" % len(hits)
+for key, value in hits[0]["data"].items():
+    with open(os.path.join(sys.argv[2], key), "w") as f:
+        f.write(value)
+EOF
 
 mkdir -p "$TMP/$C_NS/state" "$TMP/$C_NS/home" "$TMP/checkpoints"
 log "coordinator ($C_NS, $C_IP):"
@@ -241,6 +252,7 @@ log "coordinator ($C_NS, $C_IP):"
   --map "/var/lib/substrax=$TMP/$C_NS/state" \
   --map "/etc/substrax/tls=$TMP/$C_NS/tls" \
   --map "/etc/substrax/auth=$TMP/$C_NS/auth" \
+  --map "/etc/substrax/queues=$TMP/$C_NS/queues" \
   --unmapped-mount /tmp \
   --out "$TMP/$C_NS/cmd"
 for i in 0 1; do
