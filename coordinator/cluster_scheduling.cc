@@ -227,7 +227,7 @@ std::map<std::string, scheduling::PoolDevices> Pools(const std::vector<Device>& 
 
 }  // namespace
 
-void Cluster::ScheduleLocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+void Cluster::ScheduleLocked() {
   // Nothing to place: skip listing every alive device (O(workers); a fleet of 10,000 agents
   // registering would pay it at each registration).
   if (pending_.empty()) return;
@@ -291,8 +291,10 @@ void Cluster::ScheduleLocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (entry.job.state() == v1::JOB_STATE_RUNNING) running.push_back(RunningViewLocked(entry));
   }
 
+  // The policy calls these during the pass, with mu_ still held.
   auto start = [&](const scheduling::PendingJob& job, int64_t devices,
-                   const std::string& policy_reason) -> absl::Status {
+                   const std::string& policy_reason)
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     JobEntry& entry = jobs_.at(job.id);
     const v1::JobSpec& spec = entry.job.spec();
     const std::vector<int>& sizes = data_sizes.at(job.id);
@@ -332,10 +334,11 @@ void Cluster::ScheduleLocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return absl::OkStatus();
   };
   auto preempt = [&](const scheduling::RunningJob& victim, const scheduling::PendingJob& for_job,
-                     const std::string& reason) {
+                     const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     PreemptLocked(jobs_.at(victim.id), for_job.id, reason);
   };
-  auto wait = [&](const scheduling::PendingJob& job, const std::string& why) {
+  auto wait = [&](const scheduling::PendingJob& job, const std::string& why)
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     SetWaitingLocked(jobs_.at(job.id), why);
   };
   PassActions actions(start, preempt, wait);
