@@ -1,29 +1,23 @@
 #include "coordinator/queues_file.h"
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "coordinator/scheduler.h"
+#include "core/status.h"
 
 namespace substrax {
 
 namespace {
 
 absl::StatusOr<std::string> ReadBounded(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("--queues: cannot read ", path));
-  std::string bytes;
-  char buffer[8192];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    bytes.append(buffer, static_cast<size_t>(in.gcount()));
-    if (bytes.size() > QueuesFile::kMaxBytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--queues: ", path, " is larger than ", QueuesFile::kMaxBytes, " bytes"));
-    }
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return Annotate(bytes.status(), "--queues");
+  if (bytes->size() > QueuesFile::kMaxBytes) {
+    return absl::FailedPreconditionError(absl::StrCat("--queues: ", path, " is larger than ",
+                                                      QueuesFile::kMaxBytes, " bytes"));
   }
-  if (in.bad()) return absl::NotFoundError(absl::StrCat("--queues: error reading ", path));
   return bytes;
 }
 

@@ -19,7 +19,7 @@ namespace substrax {
 
 class QueuesFile {
  public:
-  // Reads and parses `path`. Errors: NOT_FOUND or PERMISSION_DENIED (it cannot be read),
+  // Reads and parses `path`. Errors: ReadWholeFile's (NOT_FOUND, PERMISSION_DENIED, ...),
   // INVALID_ARGUMENT (ParseSchedulingConfig's, naming each problem), FAILED_PRECONDITION
   // (larger than kMaxBytes).
   static absl::StatusOr<QueuesFile> Load(const std::string& path, absl::Time now);

@@ -64,7 +64,7 @@ TEST_F(QueuesFileTest, AChangedFileIsAppliedAndABadOneRefusedKeepingTheOld) {
   EXPECT_EQ(file->loaded_at(), t0_ + absl::Seconds(4));
 
   std::remove(path_.c_str());
-  EXPECT_THAT(file->Poll(t0_ + absl::Seconds(5)).refused, HasSubstr("cannot read"));
+  EXPECT_THAT(file->Poll(t0_ + absl::Seconds(5)).refused, HasSubstr("cannot open"));
   EXPECT_EQ(file->config().queues(0).quotas(0).devices(), 8);
 }
 

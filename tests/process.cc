@@ -54,6 +54,11 @@ std::string ReadFile(const std::string& path) {
 
 std::vector<std::string> InsecureFlags() { return {"--insecure"}; }
 
+bool InCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && std::string(ci) == "true";
+}
+
 std::string Runfile(const std::string& path) {
   // `bazel test` and `bazel run` start in the runfiles tree; a binary started by hand
   // (bazel-bin/bench/worker_fleet) finds it beside itself, in <binary>.runfiles/substrax.

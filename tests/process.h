@@ -18,6 +18,12 @@ namespace substrax::testing {
 std::string Runfile(const std::string& path);
 // A fresh directory under TEST_TMPDIR.
 std::string TempDir(const std::string& name);
+
+// True under CI=true: a test that cannot run for want of something (a venv, root, a mount) fails
+// there, and skips itself elsewhere:
+//   if (InCi()) FAIL() << why;
+//   GTEST_SKIP() << why;
+bool InCi();
 // A file's whole contents ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
 

@@ -56,4 +56,10 @@ pid=$!
 await_log "resuming from the checkpoint of step $step" 60
 kill -TERM "$pid"
 wait "$pid" || true
+# Nothing the runs started outlived them (their command lines name $dir).
+deadline=$((SECONDS + 10))
+while pgrep -f -- "$dir" >/dev/null; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "left running: $(pgrep -af -- "$dir")"
+  sleep 0.1
+done
 echo "sigterm_test: PASSED (stopped after step $step)"

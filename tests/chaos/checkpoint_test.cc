@@ -274,10 +274,7 @@ TEST(CheckpointTest, AFullFileSystemFailsTheJobClearly) {
                                     absl::Seconds(10));
   if (mounted.exit_code != 0) {
     // AFileSizeLimitFailsTheJobClearly covers the same path without a mount.
-    const char* ci = std::getenv("CI");
-    if (ci != nullptr && std::string(ci) == "true") {
-      FAIL() << "CI must be able to mount a tmpfs in a mount namespace: " << mounted.err;
-    }
+    if (InCi()) FAIL() << "CI must be able to mount a tmpfs in a mount namespace: " << mounted.err;
     GTEST_SKIP() << "cannot mount a tmpfs here: " << mounted.err;
   }
   ExpectFullDiskFailsTheJob(/*tmpfs=*/true);

@@ -150,8 +150,7 @@ TEST(PreemptionTest, ALowPriorityJobCheckpointsWhenPreemptedAndResumesFromThatCh
 
 TEST(PreemptionTest, ACoordinatorKilledMidPreemptionLeavesTheVictimStoppedNeverBoth) {
   if (access(absl::StrCat(kJaxEnv, "/bin/python").c_str(), X_OK) != 0) {
-    const char* ci = std::getenv("CI");
-    if (ci != nullptr && std::string(ci) == "true") FAIL() << "the JAX venv is missing";
+    if (InCi()) FAIL() << "the JAX venv is missing";
     GTEST_SKIP() << "the JAX venv (with the substrax package) is missing: make python";
   }
   PreemptionCluster c = Start("preempt_kill", 6);

@@ -43,11 +43,6 @@ using ::testing::Not;
 
 constexpr char kJaxEnv[] = "/opt/substrax/jax";
 
-bool InCi() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && std::string(ci) == "true";
-}
-
 // Skips the test when `path` is missing, except under CI=true (where it fails).
 #define REQUIRE_PATH(path, what)                                                           \
   do {                                                                                     \

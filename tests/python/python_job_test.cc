@@ -37,11 +37,6 @@ using ::testing::HasSubstr;
 constexpr char kVenv[] = "/opt/substrax/jax";
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
-bool InCi() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && std::string(ci) == "true";
-}
-
 // Why the example cannot run here ("" when it can).
 std::string Missing() {
   if (access(absl::StrCat(kVenv, "/bin/python").c_str(), X_OK) != 0) {

@@ -71,8 +71,7 @@ class JobUserTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) {
-      const char* ci = std::getenv("CI");
-      if (ci != nullptr && std::string(ci) == "true") {
+      if (InCi()) {
         FAIL() << "this test needs root (it creates a user and runs a job as it); CI runs as root";
       }
       GTEST_SKIP() << "needs root: it creates a user and runs a job as it";
