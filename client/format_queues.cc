@@ -126,6 +126,13 @@ std::vector<std::pair<std::string, std::string>> SchedulingFields(const v1::Job&
                         absl::StrFormat("%d, work lost: %.2f device-hours", job.preemptions(),
                                         job.work_lost_device_seconds() / 3600));
   }
+  // One line per flagged device (docs/diagnosis.md#stragglers).
+  for (const v1::Straggler& s : job.stragglers()) {
+    fields.emplace_back("Slow", absl::StrFormat("device %d (process %d, host %s): %s %.2fx the "
+                                                "others since step %d (a straggler)",
+                                                s.device_id(), s.process_index(), s.host(),
+                                                s.phase(), s.ratio(), s.since_step()));
+  }
   return fields;
 }
 

@@ -138,13 +138,22 @@ TEST(FormatTest, JobDetailsShowTheQueueAPreemptionInProgressAndTheWorkLost) {
   p->mutable_deadline_time()->set_seconds(kT0 + 230);
   job.set_preemptions(2);
   job.set_work_lost_device_seconds(5400);
+  v1::Straggler* s = job.add_stragglers();
+  s->set_device_id(3);
+  s->set_process_index(1);
+  s->set_host("b");
+  s->set_phase("compute");
+  s->set_ratio(1.8);
+  s->set_since_step(400);
   const std::string details = FormatJobDetails(job, At(kT0 + 300));
   EXPECT_THAT(details, HasSubstr("Attempt:  1\n"
                                  "Queue:    research, priority high (1000)\n"
                                  "Preempt:  preempting for job big-7 since 12:03:20: priority "
                                  "urgent (2000) over high (1000) in queue research (stopped by "
                                  "force at 12:03:50)\n"
-                                 "Preempts: 2, work lost: 1.50 device-hours\n"));
+                                 "Preempts: 2, work lost: 1.50 device-hours\n"
+                                 "Slow:     device 3 (process 1, host b): compute 1.80x the "
+                                 "others since step 400 (a straggler)\n"));
   // A job never preempted, of a coordinator before queues: none of these lines.
   const std::string plain = FormatJobDetails(RunningJob(), At(kT0 + 300));
   EXPECT_THAT(plain, Not(HasSubstr("Queue:")));

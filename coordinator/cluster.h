@@ -113,6 +113,7 @@
 #include "coordinator/scheduler.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
+#include "coordinator/stragglers.h"
 #include "coordinator/submit_policy.h"
 #include "core/mesh.h"
 #include "substrax/v1/coordinator_service.pb.h"
@@ -381,6 +382,10 @@ class Cluster {
   absl::StatusOr<v1::QueryMetricsResponse> QueryMetrics(
       const v1::QueryMetricsRequest& request) const;
 
+  // The stragglers flagged now in running attempts, with their job ids (for gauges: only jobs
+  // that have had one are looked at).
+  std::vector<std::pair<std::string, v1::Straggler>> Stragglers() const;
+
   // --- queues ---
 
   // Replaces the queues, classes and policy (a reloaded --queues file); jobs keep the queue and
@@ -474,6 +479,9 @@ class Cluster {
     // Job.preemption) when its runners are given up on.
     absl::Time attempt_start = absl::InfinitePast();
     absl::Time preemption_deadline = absl::InfiniteFuture();
+    // The running attempt's straggler detector (stragglers.h); rebuilt for each attempt and
+    // after a restart (its window starts again).
+    std::shared_ptr<StragglerDetector> stragglers;
     // The worker of each process of the attempts started by this coordinator run (the newest
     // kAttemptsRemembered), so that logs shipped after an attempt ended are still checked.
     std::map<int, std::vector<std::string>> attempt_workers;
@@ -619,6 +627,11 @@ class Cluster {
   // A running attempt loaded from the store: when it started, and a preemption in progress
   // goes on (its stop events again, its deadline at least a grace away).
   void ResumeLoadedAttemptLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new straggler detector for the running attempt's devices.
+  void StartStragglerDetectorLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A device flagged or cleared: Job.stragglers and a RUNNING -> RUNNING transition.
+  void NoteStragglerLocked(JobEntry& entry, const StragglerChange& change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the preemption stop events of a preempted attempt (again, after a restart).
   void PushPreemptEventsLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps pending_ in step with the entry's state (after every state change).
@@ -676,6 +689,8 @@ class Cluster {
   // Device id -> the job whose running attempt holds it.
   std::map<int, std::string> busy_devices_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
+  // Jobs that had a straggler flagged since they were last looked at by Stragglers().
+  mutable std::set<std::string> straggling_ ABSL_GUARDED_BY(mu_);
   // The policy, with its fair-share history.
   scheduling::Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   // (owner, request id) -> the job it made (SubmitJob); "" while that submit is being stored.

@@ -326,6 +326,14 @@ absl::Status Cluster::ReportStepsLocked(const v1::ReportStepsRequest& request,
       process.last_step = report.step();
       process.last_progress = now;
     }
+    if (entry->stragglers != nullptr) {
+      for (const StragglerChange& change : entry->stragglers->Add(
+               report.step(), report.device_id(),
+               {report.compute_seconds(), report.data_wait_seconds(),
+                report.collective_seconds()})) {
+        NoteStragglerLocked(*entry, change);
+      }
+    }
     auto loss = report.values().find("loss");
     if (non_finite == nullptr && loss != report.values().end() && !std::isfinite(loss->second)) {
       non_finite = &report;

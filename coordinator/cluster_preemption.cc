@@ -110,6 +110,10 @@ void Cluster::ResumeLoadedAttemptLocked(JobEntry& entry) {
       break;
     }
   }
+  // The detector's window starts again: what it flagged before is flagged again when it still
+  // holds (a device cleared meanwhile would never be).
+  entry.job.clear_stragglers();
+  StartStragglerDetectorLocked(entry);
   if (!job.has_preemption()) return;
   // A preemption in progress goes on: its stop events again (the daemons may not have had
   // them), and at least a grace from now, since the restart may have delayed them.

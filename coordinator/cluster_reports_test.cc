@@ -245,3 +245,34 @@ TEST_F(ClusterTest, EndedJobsExpireByAgeAndCount) {
 
 }  // namespace
 }  // namespace substrax
+
+namespace substrax {
+namespace {
+
+TEST_F(ClusterTest, ADeviceWhoseComputeStaysSlowerIsFlaggedAsAStraggler) {
+  RegisterTwoWorkers();
+  const std::string job = Submit(Spec("slow", 4));
+  for (int64_t step = 10; step <= 200; step += 10) {
+    v1::ReportStepsRequest request = Steps(job, 1, step, {{0, 1}, {1, 1}, {2, 1}, {3, 1}});
+    for (v1::StepReport& r : *request.mutable_reports()) {
+      r.set_compute_seconds(r.device_id() == 3 ? 2.0 : 1.0);
+      r.set_data_wait_seconds(0.1);
+    }
+    ASSERT_TRUE(cluster_->ReportSteps(request).ok());
+  }
+  const v1::Job running = Get(job);
+  ASSERT_EQ(running.stragglers_size(), 1);
+  const v1::Straggler& s = running.stragglers(0);
+  EXPECT_EQ(s.device_id(), 3);
+  EXPECT_EQ(s.process_index(), 1);
+  EXPECT_EQ(s.host(), "b");
+  EXPECT_EQ(s.phase(), "compute");
+  EXPECT_DOUBLE_EQ(s.ratio(), 2.0);
+  std::string reasons;
+  for (const v1::JobTransition& t : running.transitions()) absl::StrAppend(&reasons, t.reason());
+  EXPECT_THAT(reasons, ::testing::HasSubstr("straggler: device 3 (process 1, worker w-2 (host b)): "
+                                            "its compute time is 2.00x the other devices' median"));
+}
+
+}  // namespace
+}  // namespace substrax

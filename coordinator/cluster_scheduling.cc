@@ -128,6 +128,8 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
   *job.mutable_mesh() = mesh_proto;
 
   TakeDevicesLocked(entry, std::move(mesh));
+  job.clear_stragglers();
+  StartStragglerDetectorLocked(entry);
   PushStartEventsLocked(entry);
   TransitionLocked(entry, v1::JOB_STATE_RUNNING, reason);
 }

@@ -128,6 +128,14 @@ struct CoordinatorServer::Impl {
     for (LabeledGauges* g : {&quota_gauges, &used_gauges, &borrowed_gauges, &pending_gauges}) {
       g->Sweep();
     }
+    for (const auto& [job, s] : state.cluster->Stragglers()) {
+      straggler_gauges.Set({{"job", job},
+                            {"device", absl::StrCat(s.device_id())},
+                            {"host", s.host()},
+                            {"phase", s.phase()}},
+                           s.ratio());
+    }
+    straggler_gauges.Sweep();
     const absl::Time now = absl::Now();
     if (now - totals_at < kPreemptionTotalsInterval) return;
     totals_at = now;
@@ -165,7 +173,7 @@ struct CoordinatorServer::Impl {
   prometheus::Gauge* busy_gauge = nullptr;
   prometheus::Histogram* first_latency = nullptr;
   prometheus::Histogram* restart_latency = nullptr;
-  LabeledGauges quota_gauges, used_gauges, borrowed_gauges, pending_gauges;
+  LabeledGauges quota_gauges, used_gauges, borrowed_gauges, pending_gauges, straggler_gauges;
   prometheus::Gauge* preemptions_gauge = nullptr;
   prometheus::Gauge* work_lost_gauge = nullptr;
   absl::Time totals_at = absl::InfinitePast();
@@ -232,6 +240,9 @@ void CoordinatorServer::Impl::RegisterQueueGauges() {
                        "Devices held by a queue's running jobs, per backend (borrowed included).");
   borrowed_gauges = family("substrax_queue_borrowed_devices",
                            "Of a queue's used devices, those borrowed from its cohort.");
+  straggler_gauges = family("substrax_job_straggler_ratio",
+                            "A running job's device flagged as a straggler: its compute or data "
+                            "time over the other devices' median (docs/diagnosis.md).");
   pending_gauges = family("substrax_queue_pending_jobs",
                           "A queue's pending jobs by priority class, as of the last scheduling "
                           "pass.");
