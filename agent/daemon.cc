@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "contract/activity.h"
 #include "core/data_paths.h"
 #include "core/job_env.h"
 #include "core/status.h"
@@ -387,6 +388,7 @@ void WorkerDaemon::HeartbeatLoop() {
     }
     v1::HeartbeatRequest request;
     request.set_worker_id(options_.worker_id);
+    std::vector<std::pair<v1::RunnerRef*, std::string>> activity_files;
     {
       absl::MutexLock lock(&mu_);
       request.set_incarnation(incarnation_);
@@ -400,7 +402,18 @@ void WorkerDaemon::HeartbeatLoop() {
         ref->set_process_index(runner.process_index);
         ref->set_ended(runner.ended);
         ref->set_suspended(!runner.ended && IsSuspended(runner.pid));
+        if (!runner.ended && !runner.activity_path.empty()) {
+          activity_files.emplace_back(ref, runner.activity_path);
+        }
       }
+    }
+    // What each runner's devices and communicators are doing, read outside the lock: a few
+    // tens of kilobytes per runner, no call into the runner (it may be blocked or stopped).
+    for (auto& [ref, path] : activity_files) {
+      absl::StatusOr<v1::ProcessActivity> activity = ReadActivityFile(path);
+      if (!activity.ok()) continue;  // not published (yet), or not an activity file
+      *activity->mutable_read_time() = ToProtoTime(absl::Now());
+      *ref->mutable_activity() = std::move(*activity);
     }
     grpc::ClientContext context;
     context.set_wait_for_ready(true);

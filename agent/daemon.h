@@ -178,6 +178,8 @@ class WorkerDaemon {
     // substrax::Init creates, and when the daemon checks that it has: InfiniteFuture once done.
     std::string program;
     std::string started_path;
+    // Its activity file (contract/activity.h), read with every heartbeat; empty for commands.
+    std::string activity_path;
     absl::Time init_deadline = absl::InfiniteFuture();
     // Stopped for not calling substrax::Init in time.
     bool init_timed_out = false;

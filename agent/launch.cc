@@ -65,10 +65,12 @@ AttemptFiles FilesOfAttempt(const std::string& work_dir, const v1::Assignment& a
     files.launch = files.job_dir + "/launch";
     files.result = files.job_dir + "/result";
     files.started = files.job_dir + "/started";
+    files.activity = files.job_dir + "/activity";
   } else {
     files.launch = base + ".launch";
     files.result = base + ".result";
     files.started = base + ".started";
+    files.activity = base + ".activity";
   }
   files.log = base + ".log";
   return files;
@@ -190,6 +192,9 @@ v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
   for (const std::string& root : checkpoint_roots) launch.add_checkpoint_roots(root);
   launch.set_result_path(files.result);
   launch.set_started_path(files.started);
+  // A command's processes publish no activity file: their frameworks count no collectives (the
+  // report file's heartbeats stand in).
+  if (!assignment.spec().has_command()) launch.set_activity_path(files.activity);
   return launch;
 }
 

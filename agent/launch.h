@@ -39,12 +39,13 @@ namespace substrax {
 // The work-dir files of one attempt's process.
 struct AttemptFiles {
   // With a job user (--job-user): <base>.job, a directory of the job user's, 0700, holding the
-  // three files the process reads or writes; the agent's work dir stays closed to it. Empty
+  // files the process reads or writes; the agent's work dir stays closed to it. Empty
   // otherwise.
   std::string job_dir;
   std::string launch;      // <base>.launch, or <base>.job/launch
   std::string result;      // <base>.result, or <base>.job/result
   std::string started;     // <base>.started, or <base>.job/started
+  std::string activity;    // <base>.activity, or <base>.job/activity (contract/activity.h)
   std::string log;         // <base>.log (the child's stdout and stderr; the agent opens it)
 };
 

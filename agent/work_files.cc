@@ -38,8 +38,8 @@ std::string AttemptOfFile(absl::string_view name) {
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &index)) return "";
   // "assignment": the files of agents before the launch contract, cleaned up as well.
   // "job": the directory of a job user's attempt (launch.h).
-  static constexpr absl::string_view kKinds[] = {"assignment", "launch", "log", "result",
-                                                  "started", "job"};
+  static constexpr absl::string_view kKinds[] = {"activity", "assignment", "launch", "log",
+                                                  "result",   "started",    "job"};
   absl::string_view kind = rest.substr(dot + 1);
   // A temporary file of an atomic write (base/files.h): `<name>.tmp.XXXXXX`.
   if (const size_t tmp = kind.find(".tmp"); tmp != absl::string_view::npos) {

@@ -12,6 +12,10 @@
 #    the shared-memory collectives): what those are worth, in the same run.
 #  - substrax again with spec.gradients.shard_update (the optimizer update sharded between the
 #    devices of the process): sharded_vs_unsharded_2dev= says what it is worth at 2 devices.
+#  - substrax again with its collective counters and phases off (run without --activity-file;
+#    every other substrax run publishes them, as a job's processes do for hang attribution,
+#    docs/diagnosis.md): counters_on_vs_off_<N>dev= says what they cost, in alternating runs
+#    (ROUNDS=3 or more for a median).
 #  - two 1-device substrax runs at once, pinned to CPU 0 and CPU 1 (taskset): what two cores give
 #    when nothing is shared between them, in the same minutes. On a VM whose neighbours slow one
 #    vCPU at times, a 1-device run moves to the faster vCPU while 2 devices wait for the slower
@@ -20,7 +24,7 @@
 # ROUNDS rounds (default 1), each running every configuration once, in turn; every figure is the
 # median over the rounds. Prints a table, then the ratios last: scaling_2dev= (ours at 2 devices /
 # ours at 1), sharded_vs_unsharded_2dev=, scaling_2dev_vs_pair=, ratio_vs_torch_1dev=, ratio_vs_torch_2dev=,
-# ratio_vs_torch_4dev=. Measures; asserts nothing.
+# ratio_vs_torch_4dev=, counters_on_vs_off_{1,2,4}dev=. Measures; asserts nothing.
 #
 #   bench/train_throughput.sh            # ROUNDS=3 STEPS=600 bench/train_throughput.sh
 set -euo pipefail
@@ -70,7 +74,11 @@ ours() {  # devices collectives [log name] [a line for the job's spec] -> sample
   local log="$WORK/${3:-ours-$1-$2}.log" job="$WORK/job-${3:-ours-$1-$2}.yaml"
   sed "s/data_parallel_size: 1/data_parallel_size: $1/" "$WORK/job.yaml" >"$job"
   [ -z "${4:-}" ] || echo "  $4" >>"$job"
-  "$WORKER" train --job "$job" --local-devices "$1" --cpu-collectives "$2" \
+  # The activity file (collective counts, phases) as a job's processes publish it; NO_COUNTERS=1
+  # runs without it.
+  local activity=(--activity-file "$WORK/${3:-ours-$1-$2}.activity")
+  [ -z "${NO_COUNTERS:-}" ] || activity=()
+  "$WORKER" train --job "$job" --local-devices "$1" --cpu-collectives "$2" "${activity[@]}" \
     >"$log" 2>&1
   check_trained "substrax on $1 device(s) ($2)" "$(sed -n 's/^train_loss=//p' "$log")"
   sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' "$log" | tail -n +2 | median
@@ -93,7 +101,7 @@ torch_ddp() {  # processes -> samples/s
   sed -n 's/^samples_per_second=//p' "$WORK/torch-$1.log"
 }
 
-declare -A OURS GLOO TORCH SHARDED
+declare -A OURS GLOO TORCH SHARDED NOCOUNT
 PAIR=""
 ROUND_TRIPS=""  # the cache-line round trip between CPU 0 and 1 before each round's 2 devices
 for round in $(seq "$ROUNDS"); do
@@ -101,6 +109,7 @@ for round in $(seq "$ROUNDS"); do
   for n in 1 2 4; do
     [ "$n" -ne 2 ] || ROUND_TRIPS+="$("$CROSS_CPU") "
     OURS[$n]+="$(ours "$n" auto) "
+    NOCOUNT[$n]+="$(NO_COUNTERS=1 ours "$n" auto "no-counters-$n") "
     [ "$n" -eq 1 ] || GLOO[$n]+="$(ours "$n" gloo) "
     [ "$n" -eq 1 ] || SHARDED[$n]+="$(ours "$n" auto "sharded-$n" "gradients: {shard_update: true}") "
     TORCH[$n]+="$(torch_ddp "$n") "
@@ -114,6 +123,7 @@ PER_ROUND_2DEV_SHARDED="${SHARDED[2]}"
 for n in 1 2 4; do
   OURS[$n]=$(tr ' ' '\n' <<<"${OURS[$n]}" | grep . | median)
   TORCH[$n]=$(tr ' ' '\n' <<<"${TORCH[$n]}" | grep . | median)
+  NOCOUNT[$n]=$(tr ' ' '\n' <<<"${NOCOUNT[$n]}" | grep . | median)
   if [ "$n" -eq 1 ]; then
     GLOO[$n]=${OURS[$n]}
     SHARDED[$n]=${OURS[$n]}
@@ -147,3 +157,6 @@ echo "sharded_vs_unsharded_2dev=$(ratio "${SHARDED[2]}" "${OURS[2]}")"
 echo "ratio_vs_torch_1dev=$(ratio "${OURS[1]}" "${TORCH[1]}")"
 echo "ratio_vs_torch_2dev=$(ratio "${OURS[2]}" "${TORCH[2]}")"
 echo "ratio_vs_torch_4dev=$(ratio "${OURS[4]}" "${TORCH[4]}")"
+for n in 1 2 4; do
+  echo "counters_on_vs_off_${n}dev=$(ratio "${OURS[$n]}" "${NOCOUNT[$n]}")"
+done

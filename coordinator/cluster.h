@@ -113,6 +113,7 @@
 #include "coordinator/scheduler.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
+#include "coordinator/hang_attribution.h"
 #include "coordinator/stragglers.h"
 #include "coordinator/submit_policy.h"
 #include "core/mesh.h"
@@ -454,6 +455,9 @@ class Cluster {
     bool reported = false;
     // The latest heartbeat said the runner is stopped by a signal.
     bool suspended = false;
+    // The latest activity its agent relayed (contract/activity.h); has_activity: any yet.
+    bool has_activity = false;
+    v1::ProcessActivity activity;
     // While its attempt is preempted: its runner has ended (reported or no longer listed).
     bool stopped = false;
   };
@@ -583,6 +587,10 @@ class Cluster {
   // With `retryable` false the job ends FAILED whatever restarts are left.
   void FailAttemptLocked(JobEntry& entry, const std::string& culprit, const std::string& cause,
                          EndedAttempts* ended, bool retryable = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Which rank the processes of `entry`'s attempt wait for (hang_attribution.h), from the
+  // activity their agents relayed (cluster_hangs.cc).
+  HangAttribution AttributeHangLocked(const JobEntry& entry) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // " (process 1 on worker w-2 (host b) is suspended at step 40: its peers wait for it)" for
   // each suspended process of the running attempt other than `except`, or "".

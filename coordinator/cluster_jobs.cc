@@ -196,6 +196,19 @@ void Cluster::CheckProgressLocked(EndedAttempts* ended) {
       }
     }
     if (stalled == nullptr) continue;
+    // Which rank the others wait for, from the collective counts the processes publish.
+    if (!spec.has_command()) {
+      const HangAttribution hang = AttributeHangLocked(entry);
+      if (hang.found) {
+        const std::string worker = entry.processes[hang.blamed.front()].worker_id;
+        FailAttemptLocked(entry, worker,
+                          absl::StrCat("stalled at step ", stalled->last_step, ": ",
+                                       hang.summary, "; no new step for ",
+                                       absl::FormatDuration(timeout), " (the progress timeout)"),
+                          ended);
+        continue;
+      }
+    }
     const std::string worker = stalled->worker_id;
     FailAttemptLocked(entry, worker,
                       absl::StrCat("stalled at step ", stalled->last_step, " on process ", index,
@@ -462,6 +475,17 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
         }
         // A peer stopped by a signal is the likelier root cause of a collective timeout.
         absl::StrAppend(&cause, SuspendedNoteLocked(*entry, p));
+        // A collective that timed out: the rank it waited for, from the processes' counts.
+        std::string culprit = request.worker_id();
+        const auto timed_out = static_cast<absl::StatusCode>(request.error_code());
+        if (timed_out == absl::StatusCode::kDeadlineExceeded && !job.spec().has_command()) {
+          const HangAttribution hang = AttributeHangLocked(*entry);
+          if (hang.found) {
+            culprit = entry->processes[hang.blamed.front()].worker_id;
+            cause = absl::StrCat("stalled at step ", entry->processes[p].last_step, ": ",
+                                 hang.summary, "; a collective timed out (", cause, ")");
+          }
+        }
         if (!request.stderr_tail().empty()) {
           absl::StrAppend(&cause, "; stderr: ",
                           BoundedText(request.stderr_tail(), limits::kMaxStderrBytes));
@@ -473,7 +497,7 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
                                code != absl::StatusCode::kNotFound &&
                                code != absl::StatusCode::kPermissionDenied &&
                                code != absl::StatusCode::kUnimplemented;
-        FailAttemptLocked(*entry, request.worker_id(), cause, &ended, retryable);
+        FailAttemptLocked(*entry, culprit, cause, &ended, retryable);
         break;
       }
       default:  // RUNNING: nothing to change.

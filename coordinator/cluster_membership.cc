@@ -200,7 +200,12 @@ absl::StatusOr<v1::HeartbeatResponse> Cluster::Heartbeat(const v1::HeartbeatRequ
                         it->second.processes[p].worker_id == worker_id;
       if (ours) {
         if (!runner.ended()) it->second.processes[p].seen = true;
-        it->second.processes[p].suspended = runner.suspended();
+        Process& process = it->second.processes[p];
+        process.suspended = runner.suspended();
+        if (runner.has_activity()) {
+          process.has_activity = true;
+          process.activity = runner.activity();
+        }
         continue;
       }
       if (runner.ended()) continue;  // it has exited; its outcome will be refused as stale

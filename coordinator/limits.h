@@ -33,6 +33,11 @@ inline constexpr size_t kMaxPathBytes = 4096;
 inline constexpr int kMaxPythonEnvsPerWorker = 64;
 // Runners one heartbeat lists.
 inline constexpr int kMaxRunnersPerHeartbeat = 1024;
+// A runner's activity (RunnerRef.activity, contract/activity.h): as many devices and
+// communicators as the activity file has slots, names as long as its names.
+inline constexpr int kMaxActivityDevices = 64;
+inline constexpr int kMaxActivityCollectives = 256;
+inline constexpr size_t kMaxActivityNameBytes = 64;
 // Workers the coordinator knows (registered, alive or dead).
 inline constexpr int kMaxWorkers = 10000;
 // Step reports per ReportSteps request, and values (metric names) per report.

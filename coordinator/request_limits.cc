@@ -55,8 +55,25 @@ absl::Status CheckRequest(const v1::HeartbeatRequest& request) {
   SUBSTRAX_RETURN_IF_ERROR(
       CheckCount("runners", request.runners_size(), limits::kMaxRunnersPerHeartbeat));
   for (int i = 0; i < request.runners_size(); ++i) {
-    SUBSTRAX_RETURN_IF_ERROR(
-        CheckName(absl::StrCat("runners[", i, "].job_id"), request.runners(i).job_id()));
+    const v1::RunnerRef& runner = request.runners(i);
+    const std::string at = absl::StrCat("runners[", i, "]");
+    SUBSTRAX_RETURN_IF_ERROR(CheckName(at + ".job_id", runner.job_id()));
+    const v1::ProcessActivity& activity = runner.activity();
+    SUBSTRAX_RETURN_IF_ERROR(CheckCount(at + ".activity.devices", activity.devices_size(),
+                                        limits::kMaxActivityDevices));
+    SUBSTRAX_RETURN_IF_ERROR(CheckCount(at + ".activity.collectives",
+                                        activity.collectives_size(),
+                                        limits::kMaxActivityCollectives));
+    for (const v1::DeviceActivity& d : activity.devices()) {
+      SUBSTRAX_RETURN_IF_ERROR(
+          CheckBytes(at + ".activity.devices.phase", d.phase(), limits::kMaxActivityNameBytes));
+    }
+    for (const v1::CollectiveCounter& c : activity.collectives()) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckBytes(at + ".activity.collectives.group", c.group(),
+                                          limits::kMaxActivityNameBytes));
+      SUBSTRAX_RETURN_IF_ERROR(CheckBytes(at + ".activity.collectives.last_kind", c.last_kind(),
+                                          limits::kMaxActivityNameBytes));
+    }
   }
   return absl::OkStatus();
 }

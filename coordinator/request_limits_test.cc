@@ -147,6 +147,18 @@ TEST(RequestLimitsTest, RendezvousAndDaemons) {
   v1::HeartbeatRequest heartbeat;
   heartbeat.add_runners()->set_job_id(kLongName);
   ExpectRefused(heartbeat, "runners[0].job_id", limits::kMaxNameBytes);
+  v1::HeartbeatRequest activity;
+  v1::RunnerRef* runner = activity.add_runners();
+  runner->set_job_id("j");
+  runner->mutable_activity()->add_collectives()->set_group(
+      std::string(limits::kMaxActivityNameBytes + 1, 'g'));
+  ExpectRefused(activity, "runners[0].activity.collectives.group",
+                limits::kMaxActivityNameBytes);
+  runner->mutable_activity()->clear_collectives();
+  for (int i = 0; i <= limits::kMaxActivityDevices; ++i) {
+    runner->mutable_activity()->add_devices();
+  }
+  ExpectRefused(activity, "runners[0].activity.devices", limits::kMaxActivityDevices);
   v1::WatchAssignmentsRequest watch;
   watch.set_epoch(kLongName);
   ExpectRefused(watch, "epoch", limits::kMaxNameBytes);

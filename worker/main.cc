@@ -5,12 +5,14 @@
 //       One process of a job attempt, started by the agent: everything it needs is in the launch
 //       file that SUBSTRAX_LAUNCH names (contract/launch.h), as for every job process.
 //   substrax-job train --job FILE.yaml --local-devices N [--cpu-collectives auto|gloo]
-//                      [--cpu-affinity auto|none]
+//                      [--cpu-affinity auto|none] [--activity-file PATH]
 //       A whole job in this process on N CPU devices (one thread each, connected by the host's
 //       local communicator, or flat Gloo with --cpu-collectives=gloo), without a coordinator:
 //       progress lines on stderr, the evaluation on stdout ("test_accuracy=0.8812"). The user's
 //       own process: it reads any data path given. SIGTERM stops it after the next report's
-//       step, with a checkpoint of that step when the job has them (exit status 1).
+//       step, with a checkpoint of that step when the job has them (exit status 1). With
+//       --activity-file it publishes what its devices and communicators do there, as a process
+//       of a job does for its agent (contract/activity.h).
 //   substrax-job export-checkpoint DIR --out FILE [--step N] [--include-optimizer]
 //       A checkpoint's parameters, whole, in one safetensors file (docs/checkpoints.md).
 //
@@ -39,6 +41,7 @@
 #include "worker/command_launcher.h"
 #include "core/data_paths.h"
 #include "core/device_mesh_manager.h"
+#include "contract/activity.h"
 #include "contract/devices.h"
 #include "contract/launch.h"
 #include "core/job_spec.h"
@@ -93,7 +96,8 @@ void PrintProgress(const ProgressReport& r) {
 
 int RunTrain(const std::string& job_path, int local_devices, const std::string& devices_flag,
              const std::string& timeout_flag, bool explicit_collectives,
-             const std::string& cpu_collectives_flag, const std::string& cpu_affinity) {
+             const std::string& cpu_collectives_flag, const std::string& cpu_affinity,
+             const std::string& activity_file) {
   absl::Duration timeout;
   if (!absl::ParseDuration(timeout_flag, &timeout) || timeout <= absl::ZeroDuration()) {
     std::cerr << "substrax-job: --collective-timeout: '" << timeout_flag
@@ -152,6 +156,15 @@ int RunTrain(const std::string& job_path, int local_devices, const std::string& 
               << " devices\n";
   }
   std::cerr << DeviceMeshManager::GetMeshInfo(*mesh);
+  if (!activity_file.empty()) {
+    absl::StatusOr<std::unique_ptr<ActivityBoard>> board =
+        ActivityBoard::Create(UserPath(activity_file));
+    if (!board.ok()) {
+      std::cerr << "substrax-job: --activity-file: " << board.status().message() << "\n";
+      return 2;
+    }
+    InstallProcessActivityBoard(std::move(*board));
+  }
 
   InMemoryStore store;
   TrainerOptions options(*mesh);
@@ -287,6 +300,10 @@ int main(int argc, char** argv) {
                     "the process may use at least as many CPUs as it has devices; 'none': let "
                     "the kernel place them")
       ->capture_default_str();
+  std::string activity_file;
+  train->add_option("--activity-file", activity_file,
+                    "Publish the devices' phases and the collectives' counts in this file, as a "
+                    "job's process does for its agent (docs/diagnosis.md)");
   CLI::App* run = app.add_subcommand(
       "run", "Run one process of a built-in job's attempt, as its launch file (SUBSTRAX_LAUNCH) "
              "says (the agent starts this; not for direct use)");
@@ -313,5 +330,5 @@ int main(int argc, char** argv) {
   if (*run) return substrax::RunLaunched();
   if (*command) return substrax::RunCommand();
   return substrax::RunTrain(job, local_devices, train_devices, timeout, explicit_collectives,
-                            cpu_collectives, cpu_affinity);
+                            cpu_collectives, cpu_affinity, activity_file);
 }

@@ -1,10 +1,13 @@
 #include "worker/collectives/communicator.h"
 
+#include <atomic>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "contract/activity.h"
+#include "worker/collectives/job_failpoints.h"
 
 namespace substrax {
 
@@ -61,7 +64,54 @@ class AllPending final : public CollectiveEvent::Pending {
   const std::vector<CollectiveEvent> events_;
 };
 
+// A collective still in flight, counted as completed in the activity file once it is.
+class CountedPending final : public CollectiveEvent::Pending {
+ public:
+  CountedPending(int slot, CollectiveEvent event) : slot_(slot), event_(std::move(event)) {}
+  bool IsReady() override {
+    const bool ready = event_.IsReady();
+    if (ready) Complete(event_.Await());
+    return ready;
+  }
+  absl::Status Await() override {
+    absl::Status status = event_.Await();
+    Complete(status);
+    return status;
+  }
+
+ private:
+  // A collective that failed is not completed: the report shows where the rank was stuck.
+  void Complete(const absl::Status& status) {
+    if (!status.ok() || counted_.exchange(true)) return;
+    if (ActivityBoard* board = ProcessActivityBoard()) board->Complete(slot_);
+  }
+  const int slot_;
+  const CollectiveEvent event_;
+  std::atomic<bool> counted_{false};
+};
+
 }  // namespace
+
+int Communicator::Entering(int64_t kind, size_t count) {
+  if (activity_slot_ == kNotCounted) return -1;
+  ActivityBoard* board = ProcessActivityBoard();
+  if (board == nullptr) return -1;
+  if (activity_slot_ == kUnregistered) {
+    activity_slot_ = board->GroupSlot(name(), ThreadActivityDevice(), rank(), size());
+  }
+  board->Enter(activity_slot_, static_cast<CollectiveKind>(kind), static_cast<int64_t>(count));
+  return activity_slot_;
+}
+
+CollectiveEvent Communicator::Counted(int slot, CollectiveEvent event) {
+  if (slot < 0) return event;
+  if (event.IsReady()) {
+    ActivityBoard* board = ProcessActivityBoard();
+    if (board != nullptr && event.Await().ok()) board->Complete(slot);
+    return event;
+  }
+  return CollectiveEvent(std::make_shared<CountedPending>(slot, std::move(event)));
+}
 
 CollectiveEvent CollectiveEvent::All(std::vector<CollectiveEvent> events) {
   if (events.size() == 1) return std::move(events.front());
@@ -95,7 +145,12 @@ CollectiveEvent Communicator::AllReduceAsync(void* data, DataType type, size_t c
     return CollectiveEvent::Done(s);
   }
   if (count == 0) return CollectiveEvent::Done();
-  return DoAllReduce(data, type, count, op, context);
+  if (activity_slot_ != kNotCounted &&
+      JobFailpointBeforeAllReduce(++all_reduces_) == AllReduceFault::kSkip) {
+    return CollectiveEvent::Done();
+  }
+  const int slot = Entering(static_cast<int64_t>(CollectiveKind::kAllReduce), count);
+  return Counted(slot, DoAllReduce(data, type, count, op, context));
 }
 
 CollectiveEvent Communicator::AllGatherAsync(const void* input, void* output, DataType type,
@@ -104,7 +159,8 @@ CollectiveEvent Communicator::AllGatherAsync(const void* input, void* output, Da
     return CollectiveEvent::Done(s);
   }
   if (count == 0) return CollectiveEvent::Done();
-  return DoAllGather(input, output, type, count, context);
+  const int slot = Entering(static_cast<int64_t>(CollectiveKind::kAllGather), count);
+  return Counted(slot, DoAllGather(input, output, type, count, context));
 }
 
 CollectiveEvent Communicator::BroadcastAsync(void* data, DataType type, size_t count, int root,
@@ -118,7 +174,8 @@ CollectiveEvent Communicator::BroadcastAsync(void* data, DataType type, size_t c
     return CollectiveEvent::Done(s);
   }
   if (count == 0) return CollectiveEvent::Done();
-  return DoBroadcast(data, type, count, root, context);
+  const int slot = Entering(static_cast<int64_t>(CollectiveKind::kBroadcast), count);
+  return Counted(slot, DoBroadcast(data, type, count, root, context));
 }
 
 CollectiveEvent Communicator::ReduceScatterAsync(const void* input, void* output, DataType type,
@@ -128,11 +185,13 @@ CollectiveEvent Communicator::ReduceScatterAsync(const void* input, void* output
     return CollectiveEvent::Done(s);
   }
   if (count == 0) return CollectiveEvent::Done();
-  return DoReduceScatter(input, output, type, count, op, context);
+  const int slot = Entering(static_cast<int64_t>(CollectiveKind::kReduceScatter), count);
+  return Counted(slot, DoReduceScatter(input, output, type, count, op, context));
 }
 
 CollectiveEvent Communicator::BarrierAsync(ExecutionContext context) {
-  return DoBarrier(context);
+  const int slot = Entering(static_cast<int64_t>(CollectiveKind::kBarrier), 0);
+  return Counted(slot, DoBarrier(context));
 }
 
 CollectiveEvent Communicator::AllReduceGroupAsync(absl::Span<const ReduceBuffer> buffers,
@@ -146,12 +205,20 @@ CollectiveEvent Communicator::AllReduceGroupAsync(absl::Span<const ReduceBuffer>
     if (b.count == 0) ++empty;
   }
   if (empty == buffers.size()) return CollectiveEvent::Done();
-  if (empty == 0) return DoAllReduceGroup(buffers, type, op, context);
+  if (activity_slot_ != kNotCounted &&
+      JobFailpointBeforeAllReduce(++all_reduces_) == AllReduceFault::kSkip) {
+    return CollectiveEvent::Done();
+  }
+  size_t total = 0;
+  for (const ReduceBuffer& b : buffers) total += b.count;
+  // One group, one collective in the count (every rank groups its buffers alike).
+  const int slot = Entering(static_cast<int64_t>(CollectiveKind::kAllReduce), total);
+  if (empty == 0) return Counted(slot, DoAllReduceGroup(buffers, type, op, context));
   std::vector<ReduceBuffer> nonempty;
   for (const ReduceBuffer& b : buffers) {
     if (b.count > 0) nonempty.push_back(b);
   }
-  return DoAllReduceGroup(nonempty, type, op, context);
+  return Counted(slot, DoAllReduceGroup(nonempty, type, op, context));
 }
 
 CollectiveEvent Communicator::DoAllReduceGroup(absl::Span<const ReduceBuffer> buffers,

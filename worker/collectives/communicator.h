@@ -37,6 +37,7 @@
 #define SUBSTRAX_WORKER_COLLECTIVES_COMMUNICATOR_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -197,6 +198,11 @@ class Communicator {
   // one that notices closed connections by itself ignores it (Gloo).
   virtual void PeerDied(const std::string& who) { (void)who; }
 
+  // This communicator is a part of another (a hierarchical communicator's inside-host or
+  // between-hosts group): its collectives are not counted in the process's activity file
+  // (contract/activity.h), the whole one's are.
+  void NotCounted() { activity_slot_ = kNotCounted; }
+
  protected:
   // Called with arguments already checked (root in range, buffers non-null when count > 0).
   virtual CollectiveEvent DoAllReduce(void* data, DataType type, size_t count, ReduceOp op,
@@ -218,6 +224,16 @@ class Communicator {
   absl::Status CheckSizes(const char* op, size_t input, size_t output, size_t expected_output);
   absl::Status Indivisible(size_t input);
   absl::Status CheckBuffers(const char* op, const void* a, const void* b, size_t count);
+  // The collective about to start is counted as entered in the process's activity file
+  // (contract/activity.h; `kind` a CollectiveKind); returns its slot there, -1 for none.
+  int Entering(int64_t kind, size_t count);
+  // `event`, counted as completed in `slot` once it is.
+  static CollectiveEvent Counted(int slot, CollectiveEvent event);
+
+  static constexpr int kUnregistered = -2;
+  static constexpr int kNotCounted = -3;
+  int activity_slot_ = kUnregistered;
+  int64_t all_reduces_ = 0;  // numbered for the job failpoints (job_failpoints.h)
 };
 
 }  // namespace substrax

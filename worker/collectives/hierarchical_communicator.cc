@@ -72,6 +72,10 @@ absl::StatusOr<std::unique_ptr<HierarchicalCommunicator>> HierarchicalCommunicat
         absl::StrCat("hierarchical communicator '", name, "': rank ", rank,
                      " is not its host's leader, but was given a between-hosts communicator"));
   }
+  // The whole is counted in the activity file, not its parts.
+  for (Communicator* part : {parts.local.get(), parts.leaders.get(), parts.all.get()}) {
+    if (part != nullptr) part->NotCounted();
+  }
   return std::unique_ptr<HierarchicalCommunicator>(new HierarchicalCommunicator(
       std::move(name), rank, size, host_of_rank[rank], std::move(parts)));
 }

@@ -214,3 +214,36 @@ TEST(ShmCommunicatorTest, StuckPeerTimesOut) {
 
 }  // namespace
 }  // namespace substrax
+
+namespace substrax {
+namespace {
+
+// Ranks that call different collectives (one skipped an all-reduce and called its next): no
+// rank touches another's buffers (a larger count would read past the smaller buffer); each
+// waits out the timeout as for a hang and fails naming every rank's call; the group is
+// unusable afterwards.
+TEST(ShmCommunicatorTest, DesyncedRanksFailWithoutTouchingEachOthersBuffers) {
+  InMemoryStore store;
+  ShmCommunicatorOptions options;
+  options.timeout = absl::Milliseconds(300);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = ShmCommunicator::Create(options, &store, r, Ranks(2), nullptr);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data(r == 0 ? 4 : 4096, 1.0f);
+      const absl::Status s = (*comm)->AllReduce(absl::MakeSpan(data), ReduceOp::kSum);
+      EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+      EXPECT_THAT(std::string(s.message()),
+                  HasSubstr("desync: the ranks called different collectives (rank 0 (device 0) "
+                            "called all_reduce of 4 float32 values, rank 1 (device 1) called "
+                            "all_reduce of 4096 float32 values)"));
+      for (float v : data) ASSERT_EQ(v, 1.0f);
+      EXPECT_EQ((*comm)->Barrier().code(), absl::StatusCode::kFailedPrecondition);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+}  // namespace substrax

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "core/status.h"
 #include "worker/collectives/shm_communicator_internal.h"
 #include "worker/collectives/shm_reduce.h"
@@ -47,6 +48,9 @@ struct alignas(64) HubRank {
   // hub's counter), read by peers after they see the barrier complete (an acquire).
   const void* input = nullptr;
   void* output = nullptr;
+  // The collective it called (written and read as the buffers are): every rank must call the
+  // same one, or the ranks are desynced.
+  const Collective* call = nullptr;
 };
 
 class Hub;
@@ -111,7 +115,10 @@ class InProcessImpl final : public ShmCommunicator::Impl {
     HubRank& me = hub_->ranks[group_.rank];
     me.input = c.input;
     me.output = c.output;
-    SUBSTRAX_RETURN_IF_ERROR(Arrive(c.name, absl::Now() + group_.options.timeout));
+    me.call = &c;
+    const absl::Time deadline = absl::Now() + group_.options.timeout;
+    SUBSTRAX_RETURN_IF_ERROR(Arrive(c.name, deadline));
+    if (absl::Status desync = CheckSameCall(c, deadline); !desync.ok()) return desync;
     Work(c);
     return Arrive(c.name, absl::InfiniteFuture());
   }
@@ -159,6 +166,31 @@ class InProcessImpl final : public ShmCommunicator::Impl {
     }
     if (absl::Now() >= deadline) return group_.Timeout(op, missing);
     return absl::OkStatus();
+  }
+
+  // After the arrival barrier: whether every rank called the same collective (kind, type,
+  // count, operation, root). If not, the ranks are desynced (one skipped a collective or called
+  // another): no rank touches the others' buffers, each waits out the collective's timeout as
+  // for a hang (so that the job's hang attribution, which compares every rank's counts, names
+  // the odd rank), and the group is unusable from then on.
+  absl::Status CheckSameCall(const Collective& c, absl::Time deadline) {
+    std::string calls;
+    bool same = true;
+    for (int r = 0; r < group_.size(); ++r) {
+      const Collective& o = *hub_->ranks[r].call;
+      same = same && o.kind == c.kind && o.type == c.type && o.count == c.count &&
+             o.op == c.op && o.root == c.root;
+      absl::StrAppend(&calls, r == 0 ? "" : ", ", group_.Describe(r), " called ", o.name, " of ",
+                      o.count, " ", DataTypeName(o.type), " values");
+    }
+    if (same) return absl::OkStatus();
+    uint64_t none = 0;
+    hub_->abort.compare_exchange_strong(
+        none, EncodeAbort(group_.rank, absl::StatusCode::kDeadlineExceeded));
+    absl::SleepFor(deadline - absl::Now());
+    return absl::DeadlineExceededError(
+        absl::StrCat(group_.Where(c.name), "desync: the ranks called different collectives (",
+                     calls, ")"));
   }
 
   // This rank's share of the collective, between the two barriers.

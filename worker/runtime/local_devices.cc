@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "contract/activity.h"
 #include "core/status.h"
 #include "worker/runtime/checkpointing.h"
 #include "worker/runtime/preemption.h"
@@ -79,6 +80,8 @@ absl::Status RunOnLocalDevices(const ConnectionOptions& options,
       // Before anything else, so that the threads the device starts (its input pipeline) share
       // its CPU and leave the other devices' alone.
       if (!cpus.empty()) PinCallingThread(cpus[i]);
+      // The communicators this thread uses count for this device in the activity file.
+      SetThreadActivityDevice(local[i]);
       absl::StatusOr<std::unique_ptr<DeviceConnection>> connection =
           DeviceConnection::Connect(options, local[i], monitor.get());
       if (!connection.ok()) {

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status.h"
+#include "contract/activity.h"
+#include "worker/collectives/job_failpoints.h"
 #include "worker/runtime/gradient_reducer.h"
 #include "worker/runtime/preemption.h"
 
@@ -187,7 +189,9 @@ class StepLoop {
         reducer_(reducer),
         reductions_(std::move(reductions)),
         in_flight_(backend.max_steps_in_flight()),
-        report_every_(std::max<int64_t>(1, options.spec->report_every_steps())) {}
+        report_every_(std::max<int64_t>(1, options.spec->report_every_steps())),
+        board_(ProcessActivityBoard()),
+        board_slot_(board_ != nullptr ? board_->DeviceSlot(options.device_id) : -1) {}
 
   // One step (0-based `step`): data, gradients, their reduction, the update.
   absl::Status Step(int64_t step);
@@ -205,6 +209,18 @@ class StepLoop {
   // The report after `done` steps.
   absl::StatusOr<Agreed> Report(int64_t done);
   absl::Status Save(int64_t done);
+  // The device starts `phase` with `done` steps completed: timed by the backend, published in
+  // the activity file (contract/activity.h) where the process has one.
+  void Mark(Phase phase, int64_t done) {
+    backend_.MarkPhase(phase);
+    Publish(phase == Phase::kData      ? ActivityPhase::kData
+            : phase == Phase::kCompute ? ActivityPhase::kCompute
+                                       : ActivityPhase::kCollective,
+            done);
+  }
+  void Publish(ActivityPhase phase, int64_t done) {
+    if (board_ != nullptr) board_->SetPhase(board_slot_, phase, done);
+  }
 
   const StepLoopOptions& options_;
   DeviceContext ctx_;
@@ -213,6 +229,8 @@ class StepLoop {
   const MetricOps reductions_;
   InFlightReductions in_flight_;
   const int64_t report_every_;
+  ActivityBoard* const board_;
+  const int board_slot_;
   Metrics final_metrics_;
   int64_t interval_steps_ = 0;
   const absl::Time start_ = absl::Now();
@@ -224,19 +242,20 @@ absl::Status StepLoop::Step(int64_t step) {
   auto step_error = [step](const absl::Status& s) {
     return Annotate(s, absl::StrCat("step ", step + 1));
   };
-  backend_.MarkPhase(Phase::kData);
+  Mark(Phase::kData, step);
+  JobFailpointAtStep(step + 1);
   absl::StatusOr<bool> more = backend_.NextBatch();
   if (!more.ok()) return step_error(more.status());
   if (!*more) {
     return absl::InternalError(
         absl::StrCat("input ended after ", step, " of ", options_.total_steps, " steps"));
   }
-  backend_.MarkPhase(Phase::kCompute);
+  Mark(Phase::kCompute, step);
   reducer_.BeginStep();
   if (absl::Status s = backend_.ComputeGradients(); !s.ok()) return step_error(s);
-  backend_.MarkPhase(Phase::kCollective);
+  Mark(Phase::kCollective, step);
   if (absl::Status s = reducer_.Reduce(in_flight_.step_events()); !s.ok()) return step_error(s);
-  backend_.MarkPhase(Phase::kCompute);
+  Mark(Phase::kCompute, step);
   if (absl::Status s = reducer_.Apply(backend_, step + 1); !s.ok()) return step_error(s);
   ++interval_steps_;
   return in_flight_.EndStep(step + 1, reducer_.what());
@@ -265,7 +284,7 @@ absl::StatusOr<StepLoop::Agreed> StepLoop::Report(int64_t done) {
   // the slowest device's time fractions. Every reduction still in flight is collected first: a
   // report never covers a step whose collectives failed.
   SUBSTRAX_RETURN_IF_ERROR(in_flight_.CollectAll());
-  backend_.MarkPhase(Phase::kCollective);
+  Mark(Phase::kCollective, done);
   SUBSTRAX_ASSIGN_OR_RETURN(EvalResult sums, backend_.TakeMetrics());
   SUBSTRAX_ASSIGN_OR_RETURN(PhaseSeconds seconds, backend_.TakePhaseSeconds());
   const double wall = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - interval_start_));
@@ -321,6 +340,7 @@ absl::StatusOr<StepLoop::Agreed> StepLoop::Report(int64_t done) {
 absl::Status StepLoop::Save(int64_t done) {
   // The state must be the step's: every reduction it depends on has landed.
   SUBSTRAX_RETURN_IF_ERROR(in_flight_.CollectAll());
+  Publish(ActivityPhase::kCheckpoint, done);
   last_save_ = absl::Now();
   return Annotate(options_.save(done, backend_), absl::StrCat("checkpoint after step ", done));
 }
@@ -330,6 +350,7 @@ absl::StatusOr<TrainResult> StepLoop::Finish() {
   result.steps = options_.total_steps;
   result.resumed_from_step = options_.first_step;
   result.final_metrics = std::move(final_metrics_);
+  Publish(ActivityPhase::kEvaluation, options_.total_steps);
   if (options_.eval != nullptr) {
     SUBSTRAX_ASSIGN_OR_RETURN(result.evaluation,
                               Evaluate(ctx_, backend_, *options_.eval, options_.eval_prefix));

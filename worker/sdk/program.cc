@@ -21,7 +21,9 @@
 #include "rpc/keepalive.h"
 #include "rpc/proto_time.h"
 #include "rpc/transport.h"
+#include "contract/activity.h"
 #include "contract/cpu_features.h"
+#include "worker/collectives/job_failpoints.h"
 #include "worker/runtime/preemption.h"
 #include "worker/sdk/coordinator_store.h"
 #include "base/files.h"
@@ -112,6 +114,25 @@ absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::Standalone(int devices
   return program;
 }
 
+namespace {
+
+// The activity file (contract/activity.h) at `path`, unless the launch names none or the
+// process's environment turns the counters off (SUBSTRAX_ACTIVITY=off: the benchmark's switch).
+// A file that cannot be created costs the job its hang attribution, not its training.
+void PublishActivity(const std::string& path) {
+  const char* setting = std::getenv("SUBSTRAX_ACTIVITY");
+  if (path.empty() || (setting != nullptr && std::string(setting) == "off")) return;
+  absl::StatusOr<std::unique_ptr<ActivityBoard>> board = ActivityBoard::Create(path);
+  if (!board.ok()) {
+    std::fprintf(stderr, "substrax: %s; hangs of this process will not be attributed\n",
+                 std::string(board.status().message()).c_str());
+    return;
+  }
+  InstallProcessActivityBoard(std::move(*board));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunch(const std::string& path) {
   SUBSTRAX_ASSIGN_OR_RETURN(v1::ProgramLaunch launch, ReadLaunchFile(path));
   return FromLaunchProto(std::move(launch));
@@ -166,6 +187,8 @@ absl::StatusOr<std::unique_ptr<ProgramImpl>> ProgramImpl::FromLaunchProto(
       });
   // Every process of a job says in its log which part of which attempt it runs.
   std::fprintf(stderr, "substrax: %s\n", DescribeLaunch(launch).c_str());
+  SetJobFailpointProcess(assignment.process_index());
+  PublishActivity(launch.activity_path());
   program->launch_ = std::move(launch);
   // Tells the daemon the program is connected to its job (it stops programs that never are).
   if (const std::string& started = program->launch_->started_path(); !started.empty()) {

@@ -1,0 +1,144 @@
+#include "coordinator/hang_attribution.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace substrax {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kData[] = "axis 'data' group 0";
+
+// A job of 2 processes x 2 devices, all 4 ranks of one data axis, every rank at collective
+// #`n` (waiting in it) unless changed.
+class Job {
+ public:
+  explicit Job(int64_t n) {
+    for (int p = 0; p < 2; ++p) {
+      ProcessView& v = views_.emplace_back();
+      v.name = "process " + std::to_string(p) + " (worker w-" + std::to_string(p) + ")";
+      v.has_activity = true;
+      for (int d = 2 * p; d < 2 * p + 2; ++d) {
+        v1::DeviceActivity* a = v.activity.add_devices();
+        a->set_device_id(d);
+        a->set_step(812);
+        a->set_phase("collective");
+        a->mutable_since()->set_seconds(1796579000);  // 2026-12-06 17:43:20 UTC
+        Counter(d, kData, n, n - 1, "all_reduce", 1024);
+      }
+    }
+  }
+  v1::CollectiveCounter* Counter(int device, const std::string& group, int64_t entered,
+                                 int64_t completed, const std::string& kind, int64_t count) {
+    v1::CollectiveCounter* c = views_[device / 2].activity.add_collectives();
+    c->set_group(group);
+    c->set_device_id(device);
+    c->set_rank(device);
+    c->set_size(4);
+    c->set_entered(entered);
+    c->set_completed(completed);
+    c->set_last_kind(kind);
+    c->set_last_count(count);
+    return c;
+  }
+  v1::CollectiveCounter* Find(int device, const std::string& group) {
+    for (v1::CollectiveCounter& c : *views_[device / 2].activity.mutable_collectives()) {
+      if (c.device_id() == device && c.group() == group) return &c;
+    }
+    return nullptr;
+  }
+  v1::DeviceActivity* Device(int device) {
+    return views_[device / 2].activity.mutable_devices(device % 2);
+  }
+  std::vector<ProcessView>& views() { return views_; }
+
+ private:
+  std::vector<ProcessView> views_;
+};
+
+TEST(HangAttributionTest, TheRankThatHasNotEnteredIsNamedWithWhatItDoesInstead) {
+  Job job(4061);
+  // Device 3 never entered #4061: it is still in compute.
+  job.Find(3, kData)->set_entered(4060);
+  job.Find(3, kData)->set_completed(4060);
+  job.Device(3)->set_phase("compute");
+  const HangAttribution a = AttributeHang(job.views());
+  ASSERT_TRUE(a.found);
+  EXPECT_EQ(a.summary,
+            "all_reduce #4061 over axis 'data' group 0 entered by 3 of 4 ranks; rank 3 (device 3 "
+            "of process 1 (worker w-1)) has not entered it: in compute since 17:43:20 UTC "
+            "(step 812)");
+  EXPECT_THAT(a.blamed, ElementsAre(1));
+}
+
+TEST(HangAttributionTest, ARankBehindBecauseItWaitsElsewhereIsNotBlamed) {
+  Job job(100);
+  // The world group: device 1 is behind there, but it waits in the data axis like the others;
+  // device 2 is behind in the data axis and waits nowhere: it is the one.
+  for (int d = 0; d < 4; ++d) job.Counter(d, "world", d == 1 ? 6 : 7, d == 1 ? 6 : 6, "barrier", 0);
+  job.Find(2, kData)->set_entered(99);
+  job.Find(2, kData)->set_completed(99);
+  job.Find(2, "world")->set_completed(7);  // not waiting anywhere
+  job.Device(2)->set_phase("data");
+  const HangAttribution a = AttributeHang(job.views());
+  ASSERT_TRUE(a.found);
+  EXPECT_THAT(a.summary, HasSubstr("rank 2 (device 2 of process 1 (worker w-1)) has not entered"));
+  EXPECT_THAT(a.summary, HasSubstr("in data since"));
+  EXPECT_THAT(a.summary, Not(HasSubstr("rank 1 ")));
+  EXPECT_THAT(a.blamed, ElementsAre(1));
+}
+
+TEST(HangAttributionTest, RanksInDifferentCollectivesAtTheSameCountAreADesync) {
+  Job job(50);
+  // Device 1 skipped all-reduce #50 of 5 values: its #50 is the next one, of 80,000.
+  for (int d = 0; d < 4; ++d) job.Find(d, kData)->set_last_count(d == 1 ? 80000 : 5);
+  const HangAttribution a = AttributeHang(job.views());
+  ASSERT_TRUE(a.found);
+  EXPECT_THAT(a.summary, HasSubstr("desync over axis 'data' group 0 at collective #50: 3 of 4 "
+                                   "ranks are in all_reduce of 5 values, but rank 1 (device 1 of "
+                                   "process 0 (worker w-0)) is in all_reduce of 80000 values"));
+  EXPECT_THAT(a.blamed, ElementsAre(0));
+}
+
+TEST(HangAttributionTest, AProcessThatRelaysNothingShowsNoSignOfLife) {
+  Job job(10);
+  job.views()[1].has_activity = false;
+  job.views()[1].activity.Clear();
+  const HangAttribution a = AttributeHang(job.views());
+  ASSERT_TRUE(a.found);
+  EXPECT_THAT(a.summary, HasSubstr("process 1 (worker w-1): no sign of life"));
+  EXPECT_THAT(a.blamed, ElementsAre(1));
+}
+
+TEST(HangAttributionTest, AStoppedProcessIsSaidToBe) {
+  Job job(10);
+  job.Find(2, kData)->set_entered(9);
+  job.Find(2, kData)->set_completed(9);
+  job.views()[1].suspended = true;
+  const HangAttribution a = AttributeHang(job.views());
+  ASSERT_TRUE(a.found);
+  EXPECT_THAT(a.summary, HasSubstr("rank 2 (device 2 of process 1 (worker w-1)) has not entered "
+                                   "it: its process is stopped by a signal"));
+}
+
+TEST(HangAttributionTest, NothingWaitingIsNothingFound) {
+  Job job(10);
+  for (int d = 0; d < 4; ++d) job.Find(d, kData)->set_completed(10);
+  EXPECT_FALSE(AttributeHang(job.views()).found);
+  // Every rank waits in the same collective: a slow collective, not one rank's fault.
+  Job same(10);
+  EXPECT_FALSE(AttributeHang(same.views()).found);
+  EXPECT_FALSE(AttributeHang({}).found);
+  // No process relays anything (agents of an older release, or the counters off): unknown.
+  std::vector<ProcessView> blind(2);
+  EXPECT_FALSE(AttributeHang(blind).found);
+}
+
+}  // namespace
+}  // namespace substrax

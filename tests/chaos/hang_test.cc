@@ -1,0 +1,99 @@
+// Hang attribution with real processes: 2 agents x 2 CPU devices run a built-in job in which
+// one rank of process 1 is made to hang by a job failpoint (worker/collectives/
+// job_failpoints.h). Within the progress timeout the job fails with an error that names exactly
+// that rank, its process, worker and host, and the collective the others wait in; the ranks
+// that only waited are not blamed. Each case ends with the /proc check that no process outlived
+// it.
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/chaos/harness.h"
+
+namespace substrax::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kJob[] = R"(apiVersion: substrax/v1
+kind: TrainJob
+metadata: {name: hangs}
+spec:
+  model: {type: mlp, hidden_sizes: [32], num_classes: 4}
+  data:
+    format: synthetic
+    synthetic: {task: classification, num_train_examples: 4096, num_test_examples: 256,
+                num_features: 16, noise: 1.0}
+  optimizer: {type: sgd, learning_rate: 0.05}
+  mesh: {data_parallel_size: 4}
+  batch: {global_batch_size: 64}
+  steps: 1000000
+  report_every_steps: 1
+  progress_timeout_seconds: 8
+)";
+
+// Runs the job with `failpoint` armed on every worker; the ended job.
+v1::Job RunWithFailpoint(const std::string& name, const std::string& failpoint,
+                         absl::Duration* took) {
+  ChaosClusterOptions options;
+  // Longer than the progress timeout: the stall is found by the coordinator, not by a timeout.
+  options.collective_timeout = "120s";
+  options.worker_env = {absl::StrCat("SUBSTRAX_JOB_FAILPOINTS=", failpoint)};
+  options.worker_flags = {"--job-env-pass", "SUBSTRAX_JOB_FAILPOINTS"};
+  ChaosCluster cluster(name, options);
+  EXPECT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
+  const std::string id = cluster.Submit(kJob);
+  EXPECT_FALSE(absl::StartsWith(id, "error")) << id;
+  const absl::Time start = absl::Now();
+  std::optional<v1::Job> ended = cluster.WaitForEnd(id, absl::Minutes(2));
+  *took = absl::Now() - start;
+  EXPECT_TRUE(ended.has_value()) << cluster.Logs();
+  if (!ended.has_value()) return v1::Job();
+  EXPECT_EQ(ended->state(), v1::JOB_STATE_FAILED) << ended->error();
+  std::fprintf(stderr, "the job's error: %s\n", ended->error().c_str());
+  EXPECT_EQ(cluster.StopAndListLeftovers(), "");
+  return *ended;
+}
+
+// The rank the error blames is on process 1, and no rank of process 0 is blamed.
+void ExpectOnlyProcessOneBlamed(const std::string& error) {
+  EXPECT_THAT(error, HasSubstr("of process 1 (worker w-"));
+  EXPECT_THAT(error, HasSubstr("(host host-"));
+  EXPECT_THAT(error, Not(HasSubstr("of process 0 (worker")));
+}
+
+TEST(HangTest, ARankThatSleepsBeforeAnAllReduceIsNamed) {
+  absl::Duration took;
+  const v1::Job job =
+      RunWithFailpoint("hang_sleep", "sleep_before_all_reduce:process=1:at=40", &took);
+  EXPECT_THAT(job.error(), HasSubstr("stalled at step "));
+  EXPECT_THAT(job.error(), HasSubstr("all_reduce #"));
+  EXPECT_THAT(job.error(), HasSubstr("has not entered it"));
+  ExpectOnlyProcessOneBlamed(job.error());
+  EXPECT_LT(took, absl::Seconds(60)) << job.error();
+}
+
+TEST(HangTest, AProcessThatStopsMakingProgressIsNamedWithWhatItDoes) {
+  absl::Duration took;
+  const v1::Job job = RunWithFailpoint("hang_step", "hang_at_step:process=1:at=30", &took);
+  EXPECT_THAT(job.error(), HasSubstr("stalled at step "));
+  EXPECT_THAT(job.error(), HasSubstr("has not entered it: in data since "));
+  ExpectOnlyProcessOneBlamed(job.error());
+  EXPECT_LT(took, absl::Seconds(60)) << job.error();
+}
+
+TEST(HangTest, ARankThatSkipsACollectiveIsADesync) {
+  absl::Duration took;
+  const v1::Job job = RunWithFailpoint("hang_skip", "skip_all_reduce:process=1:at=40", &took);
+  EXPECT_THAT(job.error(), HasSubstr("desync over "));
+  ExpectOnlyProcessOneBlamed(job.error());
+  EXPECT_LT(took, absl::Seconds(60)) << job.error();
+}
+
+}  // namespace
+}  // namespace substrax::testing

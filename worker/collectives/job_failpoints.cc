@@ -1,0 +1,97 @@
+#include "worker/collectives/job_failpoints.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <deque>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+
+namespace substrax {
+namespace {
+
+struct Armed {
+  std::string name;
+  int process = -1;
+  int64_t at = 0;
+  std::atomic<bool> fired{false};
+};
+
+std::atomic<int> g_process{-1};
+
+std::deque<Armed>& ArmedList() {
+  static std::deque<Armed>* const list = [] {
+    auto* out = new std::deque<Armed>();
+    const char* env = std::getenv(kJobFailpointsEnv);
+    if (env == nullptr) return out;
+    for (absl::string_view entry : absl::StrSplit(env, ',', absl::SkipEmpty())) {
+      std::vector<absl::string_view> parts = absl::StrSplit(entry, ':');
+      Armed& a = out->emplace_back();
+      a.name = std::string(parts[0]);
+      for (size_t i = 1; i < parts.size(); ++i) {
+        std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(parts[i], '=');
+        if (kv.first == "process" && !absl::SimpleAtoi(kv.second, &a.process)) a.process = -1;
+        if (kv.first == "at" && !absl::SimpleAtoi(kv.second, &a.at)) a.at = 0;
+      }
+      std::fprintf(stderr, "%s: armed %s (process %d, at %lld)\n", kJobFailpointsEnv,
+                   a.name.c_str(), a.process, static_cast<long long>(a.at));
+    }
+    return out;
+  }();
+  return *list;
+}
+
+// The armed failpoint `name` of this process reached at `number`, fired now (once).
+bool Fires(absl::string_view name, int64_t number) {
+  const int process = g_process.load(std::memory_order_relaxed);
+  if (process < 0) return false;
+  for (Armed& a : ArmedList()) {
+    if (a.name != name || a.process != process || number < a.at) continue;
+    if (!a.fired.exchange(true)) {
+      std::fprintf(stderr, "%s: %s fires at %lld\n", kJobFailpointsEnv, a.name.c_str(),
+                   static_cast<long long>(number));
+      return true;
+    }
+  }
+  return false;
+}
+
+[[noreturn]] void SleepForever() {
+  for (;;) sleep(3600);
+}
+
+}  // namespace
+
+void SetJobFailpointProcess(int process_index) {
+  ArmedList();  // parsed (and printed) once, at start
+  g_process.store(process_index, std::memory_order_relaxed);
+}
+
+AllReduceFault JobFailpointBeforeAllReduce(int64_t number) {
+  if (g_process.load(std::memory_order_relaxed) < 0) return AllReduceFault::kNone;
+  if (Fires("sleep_before_all_reduce", number)) SleepForever();
+  return Fires("skip_all_reduce", number) ? AllReduceFault::kSkip : AllReduceFault::kNone;
+}
+
+void JobFailpointAtStep(int64_t step) {
+  if (g_process.load(std::memory_order_relaxed) < 0) return;
+  const int process = g_process.load(std::memory_order_relaxed);
+  for (Armed& a : ArmedList()) {
+    // Every device of the process stops: not once per process but for every thread.
+    if (a.name == "hang_at_step" && a.process == process && step >= a.at) {
+      if (!a.fired.exchange(true)) {
+        std::fprintf(stderr, "%s: hang_at_step fires at step %lld\n", kJobFailpointsEnv,
+                     static_cast<long long>(step));
+      }
+      SleepForever();
+    }
+  }
+}
+
+}  // namespace substrax
