@@ -458,6 +458,8 @@ class Cluster {
     // The latest activity its agent relayed (contract/activity.h); has_activity: any yet.
     bool has_activity = false;
     v1::ProcessActivity activity;
+    // The end of its log as shipped (at most kHangLogTailBytes), for hang reports.
+    std::string log_tail;
     // While its attempt is preempted: its runner has ended (reported or no longer listed).
     bool stopped = false;
   };
@@ -501,6 +503,7 @@ class Cluster {
   using EndedAttempts = std::vector<std::pair<std::string, int>>;
 
   Cluster(const ClusterOptions& options, Clock clock, Clock lease_clock, StateStore* state);
+
 
   absl::Status LoadLocked(const StateStore::Snapshot& snapshot, EndedAttempts* ended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -560,6 +563,10 @@ class Cluster {
   // The worker that ran process `p` of the job's attempt, or NOT_FOUND.
   absl::StatusOr<std::string> WorkerOfProcessLocked(const JobEntry& entry, int attempt,
                                                     int p) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the end of a running process's log (Process.log_tail, kHangLogTailBytes) as it is
+  // shipped.
+  void NoteLogTailLocked(const v1::ShipLogsRequest& request, const std::string& data)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checks of ShipLogs that need the lock (job, attempt, worker of the process).
   absl::Status CheckShipperLocked(const v1::ShipLogsRequest& request) const

@@ -17,6 +17,7 @@ HangAttribution Cluster::AttributeHangLocked(const JobEntry& entry) const {
     view.has_activity = process.has_activity;
     view.activity = process.activity;
     view.suspended = process.suspended;
+    view.log_tail = process.log_tail;
   }
   return AttributeHang(views);
 }

@@ -53,6 +53,19 @@ absl::Status Cluster::CheckShipperLocked(const v1::ShipLogsRequest& request) con
   return absl::OkStatus();
 }
 
+void Cluster::NoteLogTailLocked(const v1::ShipLogsRequest& request, const std::string& data) {
+  auto it = jobs_.find(request.job_id());
+  JobEntry* entry = it == jobs_.end() ? nullptr : &it->second;
+  if (entry == nullptr || entry->job.state() != v1::JOB_STATE_RUNNING ||
+      entry->job.attempt() != request.attempt() ||
+      request.process_index() >= static_cast<int>(entry->processes.size())) {
+    return;
+  }
+  std::string& tail = entry->processes[request.process_index()].log_tail;
+  tail.append(data.size() > kHangLogTailBytes ? data.substr(data.size() - kHangLogTailBytes) : data);
+  if (tail.size() > kHangLogTailBytes) tail.erase(0, tail.size() - kHangLogTailBytes);
+}
+
 absl::StatusOr<int64_t> Cluster::ShipLogs(const v1::ShipLogsRequest& request) {
   SUBSTRAX_RETURN_IF_ERROR(CheckName("job_id", request.job_id()));
   SUBSTRAX_RETURN_IF_ERROR(CheckName("worker_id", request.worker_id()));
@@ -113,6 +126,7 @@ absl::StatusOr<int64_t> Cluster::ShipLogs(const v1::ShipLogsRequest& request) {
     chunk.max_bytes = options_.log_max_bytes_per_process;
     end.next += static_cast<int64_t>(chunk.data.size());
     end.eof = end.eof || chunk.eof;
+    NoteLogTailLocked(request, chunk.data);
     next = end.next;
     ticket = writer_->AppendLog(std::move(chunk));
   }

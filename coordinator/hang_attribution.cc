@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "rpc/proto_time.h"
 
 namespace substrax {
@@ -51,6 +53,27 @@ std::string RankName(const ProcessView& process, const v1::CollectiveCounter& c)
 std::string Collective(const v1::CollectiveCounter& c) {
   return absl::StrCat(c.last_kind().empty() ? "collective" : c.last_kind(), " of ",
                       c.last_count(), " values");
+}
+
+// "; last log lines of process 1 (...): 'a' | 'b'" for the blamed processes with a log.
+std::string LogLines(const std::vector<ProcessView>& processes, const std::vector<int>& blamed) {
+  std::string out;
+  for (int p : blamed) {
+    std::vector<std::string> lines;
+    for (absl::string_view line : absl::StrSplit(processes[p].log_tail, '\n')) {
+      line = absl::StripAsciiWhitespace(line);
+      if (!line.empty()) lines.emplace_back(line);
+    }
+    // A full tail may start in the middle of a line: only whole lines count.
+    if (processes[p].log_tail.size() >= kHangLogTailBytes && !lines.empty()) {
+      lines.erase(lines.begin());
+    }
+    if (lines.empty()) continue;
+    if (lines.size() > 3) lines.erase(lines.begin(), lines.end() - 3);
+    absl::StrAppend(&out, "; last log lines of ", processes[p].name, ": '",
+                    absl::StrJoin(lines, "' | '"), "'");
+  }
+  return out;
 }
 
 }  // namespace
@@ -114,7 +137,7 @@ HangAttribution AttributeHang(const std::vector<ProcessView>& processes) {
         out.blamed.push_back(m->process);
       }
     }
-    absl::StrAppend(&out.summary, absl::StrJoin(parts, "; "));
+    absl::StrAppend(&out.summary, absl::StrJoin(parts, "; "), LogLines(processes, out.blamed));
     return out;
   }
 
@@ -148,7 +171,8 @@ HangAttribution AttributeHang(const std::vector<ProcessView>& processes) {
                                common->second.size(), " of ", members.size(), " ranks are in ",
                                Collective(*common->second.front()->counter), ", but ",
                                absl::StrJoin(odd, "; "),
-                               " (a rank skipped a collective or called another)");
+                               " (a rank skipped a collective or called another)",
+                               LogLines(processes, out.blamed));
     return out;
   }
 
@@ -164,7 +188,8 @@ HangAttribution AttributeHang(const std::vector<ProcessView>& processes) {
       out.blamed.push_back(p);
     }
     out.found = true;
-    out.summary = absl::StrCat("the other processes wait; ", absl::StrJoin(names, "; "));
+    out.summary = absl::StrCat("the other processes wait; ", absl::StrJoin(names, "; "),
+                               LogLines(processes, out.blamed));
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #ifndef SUBSTRAX_COORDINATOR_HANG_ATTRIBUTION_H_
 #define SUBSTRAX_COORDINATOR_HANG_ATTRIBUTION_H_
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@
 #include "substrax/v1/job.pb.h"
 
 namespace substrax {
+
+// How much of the end of a process's log the coordinator keeps for hang reports.
+inline constexpr size_t kHangLogTailBytes = 600;
 
 // One process of the stalled attempt as the coordinator knows it.
 struct ProcessView {
@@ -32,6 +36,9 @@ struct ProcessView {
   v1::ProcessActivity activity;
   // Its runner is stopped by a signal.
   bool suspended = false;
+  // The end of its log (at most kHangLogTailBytes); its last whole lines (up to 3) are quoted
+  // for the processes blamed.
+  std::string log_tail;
 };
 
 // What the attribution found.
@@ -40,7 +47,7 @@ struct HangAttribution {
   bool found = false;
   // "all_reduce #4061 over axis 'data' group 0 entered by 3 of 4 ranks; rank 2 (device 2 of
   // process 1 (worker w-1 (host b))) has not entered it: in compute since 14:02:11 UTC (step
-  // 812)". Empty when nothing was found.
+  // 812); its last log lines: ...". Empty when nothing was found.
   std::string summary;
   // The processes blamed (indices into the views), for the job's error.
   std::vector<int> blamed;

@@ -75,6 +75,16 @@ TEST(HangAttributionTest, TheRankThatHasNotEnteredIsNamedWithWhatItDoesInstead) 
             "of process 1 (worker w-1)) has not entered it: in compute since 17:43:20 UTC "
             "(step 812)");
   EXPECT_THAT(a.blamed, ElementsAre(1));
+
+  // With its log: its last whole lines are quoted; the others' are not.
+  job.views()[0].log_tail = "step 811\nstep 812\n";
+  job.views()[1].log_tail = "loading shard 7\n\nstep 811\nstep 812\nwaiting for the NFS mount\n";
+  EXPECT_THAT(AttributeHang(job.views()).summary,
+              ::testing::EndsWith("(step 812); last log lines of process 1 (worker w-1): "
+                                  "'step 811' | 'step 812' | 'waiting for the NFS mount'"));
+  job.views()[1].log_tail = "tail of a cut line\nwhole\n" + std::string(kHangLogTailBytes, ' ');
+  EXPECT_THAT(AttributeHang(job.views()).summary,
+              ::testing::EndsWith("last log lines of process 1 (worker w-1): 'whole'"));
 }
 
 TEST(HangAttributionTest, ARankBehindBecauseItWaitsElsewhereIsNotBlamed) {

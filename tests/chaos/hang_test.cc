@@ -83,6 +83,9 @@ TEST(HangTest, AProcessThatStopsMakingProgressIsNamedWithWhatItDoes) {
   const v1::Job job = RunWithFailpoint("hang_step", "hang_at_step:process=1:at=30", &took);
   EXPECT_THAT(job.error(), HasSubstr("stalled at step "));
   EXPECT_THAT(job.error(), HasSubstr("has not entered it: in data since "));
+  // Its last log lines, as its agent shipped them.
+  EXPECT_THAT(job.error(), HasSubstr("last log lines of process 1 (worker w-"));
+  EXPECT_THAT(job.error(), HasSubstr("hang_at_step fires at step 30"));
   ExpectOnlyProcessOneBlamed(job.error());
   EXPECT_LT(took, absl::Seconds(60)) << job.error();
 }
