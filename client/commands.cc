@@ -446,6 +446,16 @@ int WorkersCommand(const CommandContext& ctx) {
       response.workers().empty(), "no workers have registered");
 }
 
+int DiagnoseCommand(const CommandContext& ctx, const std::string& job_id) {
+  v1::DiagnoseJobRequest request;
+  request.set_job_id(job_id);
+  v1::DiagnoseJobResponse response;
+  if (int rc = CallJobService(ctx, &v1::JobService::Stub::DiagnoseJob, request, &response)) {
+    return rc;
+  }
+  return PrintResult(ctx, response, [&] { return FormatDiagnosis(response, FormatOptionsOf(ctx)); });
+}
+
 int QueuesCommand(const CommandContext& ctx) {
   v1::ListQueuesResponse response;
   if (int rc = CallJobService(ctx, &v1::JobService::Stub::ListQueues, v1::ListQueuesRequest(),

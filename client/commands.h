@@ -61,6 +61,8 @@ int CheckpointsCommand(const CommandContext& ctx, const std::string& job_id);
 int ListCommand(const CommandContext& ctx, const std::string& states);
 // get JOB.
 int GetCommand(const CommandContext& ctx, const std::string& job_id);
+// Why a job is stuck or slow: FormatDiagnosis of JobService.DiagnoseJob.
+int DiagnoseCommand(const CommandContext& ctx, const std::string& job_id);
 // watch JOB: follows the job until it ends; exit 0 if it SUCCEEDED, 1 if FAILED or CANCELLED.
 int WatchCommand(const CommandContext& ctx, const std::string& job_id);
 // cancel JOB [--reason TEXT].

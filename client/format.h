@@ -102,6 +102,11 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
 // SHARE; then the priority classes, the policy, where the configuration came from and, when the
 // last reload of the queues file was refused, why.
 std::string FormatQueues(const v1::ListQueuesResponse& queues, const FormatOptions& options);
+// `substraxctl diagnose`: the job's state, how long since its last step and which rank the
+// others wait for (while it runs), its error and stragglers; the processes, their devices'
+// phases and their communicators' counts as relayed; the transitions about hangs and
+// stragglers.
+std::string FormatDiagnosis(const v1::DiagnoseJobResponse& response, const FormatOptions& options);
 // What `get` shows of a job's scheduling: its queue and priority class, a preemption in
 // progress, and past preemptions with the work they lost. Pairs of field name and value.
 std::vector<std::pair<std::string, std::string>> SchedulingFields(const v1::Job& job,

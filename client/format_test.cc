@@ -160,6 +160,58 @@ TEST(FormatTest, JobDetailsShowTheQueueAPreemptionInProgressAndTheWorkLost) {
   EXPECT_THAT(plain, Not(HasSubstr("Preempt")));
 }
 
+TEST(FormatTest, DiagnosisOfAStalledJob) {
+  const v1::DiagnoseJobResponse r = Parse<v1::DiagnoseJobResponse>(absl::StrCat(R"pb(
+    job {
+      id: "hangs-1" state: JOB_STATE_RUNNING attempt: 1
+      progress { step: 29 total_steps: 100 }
+      stragglers { device_id: 3 process_index: 1 host: "b" phase: "compute" ratio: 1.84
+                   since_step: 12 }
+      transitions { to: JOB_STATE_RUNNING reason: "started on 2 workers" }
+      transitions { to: JOB_STATE_RUNNING time { seconds: )pb", kT0, R"pb( }
+                    reason: "straggler: device 3 (process 1, worker w-2 (host b)): its compute time is 1.84x" }
+    }
+    processes { process_index: 0 worker_id: "w-1" host: "a" device_ids: [ 0, 1 ] last_step: 29
+      activity {
+        devices { device_id: 0 step: 29 phase: "collective" since { seconds: )pb", kT0, R"pb( } }
+        collectives { group: "world" device_id: 0 rank: 0 size: 4 entered: 146 completed: 145
+                      last_kind: "all_reduce" last_count: 676 }
+      }
+    }
+    processes { process_index: 1 worker_id: "w-2" host: "b" device_ids: [ 2, 3 ] last_step: 29
+                suspended: true }
+    since_last_step { seconds: 42 }
+    waiting_for: "all_reduce #146 over world entered by 2 of 4 ranks; rank 2 has not entered it"
+  )pb"));
+  const std::string out = FormatDiagnosis(r, At(kT0 + 60));
+  EXPECT_THAT(out, HasSubstr("Job:      hangs-1 RUNNING, attempt 1, step 29 of 100\n"));
+  EXPECT_THAT(out, HasSubstr("Progress: last step 42s ago\n"));
+  EXPECT_THAT(out, HasSubstr("Waiting:  all_reduce #146 over world entered by 2 of 4 ranks; "
+                             "rank 2 has not entered it (a snapshot"));
+  EXPECT_THAT(out, HasSubstr("Slow:     device 3 (process 1, host b): compute 1.84x the others "
+                             "since step 12\n"));
+  EXPECT_THAT(out, HasSubstr("  PROCESS   WORKER   HOST   DEVICES   STEP   STATE\n"));
+  EXPECT_THAT(out, HasSubstr("  1         w-2      b      2,3       29     stopped by a signal, "
+                             "nothing relayed\n"));
+  EXPECT_THAT(out, HasSubstr("  0        0         29     collective   12:00:00\n"));
+  EXPECT_THAT(out, HasSubstr("  world   0        0/4    146       145         all_reduce of 676\n"));
+  EXPECT_THAT(out, HasSubstr("History (hangs and stragglers):\n  2024-05-01 12:00:00  straggler: "
+                             "device 3"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("started on 2 workers")));
+
+  // An ended job: its error, no processes.
+  v1::DiagnoseJobResponse ended;
+  ended.mutable_job()->set_id("hangs-1");
+  ended.mutable_job()->set_state(v1::JOB_STATE_FAILED);
+  ended.mutable_job()->set_error("stalled at step 29: desync over world");
+  const std::string done = FormatDiagnosis(ended, At(kT0));
+  EXPECT_THAT(done, HasSubstr("Error:    stalled at step 29: desync over world\n"));
+  EXPECT_THAT(done, HasSubstr("Slow:     no straggler\n"));
+  EXPECT_THAT(done, ::testing::Not(HasSubstr("Waiting:")));
+  EXPECT_THAT(done, ::testing::Not(HasSubstr("Processes:")));
+  EXPECT_THAT(done, HasSubstr("History (hangs and stragglers):\n  none\n"));
+}
+
 TEST(FormatTest, QueuesTableThenClassesPolicyAndSource) {
   v1::ListQueuesResponse r = Parse<v1::ListQueuesResponse>(R"pb(
     policy: SCHEDULING_POLICY_QUEUES

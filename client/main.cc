@@ -405,6 +405,10 @@ void AddCommands(CLI::App& app, CommandLine& cl) {
   AddJobCommand(app, "get",
                 "Show a job: state, attempt, mesh, progress, final metrics, error, transitions",
                 cl, ctl::GetCommand);
+  AddJobCommand(app, "diagnose",
+                "Why a job is stuck or slow: which rank the others wait for and what it does, "
+                "stragglers, each device's phase and each communicator's collective counts",
+                cl, ctl::DiagnoseCommand);
   AddJobCommand(app, "checkpoints",
                 "List a job's committed checkpoints, newest first: step, time, size, mesh, "
                 "path (as its runners last reported them)",

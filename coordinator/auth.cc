@@ -131,6 +131,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"substrax.v1.JobService/WatchJob", kReaders},
       {"substrax.v1.JobService/ListWorkers", kReaders},
       {"substrax.v1.JobService/ListQueues", kReaders},
+      {"substrax.v1.JobService/DiagnoseJob", kReaders},
       {"substrax.v1.JobService/GetMesh", kReaders},
       {"substrax.v1.JobService/ReadLogs", kReaders},
       {"substrax.v1.MetricsService/QueryMetrics", kReaders},

@@ -354,6 +354,9 @@ class Cluster {
                                     bool admin = false, const std::string& request_id = "",
                                     const std::vector<std::string>& roles = {});
   // Errors: NOT_FOUND.
+  // The job and, while it runs, its processes' relayed activity and which rank the others wait
+  // for (cluster_hangs.cc; JobService.DiagnoseJob). Errors: NOT_FOUND.
+  absl::StatusOr<v1::DiagnoseJobResponse> DiagnoseJob(const std::string& job_id) const;
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
   // Newest first; an empty filter means every state. Skips `offset` matching jobs and returns
   // at most `limit`; *more (when given) says whether more match after them.

@@ -183,6 +183,10 @@ absl::Status CheckRequest(const v1::GetJobRequest& request) {
   return CheckName("job_id", request.job_id());
 }
 
+absl::Status CheckRequest(const v1::DiagnoseJobRequest& request) {
+  return CheckName("job_id", request.job_id());
+}
+
 absl::Status CheckRequest(const v1::ListJobsRequest& request) {
   SUBSTRAX_RETURN_IF_ERROR(CheckCount("states", request.states_size(), limits::kMaxListStates));
   return CheckName("page_token", request.page_token());

@@ -38,6 +38,7 @@ absl::Status CheckRequest(const v1::ShipLogsRequest& request);
 // JobService (users).
 absl::Status CheckRequest(const v1::SubmitJobRequest& request);
 absl::Status CheckRequest(const v1::GetJobRequest& request);
+absl::Status CheckRequest(const v1::DiagnoseJobRequest& request);
 absl::Status CheckRequest(const v1::ListJobsRequest& request);
 absl::Status CheckRequest(const v1::CancelJobRequest& request);
 absl::Status CheckRequest(const v1::DeleteJobRequest& request);

@@ -415,6 +415,17 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* DiagnoseJob(grpc::CallbackServerContext* context,
+                                        const v1::DiagnoseJobRequest* request,
+                                        v1::DiagnoseJobResponse* response) override {
+    return s_->Inline(context, [&](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
+      SUBSTRAX_RETURN_IF_ERROR(Into(s_->cluster->DiagnoseJob(request->job_id()), response));
+      RedactForCaller(caller, response->mutable_job());
+      return absl::OkStatus();
+    });
+  }
+
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override {

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/chaos/harness.h"
+#include "tests/process.h"
 
 namespace substrax::testing {
 namespace {
@@ -96,6 +97,41 @@ TEST(HangTest, ARankThatSkipsACollectiveIsADesync) {
   EXPECT_THAT(job.error(), HasSubstr("desync over "));
   ExpectOnlyProcessOneBlamed(job.error());
   EXPECT_LT(took, absl::Seconds(60)) << job.error();
+}
+
+// `substraxctl diagnose` on a job that has stalled but not yet reached its progress timeout:
+// which rank the others wait for, what it does, and the tables of the relayed activity.
+TEST(HangTest, DiagnoseNamesTheRankTheOthersWaitForWhileTheJobHangs) {
+  ChaosClusterOptions options;
+  options.collective_timeout = "120s";
+  options.worker_env = {"SUBSTRAX_JOB_FAILPOINTS=hang_at_step:process=1:at=30"};
+  options.worker_flags = {"--job-env-pass", "SUBSTRAX_JOB_FAILPOINTS"};
+  ChaosCluster cluster("hang_diagnose", options);
+  ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
+  std::string spec = kJob;
+  spec.replace(spec.find("progress_timeout_seconds: 8"), 27, "progress_timeout_seconds: 300");
+  const std::string id = cluster.Submit(spec);
+  ASSERT_FALSE(absl::StartsWith(id, "error")) << id;
+  CommandResult diagnosis;
+  const bool named = PollUntil(
+      [&] {
+        diagnosis = cluster.Ctl({"diagnose", id});
+        return absl::StrContains(diagnosis.out, "has not entered it: in data since");
+      },
+      absl::Minutes(1));
+  std::fprintf(stderr, "substraxctl diagnose:\n%s\n", diagnosis.out.c_str());
+  ASSERT_TRUE(named) << diagnosis.out << diagnosis.err << cluster.Logs();
+  EXPECT_EQ(diagnosis.exit_code, 0);
+  EXPECT_THAT(diagnosis.out, HasSubstr("Waiting:  all_reduce #"));
+  EXPECT_THAT(diagnosis.out, HasSubstr("of process 1 (worker w-"));
+  EXPECT_THAT(diagnosis.out, HasSubstr("Processes:"));
+  EXPECT_THAT(diagnosis.out, HasSubstr("Collectives (entered more than completed"));
+  // Process 1's devices are in their data phase; process 0's in their collective phase.
+  EXPECT_THAT(diagnosis.out, HasSubstr("   data   "));
+  EXPECT_THAT(diagnosis.out, HasSubstr("   collective   "));
+  ASSERT_EQ(cluster.Ctl({"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(cluster.WaitForEnd(id, absl::Minutes(1)).has_value());
+  EXPECT_EQ(cluster.StopAndListLeftovers(), "");
 }
 
 }  // namespace
