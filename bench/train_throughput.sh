@@ -108,8 +108,10 @@ for round in $(seq "$ROUNDS"); do
   echo "train_throughput: round $round of $ROUNDS..." >&2
   for n in 1 2 4; do
     [ "$n" -ne 2 ] || ROUND_TRIPS+="$("$CROSS_CPU") "
+    # With and without the counters back to back, the order swapped every round.
+    if [ $((round % 2)) -eq 0 ]; then NOCOUNT[$n]+="$(NO_COUNTERS=1 ours "$n" auto "no-counters-$n") "; fi
     OURS[$n]+="$(ours "$n" auto) "
-    NOCOUNT[$n]+="$(NO_COUNTERS=1 ours "$n" auto "no-counters-$n") "
+    if [ $((round % 2)) -eq 1 ]; then NOCOUNT[$n]+="$(NO_COUNTERS=1 ours "$n" auto "no-counters-$n") "; fi
     [ "$n" -eq 1 ] || GLOO[$n]+="$(ours "$n" gloo) "
     [ "$n" -eq 1 ] || SHARDED[$n]+="$(ours "$n" auto "sharded-$n" "gradients: {shard_update: true}") "
     TORCH[$n]+="$(torch_ddp "$n") "
@@ -120,6 +122,8 @@ PAIR=$(tr ' ' '\n' <<<"$PAIR" | grep . | median || true)
 PER_ROUND_1DEV="${OURS[1]}"
 PER_ROUND_2DEV="${OURS[2]}"
 PER_ROUND_2DEV_SHARDED="${SHARDED[2]}"
+declare -A PER_ROUND_ON PER_ROUND_OFF
+for n in 1 2 4; do PER_ROUND_ON[$n]="${OURS[$n]}"; PER_ROUND_OFF[$n]="${NOCOUNT[$n]}"; done
 for n in 1 2 4; do
   OURS[$n]=$(tr ' ' '\n' <<<"${OURS[$n]}" | grep . | median)
   TORCH[$n]=$(tr ' ' '\n' <<<"${TORCH[$n]}" | grep . | median)
@@ -157,6 +161,9 @@ echo "sharded_vs_unsharded_2dev=$(ratio "${SHARDED[2]}" "${OURS[2]}")"
 echo "ratio_vs_torch_1dev=$(ratio "${OURS[1]}" "${TORCH[1]}")"
 echo "ratio_vs_torch_2dev=$(ratio "${OURS[2]}" "${TORCH[2]}")"
 echo "ratio_vs_torch_4dev=$(ratio "${OURS[4]}" "${TORCH[4]}")"
+for n in 1 2 4; do
+  echo "counters on/off at $n device(s), round by round: $(paste -d/ <(tr ' ' '\n' <<<"${PER_ROUND_ON[$n]}" | grep .) <(tr ' ' '\n' <<<"${PER_ROUND_OFF[$n]}" | grep .) | tr '\n' ' ')"
+done
 for n in 1 2 4; do
   echo "counters_on_vs_off_${n}dev=$(ratio "${OURS[$n]}" "${NOCOUNT[$n]}")"
 done

@@ -38,12 +38,13 @@ spec:
   progress_timeout_seconds: 8
 )";
 
-// Runs the job with `failpoint` armed on every worker; the ended job.
+// Runs the job with `failpoint` armed on every worker; the ended job. The collective timeout
+// is longer than the progress timeout (the stall is found by the coordinator) unless
+// `collective_timeout` says otherwise.
 v1::Job RunWithFailpoint(const std::string& name, const std::string& failpoint,
-                         absl::Duration* took) {
+                         absl::Duration* took, const std::string& collective_timeout = "120s") {
   ChaosClusterOptions options;
-  // Longer than the progress timeout: the stall is found by the coordinator, not by a timeout.
-  options.collective_timeout = "120s";
+  options.collective_timeout = collective_timeout;
   options.worker_env = {absl::StrCat("SUBSTRAX_JOB_FAILPOINTS=", failpoint)};
   options.worker_flags = {"--job-env-pass", "SUBSTRAX_JOB_FAILPOINTS"};
   ChaosCluster cluster(name, options);
@@ -75,6 +76,19 @@ TEST(HangTest, ARankThatSleepsBeforeAnAllReduceIsNamed) {
   EXPECT_THAT(job.error(), HasSubstr("stalled at step "));
   EXPECT_THAT(job.error(), HasSubstr("all_reduce #"));
   EXPECT_THAT(job.error(), HasSubstr("has not entered it"));
+  ExpectOnlyProcessOneBlamed(job.error());
+  EXPECT_LT(took, absl::Seconds(60)) << job.error();
+}
+
+// The same rank, found the other way: a waiting process's collective times out (4 s, before
+// the progress timeout of 8 s) and reports DEADLINE_EXCEEDED; the error still names the rank it
+// waited for, not the process that timed out.
+TEST(HangTest, ACollectiveTimeoutIsAttributedToTheRankItWaitedFor) {
+  absl::Duration took;
+  const v1::Job job = RunWithFailpoint("hang_timeout", "sleep_before_all_reduce:process=1:at=40",
+                                       &took, "4s");
+  EXPECT_THAT(job.error(), HasSubstr("has not entered it"));
+  EXPECT_THAT(job.error(), HasSubstr("a collective timed out (runner of process "));
   ExpectOnlyProcessOneBlamed(job.error());
   EXPECT_LT(took, absl::Seconds(60)) << job.error();
 }
