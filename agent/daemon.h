@@ -178,7 +178,7 @@ class WorkerDaemon {
     // substrax::Init creates, and when the daemon checks that it has: InfiniteFuture once done.
     std::string program;
     std::string started_path;
-    // Its activity file (contract/activity.h), read with every heartbeat; empty for commands.
+    // Its activity file (contract/activity.h), read with every heartbeat.
     std::string activity_path;
     absl::Time init_deadline = absl::InfiniteFuture();
     // Stopped for not calling substrax::Init in time.

@@ -75,7 +75,7 @@ void WorkerDaemon::Launch(const v1::Assignment& assignment) {
   runner.result_path = files.result;
   runner.stderr_path = files.log;
   runner.started_path = files.started;
-  if (!command_job) runner.activity_path = files.activity;
+  runner.activity_path = files.activity;
   if (program) runner.program = assignment.spec().program().path();
   runner.command = command_job;
   const std::string what = program       ? absl::StrCat("the program ", runner.program)

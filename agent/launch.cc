@@ -192,9 +192,9 @@ v1::ProgramLaunch MakeProgramLaunch(const LaunchSettings& settings,
   for (const std::string& root : checkpoint_roots) launch.add_checkpoint_roots(root);
   launch.set_result_path(files.result);
   launch.set_started_path(files.started);
-  // A command's processes publish no activity file: their frameworks count no collectives (the
-  // report file's heartbeats stand in).
-  if (!assignment.spec().has_command()) launch.set_activity_path(files.activity);
+  // A command job's launcher publishes there when each of its processes last wrote a report
+  // line (its frameworks count no collectives: the report file's heartbeats stand in).
+  launch.set_activity_path(files.activity);
   return launch;
 }
 

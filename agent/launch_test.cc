@@ -95,10 +95,6 @@ TEST(LaunchTest, TheLaunchFileNamesEverythingTheProcessNeeds) {
   EXPECT_EQ(launch.activity_path(), files.activity);
   EXPECT_EQ(files.activity, dir + "/prog-1-attempt-2-process-1.activity");
   EXPECT_FALSE(fs::exists(dir + "/prog-1-attempt-2-process-1.assignment"));
-  // A command's processes publish no activity file (their frameworks count no collectives).
-  v1::Assignment command = a;
-  command.mutable_spec()->mutable_command()->add_argv("python3");
-  EXPECT_EQ(MakeProgramLaunch(Settings(dir), command, files).activity_path(), "");
 }
 
 TEST(LaunchTest, AJobBoundToItsOwnerGetsTheOwnersDirectoryOfEachRootAsItsRoots) {

@@ -78,6 +78,7 @@ const char* ActivityPhaseName(ActivityPhase phase) {
     case ActivityPhase::kCollective: return "collective";
     case ActivityPhase::kCheckpoint: return "checkpoint";
     case ActivityPhase::kEvaluation: return "evaluation";
+    case ActivityPhase::kReport: return "report";
   }
   return "?";
 }
@@ -206,7 +207,7 @@ absl::StatusOr<v1::ProcessActivity> ReadActivityFile(const std::string& path) {
     d->set_device_id(static_cast<int32_t>(r.device_plus_one - 1));
     d->set_step(r.step);
     const int64_t phase = r.phase;
-    d->set_phase(phase >= 0 && phase <= static_cast<int64_t>(ActivityPhase::kEvaluation)
+    d->set_phase(phase >= 0 && phase <= static_cast<int64_t>(ActivityPhase::kReport)
                      ? ActivityPhaseName(static_cast<ActivityPhase>(phase))
                      : "?");
     if (r.since_ns > 0) {

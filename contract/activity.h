@@ -40,6 +40,9 @@ enum class ActivityPhase : int64_t {
   kCollective,
   kCheckpoint,
   kEvaluation,
+  // A command's process: `since` is when its report file last had a line (a step or a
+  // heartbeat), `step` its last step (contract/report_file.h).
+  kReport,
 };
 const char* ActivityPhaseName(ActivityPhase phase);
 

@@ -204,7 +204,7 @@ const std::map<std::string, std::string>& FieldUses() {
       {"substrax.v1.ProgramLaunch.result_path", "no: a command answers with its exit status"},
       {"substrax.v1.ProgramLaunch.started_path", "no: a command has no Init to call"},
       {"substrax.v1.ProgramLaunch.activity_path",
-       "no: a command's frameworks count no collectives; its report file's heartbeats stand in"},
+       "no: the launcher publishes there when each process last wrote a report line"},
       {"substrax.v1.Assignment.job_id", "SUBSTRAX_JOB_ID"},
       {"substrax.v1.Assignment.attempt", "SUBSTRAX_ATTEMPT"},
       {"substrax.v1.Assignment.spec", "the fields below"},

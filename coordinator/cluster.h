@@ -599,7 +599,8 @@ class Cluster {
                          EndedAttempts* ended, bool retryable = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Which rank the processes of `entry`'s attempt wait for (hang_attribution.h), from the
-  // activity their agents relayed (cluster_hangs.cc).
+  // activity their agents relayed (cluster_hangs.cc): AttributeHang, or AttributeCommandStall
+  // for a command job.
   HangAttribution AttributeHangLocked(const JobEntry& entry) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // " (process 1 on worker w-2 (host b) is suspended at step 40: its peers wait for it)" for

@@ -18,10 +18,11 @@ HangAttribution Cluster::AttributeHangLocked(const JobEntry& entry) const {
     view.name = absl::StrCat("process ", p, " (", DescribeWorkerLocked(process.worker_id), ")");
     view.has_activity = process.has_activity;
     view.activity = process.activity;
+    view.device_ids = process.device_ids;
     view.suspended = process.suspended;
     view.log_tail = process.log_tail;
   }
-  return AttributeHang(views);
+  return entry.job.spec().has_command() ? AttributeCommandStall(views) : AttributeHang(views);
 }
 
 absl::StatusOr<v1::DiagnoseJobResponse> Cluster::DiagnoseJob(const std::string& job_id) const {

@@ -196,18 +196,16 @@ void Cluster::CheckProgressLocked(EndedAttempts* ended) {
       }
     }
     if (stalled == nullptr) continue;
-    // Which rank the others wait for, from the collective counts the processes publish.
-    if (!spec.has_command()) {
-      const HangAttribution hang = AttributeHangLocked(entry);
-      if (hang.found) {
-        const std::string worker = entry.processes[hang.blamed.front()].worker_id;
-        FailAttemptLocked(entry, worker,
-                          absl::StrCat("stalled at step ", stalled->last_step, ": ",
-                                       hang.summary, "; no new step for ",
-                                       absl::FormatDuration(timeout), " (the progress timeout)"),
-                          ended);
-        continue;
-      }
+    // Which rank the others wait for, from the collective counts the processes publish (a
+    // command job's: which process's report file went silent first).
+    if (const HangAttribution hang = AttributeHangLocked(entry); hang.found) {
+      const std::string worker = entry.processes[hang.blamed.front()].worker_id;
+      FailAttemptLocked(entry, worker,
+                        absl::StrCat("stalled at step ", stalled->last_step, ": ", hang.summary,
+                                     "; no new step for ", absl::FormatDuration(timeout),
+                                     " (the progress timeout)"),
+                        ended);
+      continue;
     }
     const std::string worker = stalled->worker_id;
     FailAttemptLocked(entry, worker,
@@ -478,7 +476,7 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
         // A collective that timed out: the rank it waited for, from the processes' counts.
         std::string culprit = request.worker_id();
         const auto timed_out = static_cast<absl::StatusCode>(request.error_code());
-        if (timed_out == absl::StatusCode::kDeadlineExceeded && !job.spec().has_command()) {
+        if (timed_out == absl::StatusCode::kDeadlineExceeded) {
           const HangAttribution hang = AttributeHangLocked(*entry);
           if (hang.found) {
             culprit = entry->processes[hang.blamed.front()].worker_id;

@@ -194,4 +194,53 @@ HangAttribution AttributeHang(const std::vector<ProcessView>& processes) {
   return out;
 }
 
+HangAttribution AttributeCommandStall(const std::vector<ProcessView>& processes) {
+  HangAttribution out;
+  // Per process and device: when its report file last had a line, and its last step.
+  struct Last {
+    absl::Time at = absl::InfinitePast();
+    int64_t step = 0;
+  };
+  std::vector<std::map<int, Last>> last(processes.size());
+  absl::Time newest = absl::InfinitePast();
+  for (size_t p = 0; p < processes.size(); ++p) {
+    for (int id : processes[p].device_ids) last[p][id];
+    for (const v1::DeviceActivity& d : processes[p].activity.devices()) {
+      if (d.phase() != "report") continue;
+      Last& l = last[p][d.device_id()];
+      l.at = std::max(l.at, FromProtoTime(d.since()));
+      l.step = std::max(l.step, d.step());
+      newest = std::max(newest, l.at);
+    }
+  }
+  if (newest == absl::InfinitePast()) return out;  // no process reports: nothing is known
+  std::vector<std::string> parts;
+  for (size_t p = 0; p < processes.size(); ++p) {
+    for (const auto& [device, l] : last[p]) {
+      const std::string who = absl::StrCat("device ", device, " (", processes[p].name, ")");
+      if (l.at == absl::InfinitePast()) {
+        parts.push_back(absl::StrCat(who, " has written no report line"));
+      } else if (l.at < newest - absl::Seconds(2)) {
+        parts.push_back(absl::StrCat(who, " stopped reporting at ",
+                                     absl::FormatTime("%H:%M:%S UTC", l.at, absl::UTCTimeZone()),
+                                     " (step ", l.step, ")"));
+      } else {
+        continue;
+      }
+      if (processes[p].suspended) absl::StrAppend(&parts.back(), ": it is stopped by a signal");
+      if (std::find(out.blamed.begin(), out.blamed.end(), p) == out.blamed.end()) {
+        out.blamed.push_back(static_cast<int>(p));
+      }
+    }
+  }
+  if (out.blamed.empty()) return out;
+  out.found = true;
+  out.summary = absl::StrCat(
+      absl::StrJoin(parts, "; "), "; the others reported until ",
+      absl::FormatTime("%H:%M:%S UTC", newest, absl::UTCTimeZone()),
+      " (a process whose report file still has heartbeats is alive, waiting)",
+      LogLines(processes, out.blamed));
+  return out;
+}
+
 }  // namespace substrax

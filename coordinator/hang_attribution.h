@@ -34,6 +34,8 @@ struct ProcessView {
   // The latest activity its agent relayed; absent: none yet (has_activity false).
   bool has_activity = false;
   v1::ProcessActivity activity;
+  // Its devices (for a command job's stall: a device with no report line is named).
+  std::vector<int> device_ids;
   // Its runner is stopped by a signal.
   bool suspended = false;
   // The end of its log (at most kHangLogTailBytes); its last whole lines (up to 3) are quoted
@@ -54,6 +56,14 @@ struct HangAttribution {
 };
 
 HangAttribution AttributeHang(const std::vector<ProcessView>& processes);
+
+// A command job's stall. Its frameworks count no collectives; its launcher publishes when the
+// report file of each of its devices' processes last had a line (a step or a heartbeat: the
+// "report" phase). The devices named are those whose process wrote no line at all while others
+// did, or whose last line is more than 2 s older than the newest of any: a process that still
+// writes heartbeats is alive (waiting for the others), one that went silent first is what they
+// wait for.
+HangAttribution AttributeCommandStall(const std::vector<ProcessView>& processes);
 
 }  // namespace substrax
 

@@ -152,3 +152,66 @@ TEST(HangAttributionTest, NothingWaitingIsNothingFound) {
 
 }  // namespace
 }  // namespace substrax
+
+namespace substrax {
+namespace {
+
+// A command job's process whose report file last had a line at `at` (step `step`); none if
+// `at` is 0.
+ProcessView Command(int p, int64_t at, int64_t step) {
+  ProcessView v;
+  v.name = "process " + std::to_string(p) + " (worker w-" + std::to_string(p) + ")";
+  v.has_activity = true;
+  v.device_ids = {p};
+  if (at > 0) {
+    v1::DeviceActivity* d = v.activity.add_devices();
+    d->set_device_id(p);
+    d->set_phase("report");
+    d->set_step(step);
+    d->mutable_since()->set_seconds(at);
+  }
+  return v;
+}
+
+constexpr int64_t kNow = 1796579000;  // 2026-12-06 17:43:20 UTC
+
+TEST(CommandStallTest, TheProcessWhoseReportFileWentSilentFirstIsBlamed) {
+  // Process 1 stopped at step 40; processes 0 and 2 still write heartbeats (waiting for it).
+  const HangAttribution a = AttributeCommandStall(
+      {Command(0, kNow, 40), Command(1, kNow - 30, 40), Command(2, kNow - 1, 40)});
+  ASSERT_TRUE(a.found);
+  EXPECT_EQ(a.summary,
+            "device 1 (process 1 (worker w-1)) stopped reporting at 17:42:50 UTC (step 40); the "
+            "others "
+            "reported until 17:43:20 UTC (a process whose report file still has heartbeats is "
+            "alive, waiting)");
+  EXPECT_THAT(a.blamed, ElementsAre(1));
+}
+
+TEST(CommandStallTest, AProcessWithNoLineAtAllIsBlamedAndNothingKnownIsNothingFound) {
+  const HangAttribution a = AttributeCommandStall({Command(0, kNow, 3), Command(1, 0, 0)});
+  ASSERT_TRUE(a.found);
+  EXPECT_THAT(a.summary, HasSubstr("device 1 (process 1 (worker w-1)) has written no report line"));
+  EXPECT_THAT(a.blamed, ElementsAre(1));
+  // Every process went silent together, or none reports: no process to name.
+  EXPECT_FALSE(AttributeCommandStall({Command(0, kNow, 3), Command(1, kNow - 1, 3)}).found);
+  EXPECT_FALSE(AttributeCommandStall({Command(0, 0, 0), Command(1, 0, 0)}).found);
+}
+
+TEST(CommandStallTest, OneSilentDeviceOfAProcessWhoseOtherDeviceStillReportsIsNamed) {
+  ProcessView two = Command(1, kNow, 20);  // device 1 heartbeats
+  two.device_ids = {1, 2};
+  v1::DeviceActivity* silent = two.activity.add_devices();
+  silent->set_device_id(2);
+  silent->set_phase("report");
+  silent->set_step(20);
+  silent->mutable_since()->set_seconds(kNow - 10);
+  const HangAttribution a = AttributeCommandStall({Command(0, kNow, 20), two});
+  ASSERT_TRUE(a.found);
+  EXPECT_THAT(a.summary, ::testing::StartsWith("device 2 (process 1 (worker w-1)) stopped "
+                                               "reporting at 17:43:10 UTC (step 20); the others"));
+  EXPECT_THAT(a.blamed, ElementsAre(1));
+}
+
+}  // namespace
+}  // namespace substrax

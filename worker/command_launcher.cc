@@ -36,6 +36,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/files.h"
+#include "contract/activity.h"
 #include "contract/command_env.h"
 #include "contract/launch.h"
 #include "contract/report_file.h"
@@ -239,6 +240,7 @@ struct Child {
   std::string partial;
   std::deque<std::string> last_lines;
   std::optional<int> wait_status;
+  int64_t last_step = 0;  // of its report file
 };
 
 int ExitCode(int wait_status) {
@@ -401,6 +403,8 @@ class Launcher {
   void Relay(Child& child, absl::string_view line);
   void ForwardReports(Child& child);
   void Forward(Child& child, const ReportRecord& record);
+  // The child's devices wrote a report line now (the activity file, contract/activity.h).
+  void PublishAlive(const Child& child);
   // Reaps what exited; the first failure stops the others.
   void Reap();
   // SIGTERM to the group (the processes and theirs), SIGKILL after the agent's stop grace.
@@ -574,7 +578,22 @@ void Launcher::Forward(Child& child, const ReportRecord& record) {
   } else if (const auto* resumed = std::get_if<ReportResumed>(&record)) {
     if (process_zero && child.local == 0) program_.ReportResume(ToCheckpointResume(*resumed));
   }
-  // A heartbeat says only that the process is alive: nothing to forward yet.
+  // Every line (a heartbeat too) says the process is alive: published for hang attribution
+  // (its devices' "report" phase, since now).
+  if (const auto* step = std::get_if<ReportStep>(&record)) {
+    child.last_step = std::max(child.last_step, step->step);
+  }
+  PublishAlive(child);
+}
+
+void Launcher::PublishAlive(const Child& child) {
+  ActivityBoard* board = ProcessActivityBoard();
+  if (board == nullptr) return;
+  const std::vector<int> devices =
+      child.device_id >= 0 ? std::vector<int>{child.device_id} : program_.local_device_ids();
+  for (int id : devices) {
+    board->SetPhase(board->DeviceSlot(id), ActivityPhase::kReport, child.last_step);
+  }
 }
 
 void Launcher::ForwardReports(Child& child) {

@@ -5,6 +5,8 @@
 // that only waited are not blamed. Each case ends with the /proc check that no process outlived
 // it.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -111,6 +113,48 @@ TEST(HangTest, ARankThatSkipsACollectiveIsADesync) {
   EXPECT_THAT(job.error(), HasSubstr("desync over "));
   ExpectOnlyProcessOneBlamed(job.error());
   EXPECT_LT(took, absl::Seconds(60)) << job.error();
+}
+
+// A command job (a shell script, per_device: 4 processes on 2 workers) whose rank 2 goes silent
+// at step 20 while the others keep writing heartbeats to their report files (as a process
+// waiting in a collective does, from a thread): the stall is attributed to rank 2's device.
+constexpr char kStallingScript[] = R"(#!/bin/sh
+# Reports 20 steps, then rank 2 goes silent; the others heartbeat, waiting for it.
+step=0
+while [ $step -lt 20 ]; do
+  step=$((step + 1))
+  echo "{\"type\":\"step\",\"step\":$step,\"metrics\":{\"loss\":1.0}}" >>"$SUBSTRAX_REPORT_FILE"
+  sleep 0.1
+done
+if [ "$RANK" = 2 ]; then echo "rank 2: stuck"; exec sleep 3600; fi
+while :; do echo '{"type":"heartbeat"}' >>"$SUBSTRAX_REPORT_FILE"; sleep 0.2; done
+)";
+
+TEST(HangTest, ACommandsProcessWhoseReportFileWentSilentIsNamed) {
+  const std::string programs = TempDir("hang_command_programs");
+  const std::string script = programs + "/stalling.sh";
+  std::ofstream(script) << kStallingScript;
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  ChaosClusterOptions options;
+  options.worker_flags = {"--programs-dir", programs, "--allow-command-jobs"};
+  ChaosCluster cluster("hang_command", options);
+  ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
+  const std::string id = cluster.Submit(absl::StrCat(
+      "apiVersion: substrax/v1\nkind: TrainJob\nmetadata: {name: stalling}\nspec:\n"
+      "  command: {argv: [", script, "], processes: per_device}\n"
+      "  mesh: {data_parallel_size: 4}\n  steps: 100\n  progress_timeout_seconds: 6\n"));
+  ASSERT_FALSE(absl::StartsWith(id, "error")) << id;
+  std::optional<v1::Job> ended = cluster.WaitForEnd(id, absl::Minutes(2));
+  ASSERT_TRUE(ended.has_value()) << cluster.Logs();
+  std::fprintf(stderr, "the job's error: %s\n", ended->error().c_str());
+  EXPECT_EQ(ended->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(ended->error(), HasSubstr("stalled at step 20: device 2 (process 1 (worker w-"));
+  EXPECT_THAT(ended->error(), HasSubstr("stopped reporting at "));
+  EXPECT_THAT(ended->error(), HasSubstr("(step 20); the others reported until"));
+  EXPECT_THAT(ended->error(), Not(HasSubstr("device 0 (")));
+  EXPECT_THAT(ended->error(), Not(HasSubstr("device 1 (")));
+  EXPECT_THAT(ended->error(), Not(HasSubstr("device 3 (")));
+  EXPECT_EQ(cluster.StopAndListLeftovers(), "");
 }
 
 // `substraxctl diagnose` on a job that has stalled but not yet reached its progress timeout:
