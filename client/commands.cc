@@ -306,6 +306,15 @@ int WatchCommand(const CommandContext& ctx, const std::string& job_id) {
     if (changed && !IsTerminal(job.state())) {
       end_bar();
       *ctx.out << RenderStateChange(job) << "\n";
+    } else if (!changed) {
+      // What happened within the state since the last update: a straggler flagged or cleared
+      // (docs/diagnosis.md), on a line of its own.
+      for (int i = last->transitions_size(); i < job.transitions_size(); ++i) {
+        const v1::JobTransition& t = job.transitions(i);
+        if (t.from() != t.to() || t.reason().empty()) continue;
+        end_bar();
+        *ctx.out << "job " << job.id() << ": " << t.reason() << "\n";
+      }
     }
     if (job.state() == v1::JOB_STATE_RUNNING && job.progress().total_steps() > 0) {
       if (changed) {  // a new attempt restarts the estimate and the trend

@@ -185,6 +185,14 @@ TEST_F(CommandsTest, WatchPlainPrintsALinePerStepThenTheOutcome) {
   EXPECT_EQ(err_.str(), "");
 }
 
+TEST_F(CommandsTest, WatchPrintsAStragglerFlaggedWhileTheJobRuns) {
+  EXPECT_EQ(WatchCommand(ctx_, "slow-1"), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("step 50/100 (50.0%)  loss=0.0196 trend=^_  eta 10s\n"
+                                    "job slow-1: straggler: device 3 (process 1, worker w-2 (host "
+                                    "b)): its compute time is 1.84x the other devices' median\n"
+                                    "step 100/100"));
+}
+
 TEST_F(CommandsTest, WatchOnATerminalRedrawsTheBarInPlace) {
   ctx_.terminal = true;
   ctx_.unicode = true;

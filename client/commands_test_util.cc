@@ -156,6 +156,15 @@ grpc::Status FakeJobService::WatchJob(grpc::ServerContext*, const v1::WatchJobRe
     return grpc::Status::OK;
   }
   if (id == "cut-1") return grpc::Status::OK;  // ends before the job does
+  if (id == "slow-1") {  // a straggler is flagged while it runs
+    v1::Job slowed = same_step;
+    v1::JobTransition* t = slowed.add_transitions();
+    t->set_from(v1::JOB_STATE_RUNNING);
+    t->set_to(v1::JOB_STATE_RUNNING);
+    t->set_reason("straggler: device 3 (process 1, worker w-2 (host b)): its compute time is "
+                  "1.84x the other devices' median");
+    send(slowed);
+  }
   send(MakeJob(id, v1::JOB_STATE_RUNNING, 100));
   v1::Job done = MakeJob(id, v1::JOB_STATE_SUCCEEDED, 100);
   (*done.mutable_progress()->mutable_final_metrics())["test_accuracy"] = 0.88123;
