@@ -174,16 +174,20 @@ class InProcessImpl final : public ShmCommunicator::Impl {
   // for a hang (so that the job's hang attribution, which compares every rank's counts, names
   // the odd rank), and the group is unusable from then on.
   absl::Status CheckSameCall(const Collective& c, absl::Time deadline) {
-    std::string calls;
     bool same = true;
+    for (int r = 0; r < group_.size() && same; ++r) {
+      const Collective& o = *hub_->ranks[r].call;
+      same = o.kind == c.kind && o.type == c.type && o.count == c.count && o.op == c.op &&
+             o.root == c.root;
+    }
+    if (same) return absl::OkStatus();
+    // Only now the message (this runs at every collective).
+    std::string calls;
     for (int r = 0; r < group_.size(); ++r) {
       const Collective& o = *hub_->ranks[r].call;
-      same = same && o.kind == c.kind && o.type == c.type && o.count == c.count &&
-             o.op == c.op && o.root == c.root;
       absl::StrAppend(&calls, r == 0 ? "" : ", ", group_.Describe(r), " called ", o.name, " of ",
                       o.count, " ", DataTypeName(o.type), " values");
     }
-    if (same) return absl::OkStatus();
     uint64_t none = 0;
     hub_->abort.compare_exchange_strong(
         none, EncodeAbort(group_.rank, absl::StatusCode::kDeadlineExceeded));
