@@ -23,6 +23,27 @@ struct Member {
 
 bool Waiting(const v1::CollectiveCounter& c) { return c.entered() > c.completed(); }
 
+// "14:02:11 UTC".
+std::string ClockTime(absl::Time t) {
+  return absl::FormatTime("%H:%M:%S UTC", t, absl::UTCTimeZone());
+}
+
+// Process `p` is blamed (once).
+void Blame(HangAttribution& out, int p) {
+  if (std::find(out.blamed.begin(), out.blamed.end(), p) == out.blamed.end()) {
+    out.blamed.push_back(p);
+  }
+}
+
+// At most kMaxNamed of `parts` joined with "; ", then how many more: a stall of thousands of
+// ranks names the first ones, never a message without bound.
+constexpr size_t kMaxNamed = 8;
+std::string JoinNamed(const std::vector<std::string>& parts) {
+  if (parts.size() <= kMaxNamed) return absl::StrJoin(parts, "; ");
+  return absl::StrCat(absl::StrJoin(parts.begin(), parts.begin() + kMaxNamed, "; "), "; and ",
+                      parts.size() - kMaxNamed, " more");
+}
+
 // Whether device `device` of `process` waits in any collective.
 bool DeviceWaits(const ProcessView& process, int device) {
   for (const v1::CollectiveCounter& c : process.activity.collectives()) {
@@ -38,9 +59,7 @@ std::string Doing(const ProcessView& process, int device) {
   for (const v1::DeviceActivity& d : process.activity.devices()) {
     if (d.device_id() != device) continue;
     if (d.phase().empty()) return "not started training yet";
-    return absl::StrCat("in ", d.phase(), " since ",
-                        absl::FormatTime("%H:%M:%S UTC", FromProtoTime(d.since()),
-                                         absl::UTCTimeZone()),
+    return absl::StrCat("in ", d.phase(), " since ", ClockTime(FromProtoTime(d.since())),
                         " (step ", d.step(), ")");
   }
   return "its device published nothing";
@@ -58,7 +77,9 @@ std::string Collective(const v1::CollectiveCounter& c) {
 // "; last log lines of process 1 (...): 'a' | 'b'" for the blamed processes with a log.
 std::string LogLines(const std::vector<ProcessView>& processes, const std::vector<int>& blamed) {
   std::string out;
-  for (int p : blamed) {
+  // The first two processes blamed: their lines say what happened; more would only repeat it.
+  for (size_t i = 0; i < blamed.size() && i < 2; ++i) {
+    const int p = blamed[i];
     std::vector<std::string> lines;
     for (absl::string_view line : absl::StrSplit(processes[p].log_tail, '\n')) {
       line = absl::StripAsciiWhitespace(line);
@@ -133,11 +154,9 @@ HangAttribution AttributeHang(const std::vector<ProcessView>& processes) {
       const ProcessView& process = processes[m->process];
       parts.push_back(absl::StrCat(RankName(process, *m->counter), " has not entered it: ",
                                    Doing(process, m->counter->device_id())));
-      if (std::find(out.blamed.begin(), out.blamed.end(), m->process) == out.blamed.end()) {
-        out.blamed.push_back(m->process);
-      }
+      Blame(out, m->process);
     }
-    absl::StrAppend(&out.summary, absl::StrJoin(parts, "; "), LogLines(processes, out.blamed));
+    absl::StrAppend(&out.summary, JoinNamed(parts), LogLines(processes, out.blamed));
     return out;
   }
 
@@ -161,16 +180,14 @@ HangAttribution AttributeHang(const std::vector<ProcessView>& processes) {
       for (const Member* m : ranks) {
         odd.push_back(absl::StrCat(RankName(processes[m->process], *m->counter), " is in ",
                                    Collective(*m->counter)));
-        if (std::find(out.blamed.begin(), out.blamed.end(), m->process) == out.blamed.end()) {
-          out.blamed.push_back(m->process);
-        }
+        Blame(out, m->process);
       }
     }
     out.found = true;
     out.summary = absl::StrCat("desync over ", name, " at collective #", n, ": ",
                                common->second.size(), " of ", members.size(), " ranks are in ",
                                Collective(*common->second.front()->counter), ", but ",
-                               absl::StrJoin(odd, "; "),
+                               JoinNamed(odd),
                                " (a rank skipped a collective or called another)",
                                LogLines(processes, out.blamed));
     return out;
@@ -188,7 +205,7 @@ HangAttribution AttributeHang(const std::vector<ProcessView>& processes) {
       out.blamed.push_back(p);
     }
     out.found = true;
-    out.summary = absl::StrCat("the other processes wait; ", absl::StrJoin(names, "; "),
+    out.summary = absl::StrCat("the other processes wait; ", JoinNamed(names),
                                LogLines(processes, out.blamed));
   }
   return out;
@@ -222,22 +239,20 @@ HangAttribution AttributeCommandStall(const std::vector<ProcessView>& processes)
         parts.push_back(absl::StrCat(who, " has written no report line"));
       } else if (l.at < newest - absl::Seconds(2)) {
         parts.push_back(absl::StrCat(who, " stopped reporting at ",
-                                     absl::FormatTime("%H:%M:%S UTC", l.at, absl::UTCTimeZone()),
+                                     ClockTime(l.at),
                                      " (step ", l.step, ")"));
       } else {
         continue;
       }
       if (processes[p].suspended) absl::StrAppend(&parts.back(), ": it is stopped by a signal");
-      if (std::find(out.blamed.begin(), out.blamed.end(), p) == out.blamed.end()) {
-        out.blamed.push_back(static_cast<int>(p));
-      }
+      Blame(out, static_cast<int>(p));
     }
   }
   if (out.blamed.empty()) return out;
   out.found = true;
   out.summary = absl::StrCat(
-      absl::StrJoin(parts, "; "), "; the others reported until ",
-      absl::FormatTime("%H:%M:%S UTC", newest, absl::UTCTimeZone()),
+      JoinNamed(parts), "; the others reported until ",
+      ClockTime(newest),
       " (a process whose report file still has heartbeats is alive, waiting)",
       LogLines(processes, out.blamed));
   return out;

@@ -9,7 +9,9 @@
 // another is not blamed (it is a waiter too). When every rank of a group has entered #N and
 // waits, but not in the same collective (another kind or another size), the ranks are desynced:
 // the report names the ranks whose collective differs from the most common one. A process that
-// published nothing, or whose agent relays nothing any more, shows no sign of life.
+// published nothing, or whose agent relays nothing any more, shows no sign of life. A summary
+// names at most 8 ranks ("; and 55 more") and quotes the log lines of the first two processes
+// blamed: its length is bounded whatever the job's size.
 //
 // Pure; thread-compatible.
 #ifndef SUBSTRAX_COORDINATOR_HANG_ATTRIBUTION_H_

@@ -137,6 +137,32 @@ TEST(HangAttributionTest, AStoppedProcessIsSaidToBe) {
                                    "it: its process is stopped by a signal"));
 }
 
+TEST(HangAttributionTest, AStallOfManyRanksNamesTheFirstOnesNotAll) {
+  // 64 processes of one device each; all but process 0 have not entered #10.
+  std::vector<ProcessView> views(64);
+  for (int p = 0; p < 64; ++p) {
+    views[p].name = "process " + std::to_string(p);
+    views[p].has_activity = true;
+    views[p].log_tail = "line of " + std::to_string(p) + "\n";
+    v1::CollectiveCounter* c = views[p].activity.add_collectives();
+    c->set_group(kData);
+    c->set_device_id(p);
+    c->set_rank(p);
+    c->set_size(64);
+    c->set_entered(p == 0 ? 10 : 9);
+    c->set_completed(9);
+  }
+  const HangAttribution a = AttributeHang(views);
+  ASSERT_TRUE(a.found);
+  EXPECT_EQ(a.blamed.size(), 63u);
+  EXPECT_THAT(a.summary, HasSubstr("rank 8 (device 8 of process 8) has not entered it"));
+  EXPECT_THAT(a.summary, Not(HasSubstr("rank 9 (")));
+  EXPECT_THAT(a.summary, HasSubstr("; and 55 more"));
+  EXPECT_THAT(a.summary, HasSubstr("last log lines of process 2: 'line of 2'"));
+  EXPECT_THAT(a.summary, Not(HasSubstr("line of 3")));
+  EXPECT_LT(a.summary.size(), 2000u);
+}
+
 TEST(HangAttributionTest, NothingWaitingIsNothingFound) {
   Job job(10);
   for (int d = 0; d < 4; ++d) job.Find(d, kData)->set_completed(10);
