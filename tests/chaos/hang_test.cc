@@ -40,16 +40,22 @@ spec:
   progress_timeout_seconds: 8
 )";
 
+// Agents whose jobs get `failpoint` (SUBSTRAX_JOB_FAILPOINTS, through --job-env-pass).
+ChaosClusterOptions WithFailpoint(const std::string& failpoint,
+                                  const std::string& collective_timeout) {
+  ChaosClusterOptions options;
+  options.collective_timeout = collective_timeout;
+  options.worker_env = {absl::StrCat("SUBSTRAX_JOB_FAILPOINTS=", failpoint)};
+  options.worker_flags = {"--job-env-pass", "SUBSTRAX_JOB_FAILPOINTS"};
+  return options;
+}
+
 // Runs the job with `failpoint` armed on every worker; the ended job. The collective timeout
 // is longer than the progress timeout (the stall is found by the coordinator) unless
 // `collective_timeout` says otherwise.
 v1::Job RunWithFailpoint(const std::string& name, const std::string& failpoint,
                          absl::Duration* took, const std::string& collective_timeout = "120s") {
-  ChaosClusterOptions options;
-  options.collective_timeout = collective_timeout;
-  options.worker_env = {absl::StrCat("SUBSTRAX_JOB_FAILPOINTS=", failpoint)};
-  options.worker_flags = {"--job-env-pass", "SUBSTRAX_JOB_FAILPOINTS"};
-  ChaosCluster cluster(name, options);
+  ChaosCluster cluster(name, WithFailpoint(failpoint, collective_timeout));
   EXPECT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
   const std::string id = cluster.Submit(kJob);
   EXPECT_FALSE(absl::StartsWith(id, "error")) << id;
@@ -160,11 +166,7 @@ TEST(HangTest, ACommandsProcessWhoseReportFileWentSilentIsNamed) {
 // `substraxctl diagnose` on a job that has stalled but not yet reached its progress timeout:
 // which rank the others wait for, what it does, and the tables of the relayed activity.
 TEST(HangTest, DiagnoseNamesTheRankTheOthersWaitForWhileTheJobHangs) {
-  ChaosClusterOptions options;
-  options.collective_timeout = "120s";
-  options.worker_env = {"SUBSTRAX_JOB_FAILPOINTS=hang_at_step:process=1:at=30"};
-  options.worker_flags = {"--job-env-pass", "SUBSTRAX_JOB_FAILPOINTS"};
-  ChaosCluster cluster("hang_diagnose", options);
+  ChaosCluster cluster("hang_diagnose", WithFailpoint("hang_at_step:process=1:at=30", "120s"));
   ASSERT_TRUE(cluster.WaitForWorkers(2, absl::Seconds(30))) << cluster.Logs();
   std::string spec = kJob;
   spec.replace(spec.find("progress_timeout_seconds: 8"), 27, "progress_timeout_seconds: 300");

@@ -92,6 +92,12 @@ class CountedPending final : public CollectiveEvent::Pending {
 
 }  // namespace
 
+bool Communicator::SkippedByFailpoint() {
+  // Numbered on the communicator the job calls, not on a hierarchical one's parts.
+  return activity_slot_ != kNotCounted &&
+         JobFailpointBeforeAllReduce(++all_reduces_) == AllReduceFault::kSkip;
+}
+
 int Communicator::Entering(int64_t kind, size_t count) {
   if (activity_slot_ == kNotCounted) return -1;
   ActivityBoard* board = ProcessActivityBoard();
@@ -145,10 +151,7 @@ CollectiveEvent Communicator::AllReduceAsync(void* data, DataType type, size_t c
     return CollectiveEvent::Done(s);
   }
   if (count == 0) return CollectiveEvent::Done();
-  if (activity_slot_ != kNotCounted &&
-      JobFailpointBeforeAllReduce(++all_reduces_) == AllReduceFault::kSkip) {
-    return CollectiveEvent::Done();
-  }
+  if (SkippedByFailpoint()) return CollectiveEvent::Done();
   const int slot = Entering(static_cast<int64_t>(CollectiveKind::kAllReduce), count);
   return Counted(slot, DoAllReduce(data, type, count, op, context));
 }
@@ -205,10 +208,7 @@ CollectiveEvent Communicator::AllReduceGroupAsync(absl::Span<const ReduceBuffer>
     if (b.count == 0) ++empty;
   }
   if (empty == buffers.size()) return CollectiveEvent::Done();
-  if (activity_slot_ != kNotCounted &&
-      JobFailpointBeforeAllReduce(++all_reduces_) == AllReduceFault::kSkip) {
-    return CollectiveEvent::Done();
-  }
+  if (SkippedByFailpoint()) return CollectiveEvent::Done();
   size_t total = 0;
   for (const ReduceBuffer& b : buffers) total += b.count;
   // One group, one collective in the count (every rank groups its buffers alike).

@@ -227,6 +227,9 @@ class Communicator {
   // The collective about to start is counted as entered in the process's activity file
   // (contract/activity.h; `kind` a CollectiveKind); returns its slot there, -1 for none.
   int Entering(int64_t kind, size_t count);
+  // An all-reduce about to start: the job failpoints' (job_failpoints.h) sleep or skip; true
+  // when it is to be skipped.
+  bool SkippedByFailpoint();
   // `event`, counted as completed in `slot` once it is.
   static CollectiveEvent Counted(int slot, CollectiveEvent event);
 

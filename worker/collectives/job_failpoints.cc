@@ -32,13 +32,28 @@ std::deque<Armed>& ArmedList() {
     if (env == nullptr) return out;
     for (absl::string_view entry : absl::StrSplit(env, ',', absl::SkipEmpty())) {
       std::vector<absl::string_view> parts = absl::StrSplit(entry, ':');
-      Armed& a = out->emplace_back();
-      a.name = std::string(parts[0]);
+      int process = -1;
+      int64_t at = -1;
       for (size_t i = 1; i < parts.size(); ++i) {
         std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(parts[i], '=');
-        if (kv.first == "process" && !absl::SimpleAtoi(kv.second, &a.process)) a.process = -1;
-        if (kv.first == "at" && !absl::SimpleAtoi(kv.second, &a.at)) a.at = 0;
+        if (kv.first == "process" && absl::SimpleAtoi(kv.second, &process)) continue;
+        if (kv.first == "at" && absl::SimpleAtoi(kv.second, &at)) continue;
+        process = -1;  // an unknown or malformed field: the entry is refused below
+        break;
       }
+      const bool known = parts[0] == "sleep_before_all_reduce" || parts[0] == "skip_all_reduce" ||
+                         parts[0] == "hang_at_step";
+      if (!known || process < 0 || at < 0) {
+        std::fprintf(stderr,
+                     "%s: ignored '%s': expected NAME:process=P:at=N with NAME one of "
+                     "sleep_before_all_reduce, skip_all_reduce, hang_at_step\n",
+                     kJobFailpointsEnv, std::string(entry).c_str());
+        continue;
+      }
+      Armed& a = out->emplace_back();
+      a.name = std::string(parts[0]);
+      a.process = process;
+      a.at = at;
       std::fprintf(stderr, "%s: armed %s (process %d, at %lld)\n", kJobFailpointsEnv,
                    a.name.c_str(), a.process, static_cast<long long>(a.at));
     }
