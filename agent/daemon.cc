@@ -1,4 +1,5 @@
 #include "agent/daemon.h"
+#include "agent/clock_sample.h"
 #include "agent/daemon_internal.h"
 #include "agent/command_launch.h"
 
@@ -395,6 +396,7 @@ void WorkerDaemon::HeartbeatLoop() {
       // Acknowledges the assignment events received so far (the coordinator drops them).
       request.set_watch_epoch(watch_epoch_);
       request.set_watch_cursor(watch_cursor_);
+      if (clock_.has_value()) *request.mutable_clock() = *clock_;
       for (const auto& [key, runner] : runners_) {
         v1::RunnerRef* ref = request.add_runners();
         ref->set_job_id(runner.job_id);
@@ -421,10 +423,15 @@ void WorkerDaemon::HeartbeatLoop() {
     context.set_deadline(Deadline(std::max(interval, absl::Milliseconds(200))));
     v1::HeartbeatResponse response;
     const absl::Duration sent = Monotonic();
+    const absl::Time sent_wall = absl::Now();
     grpc::Status status = stub_->Heartbeat(&context, request, &response);
     if (status.ok()) {
+      const absl::Time received_wall = absl::Now();
       absl::MutexLock lock(&mu_);
       last_renewal_ = sent;
+      if (response.has_server_time()) {
+        clock_ = MeasureClock(sent_wall, received_wall, FromProtoTime(response.server_time()));
+      }
       // Each runner's supervisor may let it run until the lease's new end (supervisor.h).
       const absl::Duration deadline = FenceDeadlineLocked();
       for (const auto& [key, runner] : runners_) {

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -270,6 +271,8 @@ class WorkerDaemon {
   // current incarnation.
   std::string watch_epoch_ ABSL_GUARDED_BY(mu_);
   int64_t watch_cursor_ ABSL_GUARDED_BY(mu_) = 0;
+  // This host's clock against the coordinator's, from the last heartbeat answered.
+  std::optional<v1::ClockSample> clock_ ABSL_GUARDED_BY(mu_);
   // Runners by "job/attempt", until their outcome is acknowledged.
   std::map<std::string, Runner> runners_ ABSL_GUARDED_BY(mu_);
   // Every "job/attempt/process" ever launched by this daemon: never a second runner for one.

@@ -8,6 +8,7 @@
 #include "coordinator/request_limits.h"
 #include "coordinator/server_internal.h"
 #include "rpc/grpc_status.h"
+#include "rpc/proto_time.h"
 
 namespace substrax::server_internal {
 
@@ -69,6 +70,8 @@ void HeartbeatServer::Answer(Call* call) {
     status = answer.status();
     if (answer.ok()) call->response = *std::move(answer);
   }
+  // The time it answers at, as late as possible: the agent measures its clock against it.
+  *call->response.mutable_server_time() = ToProtoTime(absl::Now());
   call->answered = true;
   if (status.ok()) {
     call->writer.Finish(call->response, grpc::Status::OK, call);
