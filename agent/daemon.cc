@@ -389,6 +389,11 @@ void WorkerDaemon::HeartbeatLoop() {
     }
     v1::HeartbeatRequest request;
     request.set_worker_id(options_.worker_id);
+    // Outside the lock: a file read (at most once per reload interval).
+    if (std::optional<absl::Time> expiry = certificate_expiry_.NotAfter(absl::Now());
+        expiry.has_value()) {
+      *request.mutable_certificate_not_after() = ToProtoTime(*expiry);
+    }
     std::vector<std::pair<v1::RunnerRef*, std::string>> activity_files;
     {
       absl::MutexLock lock(&mu_);

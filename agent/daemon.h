@@ -51,6 +51,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "rpc/health_server.h"
+#include "agent/clock_sample.h"
+#include "base/stop_flag.h"
 #include "rpc/transport.h"
 #include "substrax/v1/coordinator_service.grpc.pb.h"
 #include "agent/launch.h"
@@ -257,7 +259,9 @@ class WorkerDaemon {
   std::unique_ptr<GrpcLogSink> log_sink_;
   std::unique_ptr<LogShipper> log_shipper_;
   std::unique_ptr<HealthServer> health_;
-  absl::Notification stopped_;
+  // Its timed waits (the heartbeat interval, retries) run on the monotonic clock: a host clock
+  // that steps does not stretch them.
+  StopFlag stopped_;
 
   mutable absl::Mutex mu_;
   std::string incarnation_ ABSL_GUARDED_BY(mu_);
@@ -273,6 +277,11 @@ class WorkerDaemon {
   int64_t watch_cursor_ ABSL_GUARDED_BY(mu_) = 0;
   // This host's clock against the coordinator's, from the last heartbeat answered.
   std::optional<v1::ClockSample> clock_ ABSL_GUARDED_BY(mu_);
+  // The TLS certificate's expiry, read by the heartbeat thread only.
+  CertificateExpiry certificate_expiry_{options_.transport.insecure
+                                            ? ""
+                                            : options_.transport.cert_file,
+                                        options_.transport.reload_interval};
   // Runners by "job/attempt", until their outcome is acknowledged.
   std::map<std::string, Runner> runners_ ABSL_GUARDED_BY(mu_);
   // Every "job/attempt/process" ever launched by this daemon: never a second runner for one.

@@ -59,4 +59,18 @@ FormatOptions FormatOptionsOf(const CommandContext& ctx) {
   return options;
 }
 
+int PrintResult(const CommandContext& ctx, const google::protobuf::Message& message,
+                const std::function<std::string()>& table, bool empty,
+                absl::string_view empty_note) {
+  if (ctx.format != OutputFormat::kTable) {
+    *ctx.out << FormatMessage(message, ctx.format);
+  } else if (empty) {
+    *ctx.err << empty_note << "\n";
+  } else {
+    *ctx.out << table();
+  }
+  ctx.out->flush();
+  return kExitOk;
+}
+
 }  // namespace substrax::ctl

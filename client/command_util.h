@@ -3,12 +3,14 @@
 #ifndef SUBSTRAX_CLIENT_COMMAND_UTIL_H_
 #define SUBSTRAX_CLIENT_COMMAND_UTIL_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/time/time.h"
 #include "client/commands.h"
 #include "grpcpp/grpcpp.h"
+#include "substrax/v1/job_service.grpc.pb.h"
 
 namespace substrax::ctl {
 
@@ -34,6 +36,28 @@ int ReportRpcError(const CommandContext& ctx, const grpc::Status& status,
 
 // The table options of `ctx`: its clock's now, its zone and colour setting.
 FormatOptions FormatOptionsOf(const CommandContext& ctx);
+
+// One unary JobService call with the context's deadline; errors are reported and mapped.
+template <typename Request, typename Response>
+int CallJobService(const CommandContext& ctx,
+                   grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*,
+                                                                const Request&, Response*),
+                   const Request& request, Response* response) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(ctx, ctx.coordinator);
+  if (!channel.ok()) return ReportCredentialError(ctx, channel.status());
+  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(*channel);
+  grpc::ClientContext context;
+  SetDeadline(&context, ctx.timeout);
+  const grpc::Status status = (stub.get()->*method)(&context, request, response);
+  if (!status.ok()) return ReportRpcError(ctx, status, channel->get());
+  return kExitOk;
+}
+
+// Prints a command's result: `message` as JSON or YAML, else `table()`, except that an `empty`
+// result in table form is `empty_note` on stderr (so stdout stays empty for scripts).
+int PrintResult(const CommandContext& ctx, const google::protobuf::Message& message,
+                const std::function<std::string()>& table, bool empty = false,
+                absl::string_view empty_note = "");
 
 }  // namespace substrax::ctl
 

@@ -39,38 +39,6 @@ int UsageError(const CommandContext& ctx, const absl::Status& status) {
   return kExitUsage;
 }
 
-// One unary JobService call with the context's deadline; errors are reported and mapped.
-template <typename Request, typename Response>
-int CallJobService(const CommandContext& ctx,
-                   grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*,
-                                                                const Request&, Response*),
-                   const Request& request, Response* response) {
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(ctx, ctx.coordinator);
-  if (!channel.ok()) return ReportCredentialError(ctx, channel.status());
-  std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(*channel);
-  grpc::ClientContext context;
-  SetDeadline(&context, ctx.timeout);
-  const grpc::Status status = (stub.get()->*method)(&context, request, response);
-  if (!status.ok()) return ReportRpcError(ctx, status, channel->get());
-  return kExitOk;
-}
-
-// Prints a command's result: `message` as JSON or YAML, else `table()`, except that an `empty`
-// result in table form is `empty_note` on stderr (so stdout stays empty for scripts).
-int PrintResult(const CommandContext& ctx, const google::protobuf::Message& message,
-                const std::function<std::string()>& table, bool empty = false,
-                absl::string_view empty_note = "") {
-  if (ctx.format != OutputFormat::kTable) {
-    *ctx.out << FormatMessage(message, ctx.format);
-  } else if (empty) {
-    *ctx.err << empty_note << "\n";
-  } else {
-    *ctx.out << table();
-  }
-  ctx.out->flush();
-  return kExitOk;
-}
-
 // Loads, defaults and validates the job spec at `path` into `spec`. A bad spec prints
 // "substraxctl: <invalid_note>:" and every problem, one a line; returns the exit code.
 int LoadSpec(const CommandContext& ctx, const std::string& path, absl::string_view invalid_note,

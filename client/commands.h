@@ -63,6 +63,13 @@ int ListCommand(const CommandContext& ctx, const std::string& states);
 int GetCommand(const CommandContext& ctx, const std::string& job_id);
 // Why a job is stuck or slow: FormatDiagnosis of JobService.DiagnoseJob.
 int DiagnoseCommand(const CommandContext& ctx, const std::string& job_id);
+// doctor [--worker W]... [--wait D] [--job ID]: starts a preflight of the cluster
+// (JobService.RunDoctor; with --job, shows an earlier one), follows the doctor job until it
+// ends or `wait` runs out (then cancels it), and shows each worker's host checks, clock,
+// certificate and links, with what to do, and the workers not tested. Exit 0 without
+// problems (warnings allowed), 1 with any.
+int DoctorCommand(const CommandContext& ctx, const std::vector<std::string>& workers,
+                  absl::Duration wait, const std::string& job_id);
 // watch JOB: follows the job until it ends; exit 0 if it SUCCEEDED, 1 if FAILED or CANCELLED.
 int WatchCommand(const CommandContext& ctx, const std::string& job_id);
 // cancel JOB [--reason TEXT].

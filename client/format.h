@@ -102,6 +102,30 @@ std::string FormatWorkersTable(const v1::ListWorkersResponse& workers,
 // SHARE; then the priority classes, the policy, where the configuration came from and, when the
 // last reload of the queues file was refused, why.
 std::string FormatQueues(const v1::ListQueuesResponse& queues, const FormatOptions& options);
+// `substraxctl doctor` (format_doctor.cc; docs/diagnosis.md). Thresholds: a clock off by more
+// than kDoctorClockProblem beyond the measurement's own error is a problem (a warning past
+// kDoctorClockWarning); a certificate expiring within kDoctorCertificateProblem is a problem
+// (a warning within kDoctorCertificateWarning); a link whose latency is kDoctorLinkFactor times
+// the median of at least 3 links (and kDoctorLinkMinExcess more), or whose bandwidth is a
+// kDoctorLinkFactor-th of theirs, is a problem; any link slower than kDoctorLinkSlowLatency a
+// warning.
+inline constexpr absl::Duration kDoctorClockProblem = absl::Seconds(1);
+inline constexpr absl::Duration kDoctorClockWarning = absl::Milliseconds(100);
+inline constexpr absl::Duration kDoctorCertificateProblem = absl::Hours(48);
+inline constexpr absl::Duration kDoctorCertificateWarning = absl::Hours(24 * 14);
+inline constexpr double kDoctorLinkFactor = 5;
+inline constexpr absl::Duration kDoctorLinkMinExcess = absl::Milliseconds(1);
+inline constexpr absl::Duration kDoctorLinkSlowLatency = absl::Milliseconds(20);
+// The doctor job's links judged against each other, each pair once; `owners` gets the process
+// each finding belongs to (the pair's lower one).
+std::vector<v1::DoctorFinding> JudgeLinks(const v1::Job& job, std::vector<int>* owners);
+// The doctor job's reports with each worker's clock and certificate (from `workers`, judged at
+// `now`) and its links, judged.
+v1::DoctorSummary SummarizeDoctor(const v1::Job& job, const v1::ListWorkersResponse& workers,
+                                  absl::Time now);
+// The table: WORKER, HOST, CHECK, RESULT, SEEN; then what to do about each problem and
+// warning, the workers not tested and why, and a count of problems and warnings.
+std::string FormatDoctor(const v1::DoctorSummary& summary, const FormatOptions& options);
 // `substraxctl diagnose`: the job's state, how long since its last step and which rank the
 // others wait for (while it runs), its error and stragglers; the processes, their devices'
 // phases and their communicators' counts as relayed; the transitions about hangs and

@@ -80,6 +80,9 @@ struct CommandLine {
   std::string certs_token_name;
   std::string certs_token_role;
   std::string certs_file;
+  std::vector<std::string> doctor_workers;
+  std::string doctor_wait = "3m";
+  std::string doctor_job;
 };
 
 void AddGlobalFlags(CLI::App& app, CommandLine& cl) {
@@ -185,6 +188,32 @@ void AddQueuesCommand(CLI::App& app, CommandLine& cl) {
       "queues", "List the scheduling queues: quota, used, borrowed, pending jobs by priority");
   AddOutputFlag(queues, cl);
   queues->callback([&cl] { cl.run = [](auto& ctx) { return ctl::QueuesCommand(ctx); }; });
+}
+
+void AddDoctorCommand(CLI::App& app, CommandLine& cl) {
+  CLI::App* doctor = app.add_subcommand(
+      "doctor", "Preflight the cluster (admins): on each worker, a job process checks the CPU, "
+                "GPU, data, checkpoint and work directories, and its links to the others; with "
+                "each agent's clock and certificate. A table of what to fix; exit 1 on problems");
+  doctor->add_option("--worker", cl.doctor_workers,
+                     "Test only this worker (repeat for more); default: every alive worker with "
+                     "a free device");
+  doctor->add_option("--wait", cl.doctor_wait,
+                     "How long to wait for the doctor job (e.g. 3m); then it is cancelled and "
+                     "what it reported is shown")
+      ->capture_default_str();
+  doctor->add_option("--job", cl.doctor_job, "Show an earlier doctor job's report instead");
+  AddOutputFlag(doctor, cl);
+  doctor->callback([&cl] {
+    cl.run = [&cl](auto& ctx) {
+      absl::StatusOr<absl::Duration> wait = ctl::ParseTimeout(cl.doctor_wait);
+      if (!wait.ok()) {
+        *ctx.err << "substraxctl: --wait: " << wait.status().message() << "\n";
+        return ctl::kExitUsage;
+      }
+      return ctl::DoctorCommand(ctx, cl.doctor_workers, *wait, cl.doctor_job);
+    };
+  });
 }
 
 void AddHealthCommand(CLI::App& app, CommandLine& cl) {
@@ -424,6 +453,7 @@ void AddCommands(CLI::App& app, CommandLine& cl) {
                 ctl::DeleteCommand, /*output=*/false);
   AddWorkersCommand(app, cl);
   AddQueuesCommand(app, cl);
+  AddDoctorCommand(app, cl);
   AddHealthCommand(app, cl);
   AddJobCommand(app, "mesh",
                 "Show a job's device mesh (grid with hosts) and its arrays' shard layouts", cl,

@@ -132,6 +132,8 @@ const std::vector<MethodRule>& MethodRules() {
       {"substrax.v1.JobService/ListWorkers", kReaders},
       {"substrax.v1.JobService/ListQueues", kReaders},
       {"substrax.v1.JobService/DiagnoseJob", kReaders},
+      // A doctor job runs on every worker it can: an operator's command.
+      {"substrax.v1.JobService/RunDoctor", R(Role::kAdmin)},
       {"substrax.v1.JobService/GetMesh", kReaders},
       {"substrax.v1.JobService/ReadLogs", kReaders},
       {"substrax.v1.MetricsService/QueryMetrics", kReaders},

@@ -350,9 +350,18 @@ class Cluster {
   // (INVALID_ARGUMENT for an unknown queue or class, PERMISSION_DENIED for a submitter the queue
   // does not take, given the caller's `roles`, RESOURCE_EXHAUSTED for a job larger than its
   // queue could ever hold), PERMISSION_DENIED for spec.preemptible false from a non-admin.
+  // A spec with spec.doctor is refused (INVALID_ARGUMENT): RunDoctor makes doctor jobs.
   absl::StatusOr<v1::Job> SubmitJob(v1::JobSpec spec, const std::string& owner = "",
                                     bool admin = false, const std::string& request_id = "",
                                     const std::vector<std::string>& roles = {});
+  // Submits a doctor job for `owner` (an admin; `substraxctl doctor`, cluster_doctor.cc): one
+  // process on each of `workers` (empty: every alive worker with a free device, at most
+  // kMaxDoctorWorkers), scheduled as a job of the default queue; the workers not tested (dead,
+  // every device busy, past the limit) are named with why in its spec.doctor.untested.
+  // Errors: INVALID_ARGUMENT (a worker named twice or unknown, more than limits::kMaxWorkers),
+  // FAILED_PRECONDITION (no worker can be tested: each named with why), and SubmitJob's.
+  absl::StatusOr<v1::Job> RunDoctor(const std::vector<std::string>& workers,
+                                    const std::string& owner);
   // Errors: NOT_FOUND.
   // The job and, while it runs, its processes' relayed activity and which rank the others wait
   // for (cluster_hangs.cc; JobService.DiagnoseJob). Errors: NOT_FOUND.
@@ -516,6 +525,14 @@ class Cluster {
                                                const std::string& request_id,
                                                const std::string& fingerprint) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps a doctor job's process report (Job.doctor), with its worker and host from the
+  // process table, in place of an earlier one of the same process.
+  void NoteDoctorReportLocked(JobEntry& entry, int process_index, const v1::DoctorReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SubmitJob without its refusal of spec.doctor (RunDoctor submits through it).
+  absl::StatusOr<v1::Job> SubmitChecked(v1::JobSpec spec, const std::string& owner, bool admin,
+                                        const std::string& request_id,
+                                        const std::vector<std::string>& roles);
   // The queue, priority class and priority of a job being submitted (Scheduler::Admit), and
   // spec.preemptible false only from an admin (by flag or by role).
   absl::Status AdmitToQueueLocked(const v1::JobSpec& spec, const std::string& owner, bool admin,

@@ -41,6 +41,10 @@ std::string PoolName(v1::Backend backend, const std::vector<Device>& alive);
 // device order (the runtime's rule).
 std::vector<std::string> ProcessWorkers(const Mesh& mesh);
 
+// A doctor job's devices among `devices` (cluster_doctor.cc): the first of each worker its
+// spec.doctor names, of any kind (it computes nothing on them).
+std::vector<Device> DoctorDevices(const v1::JobSpec& spec, const std::vector<Device>& devices);
+
 }  // namespace substrax::cluster_internal
 
 #endif  // SUBSTRAX_COORDINATOR_CLUSTER_INTERNAL_H_

@@ -187,6 +187,8 @@ void Cluster::CheckProgressLocked(EndedAttempts* ended) {
       // A command that never reported runs until it exits, max_duration_seconds or a cancel:
       // not every command reports (docs/command-jobs.md).
       if (spec.has_command() && !process.reported) continue;
+      // A doctor job reports no steps; max_duration_seconds bounds it.
+      if (spec.has_doctor()) continue;
       // A suspended process is the one the others wait for; else the oldest step.
       if (stalled == nullptr || (process.suspended && !stalled->suspended) ||
           (process.suspended == stalled->suspended &&
@@ -440,6 +442,9 @@ absl::Status Cluster::ReportAttemptStatus(const v1::ReportAttemptStatusRequest& 
           break;
         }
         process.succeeded = true;
+        if (job.spec().has_doctor() && request.has_doctor()) {
+          NoteDoctorReportLocked(*entry, p, request.doctor());
+        }
         process.final_metrics.clear();
         process.final_metrics.insert(request.final_metrics().begin(),
                                      request.final_metrics().end());

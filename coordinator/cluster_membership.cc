@@ -180,6 +180,9 @@ absl::StatusOr<v1::HeartbeatResponse> Cluster::Heartbeat(const v1::HeartbeatRequ
                               LiveWorkerLocked(worker_id, request.incarnation()));
     worker->last_heartbeat = lease_clock_();
     if (request.has_clock()) *worker->proto.mutable_clock() = request.clock();
+    if (request.has_certificate_not_after()) {
+      *worker->proto.mutable_certificate_not_after() = request.certificate_not_after();
+    }
     // The daemon has every event up to its cursor and never asks for them again.
     if (request.watch_epoch() == epoch_ && request.watch_cursor() > worker->acked) {
       const int64_t n = std::min<int64_t>(request.watch_cursor() - worker->acked,

@@ -129,6 +129,7 @@ void Cluster::StartAttemptLocked(JobEntry& entry, Mesh mesh, const std::string& 
 
   TakeDevicesLocked(entry, std::move(mesh));
   job.clear_stragglers();
+  job.clear_doctor();
   StartStragglerDetectorLocked(entry);
   PushStartEventsLocked(entry);
   TransitionLocked(entry, v1::JOB_STATE_RUNNING, reason);
@@ -154,7 +155,7 @@ AliveDevices Cluster::AliveDevicesLocked() const {
 
 std::vector<Device> Cluster::RunnableDevicesLocked(const v1::JobSpec& spec,
                                                    std::vector<Device> devices) const {
-  if (!spec.has_command()) return devices;
+  if (!spec.has_command()) return devices;  // (a doctor job's: DoctorDevices)
   // The agent refuses a command it cannot run; placing it there would only fail the attempt.
   // A loop, not a predicate: the thread-safety analysis cannot see that a lambda runs under mu_.
   const std::string& env = spec.command().python_env();
@@ -263,7 +264,9 @@ void Cluster::ScheduleLocked() {
     }
     // Only devices of the kind the job's backend runs on, on workers that can run it.
     const std::vector<Device> alive =
-        RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_alive));
+        spec.has_doctor()
+            ? cluster_internal::DoctorDevices(spec, all_alive)
+            : RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_alive));
     if (alive.empty()) {
       SetWaitingLocked(entry, all_alive.empty()
                                   ? absl::StrCat(need, " devices: no worker is alive")
@@ -301,7 +304,9 @@ void Cluster::ScheduleLocked() {
     const v1::JobSpec& spec = entry.job.spec();
     const std::vector<int>& sizes = data_sizes.at(job.id);
     std::vector<Device> free =
-        RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_free));
+        spec.has_doctor()
+            ? cluster_internal::DoctorDevices(spec, all_free)
+            : RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_free));
     int planned_size = sizes.front();
     absl::StatusOr<Mesh> mesh = absl::UnavailableError(
         absl::StrCat(free.size(), " of the free devices can run it"));

@@ -134,6 +134,17 @@ absl::Status Cluster::AdmitToQueueLocked(const v1::JobSpec& spec, const std::str
 absl::StatusOr<v1::Job> Cluster::SubmitJob(v1::JobSpec submitted, const std::string& owner,
                                            bool admin, const std::string& request_id,
                                            const std::vector<std::string>& roles) {
+  if (submitted.has_doctor()) {
+    return absl::InvalidArgumentError(
+        "spec.doctor: doctor jobs are made by the coordinator; run `substraxctl doctor` "
+        "(an admin's command) instead of submitting one");
+  }
+  return SubmitChecked(std::move(submitted), owner, admin, request_id, roles);
+}
+
+absl::StatusOr<v1::Job> Cluster::SubmitChecked(v1::JobSpec submitted, const std::string& owner,
+                                               bool admin, const std::string& request_id,
+                                               const std::vector<std::string>& roles) {
   if (submitted.ByteSizeLong() > limits::kMaxSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", submitted.ByteSizeLong(),
                                                    " bytes, more than the limit of ",

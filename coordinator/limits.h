@@ -38,6 +38,11 @@ inline constexpr int kMaxRunnersPerHeartbeat = 1024;
 inline constexpr int kMaxActivityDevices = 64;
 inline constexpr int kMaxActivityCollectives = 256;
 inline constexpr size_t kMaxActivityNameBytes = 64;
+// A doctor process's report (ReportAttemptStatusRequest.doctor): findings, links (one per
+// peer: every pair up to 8 processes, 2 on the ring beyond), and each finding's text.
+inline constexpr int kMaxDoctorFindings = 64;
+inline constexpr int kMaxDoctorLinks = 16;
+inline constexpr size_t kMaxDoctorTextBytes = 1024;
 // Workers the coordinator knows (registered, alive or dead).
 inline constexpr int kMaxWorkers = 10000;
 // Step reports per ReportSteps request, and values (metric names) per report.

@@ -1,6 +1,7 @@
 #include "coordinator/request_limits.h"
 
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -104,6 +105,25 @@ absl::Status CheckRequest(const v1::ReportAttemptStatusRequest& request) {
   for (const auto& [name, value] : request.final_metrics()) {
     SUBSTRAX_RETURN_IF_ERROR(CheckName(Entry("final_metrics name", name), name));
   }
+  const v1::DoctorReport& doctor = request.doctor();
+  SUBSTRAX_RETURN_IF_ERROR(
+      CheckCount("doctor.findings", doctor.findings_size(), limits::kMaxDoctorFindings));
+  SUBSTRAX_RETURN_IF_ERROR(
+      CheckCount("doctor.links", doctor.links_size(), limits::kMaxDoctorLinks));
+  SUBSTRAX_RETURN_IF_ERROR(CheckName("doctor.worker_id", doctor.worker_id()));
+  SUBSTRAX_RETURN_IF_ERROR(CheckName("doctor.host", doctor.host()));
+  for (const v1::DoctorFinding& f : doctor.findings()) {
+    for (const auto& [field, text] : {std::pair<const char*, const std::string*>{
+                                          "doctor.findings.check", &f.check()},
+                                      {"doctor.findings.seen", &f.seen()},
+                                      {"doctor.findings.fix", &f.fix()}}) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckBytes(field, *text, limits::kMaxDoctorTextBytes));
+    }
+  }
+  for (const v1::DoctorLink& l : doctor.links()) {
+    SUBSTRAX_RETURN_IF_ERROR(
+        CheckBytes("doctor.links.error", l.error(), limits::kMaxDoctorTextBytes));
+  }
   // error and stderr_tail are cut to kMaxErrorBytes and kMaxStderrBytes by the Cluster.
   return absl::OkStatus();
 }
@@ -185,6 +205,14 @@ absl::Status CheckRequest(const v1::GetJobRequest& request) {
 
 absl::Status CheckRequest(const v1::DiagnoseJobRequest& request) {
   return CheckName("job_id", request.job_id());
+}
+
+absl::Status CheckRequest(const v1::RunDoctorRequest& request) {
+  SUBSTRAX_RETURN_IF_ERROR(CheckCount("workers", request.workers_size(), limits::kMaxWorkers));
+  for (const std::string& worker : request.workers()) {
+    SUBSTRAX_RETURN_IF_ERROR(CheckName(Entry("workers", worker), worker));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckRequest(const v1::ListJobsRequest& request) {

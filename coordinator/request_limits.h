@@ -39,6 +39,7 @@ absl::Status CheckRequest(const v1::ShipLogsRequest& request);
 absl::Status CheckRequest(const v1::SubmitJobRequest& request);
 absl::Status CheckRequest(const v1::GetJobRequest& request);
 absl::Status CheckRequest(const v1::DiagnoseJobRequest& request);
+absl::Status CheckRequest(const v1::RunDoctorRequest& request);
 absl::Status CheckRequest(const v1::ListJobsRequest& request);
 absl::Status CheckRequest(const v1::CancelJobRequest& request);
 absl::Status CheckRequest(const v1::DeleteJobRequest& request);

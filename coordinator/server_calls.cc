@@ -426,6 +426,21 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* RunDoctor(grpc::CallbackServerContext* context,
+                                      const v1::RunDoctorRequest* request,
+                                      v1::RunDoctorResponse* response) override {
+    return s_->Blocking(context, [this, request, response](const Caller& caller) {
+      SUBSTRAX_RETURN_IF_ERROR(CheckRequest(*request));
+      SUBSTRAX_ASSIGN_OR_RETURN(
+          v1::Job job, s_->cluster->RunDoctor({request->workers().begin(),
+                                               request->workers().end()},
+                                              caller.name));
+      if (s_->jobs_submitted != nullptr) s_->jobs_submitted->Increment();
+      *response->mutable_job() = std::move(job);
+      return absl::OkStatus();
+    });
+  }
+
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override {

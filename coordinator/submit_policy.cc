@@ -87,7 +87,8 @@ absl::StatusOr<v1::JobSpec> AdmitJobSpec(v1::JobSpec spec, const AliveDevices& a
     std::sort(refused.begin(), refused.end());  // the map's order is not stable
     return absl::InvalidArgumentError(absl::StrJoin(refused, "\n"));
   }
-  if (!refuse_jobs_that_cannot_fit) return spec;
+  // A doctor job's workers were chosen among the alive ones with a free device.
+  if (!refuse_jobs_that_cannot_fit || spec.has_doctor()) return spec;
   // A mesh the alive cluster could never hold is refused now, saying what is available, rather
   // than left waiting for workers that may never come.
   // (An elastic data axis needs only its smallest size.)

@@ -38,6 +38,10 @@ inline constexpr int64_t kMaxBatchSize = int64_t{1} << 24;
 inline constexpr int64_t kMaxSteps = 1000000000;
 inline constexpr int64_t kMaxEpochs = 1000000;
 inline constexpr int64_t kMaxExamples = 100000000;
+// A doctor job (spec.doctor, `substraxctl doctor`): the most workers it tests, and the most
+// untested workers its spec names one by one (the rest are counted in one more entry).
+inline constexpr int kMaxDoctorWorkers = 128;
+inline constexpr int kMaxDoctorUntestedListed = 32;
 inline constexpr int64_t kMaxFeatures = 1000000;
 inline constexpr int kMaxPrefetchSize = 64;
 inline constexpr int kMaxRestarts = 100;

@@ -3,6 +3,7 @@
 // (core/optimizers.h, core/models.h).
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -397,7 +398,7 @@ void ValidatePath(const std::string& path, const std::string& value, Validator& 
   }
 }
 
-void ValidateRest(const v1::JobSpec& spec, Validator& v) {
+void ValidateName(const v1::JobSpec& spec, Validator& v) {
   if (spec.name().empty()) {
     v.Add("metadata.name", "is required: a name for the job, such as fashion-mnist-mlp");
   } else if (!IsDns1123Label(spec.name(), kMaxJobNameLength)) {
@@ -408,6 +409,10 @@ void ValidateRest(const v1::JobSpec& spec, Validator& v) {
                        " lowercase letters, digits or '-', starting and ending with a letter or "
                        "digit (a DNS-1123 label; the job id appends '-<number>')"));
   }
+}
+
+void ValidateRest(const v1::JobSpec& spec, Validator& v) {
+  ValidateName(spec, v);
   // Names of the coordinator's configuration (docs/scheduling.md); the coordinator checks that
   // they exist.
   for (const auto& [path, value] : {std::pair<const char*, const std::string*>{
@@ -669,6 +674,55 @@ void ValidateCommand(const v1::JobSpec& spec, Validator& v) {
   }
 }
 
+// A doctor job (spec.doctor): built by the coordinator (RunDoctor), never by a user; checked
+// all the same, since it is stored and replayed like any job. It trains nothing.
+void ValidateDoctor(const v1::JobSpec& spec, Validator& v) {
+  const v1::DoctorSpec& doctor = spec.doctor();
+  for (const auto& [field, present] :
+       {std::pair<const char*, bool>{"model", spec.has_model()},
+        {"data", spec.has_data()},
+        {"optimizer", spec.has_optimizer()},
+        {"batch", spec.has_batch()},
+        {"program", spec.has_program()},
+        {"command", spec.has_command()},
+        {"checkpoint", spec.has_checkpoint()},
+        {"gradients", spec.has_gradients()},
+        {"tensorboard", spec.has_tensorboard()},
+        {"steps", spec.length_case() != v1::JobSpec::LENGTH_NOT_SET},
+        {"resume_from", !spec.resume_from().empty()}}) {
+    if (present) {
+      v.Add(absl::StrCat("spec.", field),
+            absl::StrCat("a doctor job checks the cluster and trains nothing; remove spec.",
+                         field));
+    }
+  }
+  if (doctor.workers().empty() || doctor.workers_size() > kMaxDoctorWorkers) {
+    v.Add("spec.doctor.workers", absl::StrCat("1 to ", kMaxDoctorWorkers, " workers, got ",
+                                              doctor.workers_size()));
+  }
+  std::set<std::string> seen;
+  for (const std::string& worker : doctor.workers()) {
+    if (worker.empty() || worker.size() > kMaxDnsLabelLength * 4) {
+      v.Add("spec.doctor.workers", absl::StrCat("a worker id of ", worker.size(), " bytes"));
+    } else if (!seen.insert(worker).second) {
+      v.Add("spec.doctor.workers", absl::StrCat("worker ", worker, " is named twice"));
+    }
+  }
+  if (doctor.untested_size() > kMaxDoctorUntestedListed + 1) {
+    v.Add("spec.doctor.untested", absl::StrCat("at most ", kMaxDoctorUntestedListed + 1,
+                                               " entries, got ", doctor.untested_size()));
+  }
+  const v1::MeshSpec& mesh = spec.mesh();
+  if (mesh.type() != v1::MESH_TYPE_DATA_PARALLEL ||
+      mesh.data_parallel_size() != doctor.workers_size() || mesh.min_data_parallel_size() != 0) {
+    v.Add("spec.mesh", absl::StrCat("a doctor job's mesh is {data_parallel_size: ",
+                                    doctor.workers_size(), "}: one device on each worker"));
+  }
+  if (spec.backend() != v1::BACKEND_CPU) {
+    v.Add("spec.backend", "a doctor job is scheduled as backend cpu");
+  }
+}
+
 }  // namespace
 
 void ValidateGradients(const v1::JobSpec& spec, Validator& v) {
@@ -711,6 +765,11 @@ void ValidateGradients(const v1::JobSpec& spec, Validator& v) {
 
 void Validate(const v1::JobSpec& spec, const Positions* positions, Errors* errors) {
   Validator v(positions, errors);
+  if (spec.has_doctor() || v.Written("spec.doctor")) {
+    ValidateName(spec, v);
+    ValidateDoctor(spec, v);
+    return;
+  }
   ValidateModel(spec, v);
   ValidateData(spec, v);
   ValidateOptimizer(spec, v);

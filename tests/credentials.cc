@@ -33,7 +33,7 @@ void WriteOrDie(const std::string& path, const std::string& text, bool secret) {
 TestPki::TestPki(std::string dir, const std::string& ca_name) : dir_(std::move(dir)) {
   std::filesystem::create_directories(dir_);
   const absl::Time now = absl::Now();
-  ca_ = OrDie(pki::CreateCertificateAuthority(ca_name, now - absl::Hours(1), now + absl::Hours(48)),
+  ca_ = OrDie(pki::CreateCertificateAuthority(ca_name, now - absl::Hours(1), now + absl::Hours(24 * 365)),
               "the CA");
   ca_file_ = dir_ + "/ca.crt";
   WriteOrDie(ca_file_, ca_.cert_pem, false);

@@ -25,6 +25,8 @@ set -euo pipefail
 # The Python package (make python, tools/build_python.sh): Debian's setuptools, wheel and pip
 # build its wheel offline, without build isolation; left out with the test tools, as the JAX
 # environment it is installed into is.
+# `substraxctl doctor`'s test (tests/chaos/doctor_test): faketime (libfaketime) puts one agent's
+# clock off.
 PACKAGES=(
   bazel-bootstrap
   g++
@@ -61,6 +63,7 @@ PACKAGES=(
   python3-setuptools
   python3-wheel
   python3-pip
+  faketime
 )
 
 # SUBSTRAX_SKIP_K8S_TEST_TOOLS=1 (make build, the image builds in deploy/docker) leaves out what
@@ -73,7 +76,7 @@ for pkg in "${PACKAGES[@]}"; do
   case "$pkg" in
     kubernetes-client)
       [ "$K8S_TEST_TOOLS" = 1 ] && ! command -v kubectl >/dev/null 2>&1 && keep+=("$pkg") ;;
-    python3-venv|python3-torch|libopenblas0-pthread|python3-setuptools|python3-wheel|python3-pip)
+    python3-venv|python3-torch|libopenblas0-pthread|python3-setuptools|python3-wheel|python3-pip|faketime)
       [ "$K8S_TEST_TOOLS" = 1 ] && keep+=("$pkg") ;;
     *) keep+=("$pkg") ;;
   esac

@@ -3,7 +3,8 @@
 //
 //   substrax-job run
 //       One process of a job attempt, started by the agent: everything it needs is in the launch
-//       file that SUBSTRAX_LAUNCH names (contract/launch.h), as for every job process.
+//       file that SUBSTRAX_LAUNCH names (contract/launch.h), as for every job process. A doctor
+//       job's process (`substraxctl doctor`) checks its host and links instead of training.
 //   substrax-job train --job FILE.yaml --local-devices N [--cpu-collectives auto|gloo]
 //                      [--cpu-affinity auto|none] [--activity-file PATH]
 //       A whole job in this process on N CPU devices (one thread each, connected by the host's
@@ -39,6 +40,7 @@
 #include "absl/time/time.h"
 #include "base/mutex_mode.h"
 #include "worker/command_launcher.h"
+#include "worker/doctor/doctor.h"
 #include "core/data_paths.h"
 #include "core/device_mesh_manager.h"
 #include "contract/activity.h"
@@ -234,7 +236,10 @@ int RunLaunched() {
     return 2;
   }
   const std::string who = DescribeLaunch(*launch);
-  absl::Status status = RunBuiltinTrainer(*std::move(launch));
+  // A doctor job (`substraxctl doctor`) checks the host and its links instead of training.
+  absl::Status status = launch->assignment().spec().has_doctor()
+                            ? doctor::RunDoctorProcess(*std::move(launch))
+                            : RunBuiltinTrainer(*std::move(launch));
   if (!status.ok()) {
     std::cerr << "substrax-job run: " << who << " failed: " << status << "\n";
     return 1;

@@ -356,10 +356,12 @@ TransportOptions ChaosCluster::ClientTransport() const {
   return transport;
 }
 
-std::vector<std::string> ChaosCluster::TransportFlags(const std::string& worker_id) {
+std::vector<std::string> ChaosCluster::TransportFlags(const std::string& worker_id,
+                                                      absl::Duration valid_for) {
   if (pki_ == nullptr) return InsecureFlags();
   if (worker_id.empty()) return pki_->CoordinatorFlags();
-  return TestPki::Flags(pki_->Issue(worker_id, "worker"));
+  const absl::Time now = absl::Now();
+  return TestPki::Flags(pki_->Issue(worker_id, "worker", now - absl::Hours(1), now + valid_for));
 }
 
 std::string ChaosCluster::worker_address() const {
@@ -376,10 +378,18 @@ void ChaosCluster::StartWorker(int w) {
                                    options_.collective_timeout, "--stop-grace",
                                    options_.stop_grace};
   argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
-  for (std::string& flag : TransportFlags(absl::StrCat("w-", w + 1))) {
+  auto valid_for = options_.worker_cert_valid_for.find(w);
+  for (std::string& flag :
+       TransportFlags(absl::StrCat("w-", w + 1),
+                      valid_for == options_.worker_cert_valid_for.end()
+                          ? options_.default_worker_cert_valid_for
+                          : valid_for->second)) {
     argv.push_back(std::move(flag));
   }
-  argv.insert(argv.begin(), options_.worker_wrapper.begin(), options_.worker_wrapper.end());
+  auto wrapper = options_.worker_wrappers.find(w);
+  const std::vector<std::string>& wrap =
+      wrapper == options_.worker_wrappers.end() ? options_.worker_wrapper : wrapper->second;
+  argv.insert(argv.begin(), wrap.begin(), wrap.end());
   workers_[w] = std::make_unique<Process>(argv, absl::StrCat(dir_, "/worker-", w + 1, ".log"),
                                           options_.worker_env);
 }
@@ -445,8 +455,10 @@ std::optional<v1::Job> ChaosCluster::WaitForEnd(const std::string& id, absl::Dur
 }
 
 CommandResult ChaosCluster::Ctl(std::vector<std::string> args) {
-  args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", address_,
-                             "--insecure"});
+  std::vector<std::string> credentials = {"--insecure"};
+  if (pki_ != nullptr) credentials = TestPki::Flags(pki_->Issue("ctl-admin", "admin"));
+  args.insert(args.begin(), credentials.begin(), credentials.end());
+  args.insert(args.begin(), {Runfile("client/substraxctl"), "--coordinator", address_});
   return Run(args, absl::Seconds(60));
 }
 

@@ -98,6 +98,12 @@ struct ChaosClusterOptions {
   // A command the daemons are started under ({"prlimit", "--fsize=1024", "--"}): it must run
   // the rest of its arguments as the daemon, in the same process (exec).
   std::vector<std::string> worker_wrapper;
+  // Per worker (by index from 0): a wrapper in place of worker_wrapper ({"faketime", "-f",
+  // "+90s"}).
+  std::map<int, std::vector<std::string>> worker_wrappers;
+  // With tls: how long each worker's certificate is valid from now (by index; others: a day).
+  std::map<int, absl::Duration> worker_cert_valid_for;
+  absl::Duration default_worker_cert_valid_for = absl::Hours(24);
 };
 
 class ChaosCluster {
@@ -136,8 +142,8 @@ class ChaosCluster {
 
   // Every log, for failure messages.
   std::string Logs();
-  // `substraxctl ARGS` against the coordinator, plaintext (the caller's data must include
-  // //client:substraxctl).
+  // `substraxctl ARGS` against the coordinator, plaintext, or with tls as an admin (the
+  // caller's data must include //client:substraxctl).
   CommandResult Ctl(std::vector<std::string> args);
   // Stops the daemons and the coordinator with SIGTERM, then checks through /proc that no
   // process of this cluster (daemon, runner, coordinator) is left. Empty: none is.
@@ -147,7 +153,8 @@ class ChaosCluster {
   void Connect();
 
   // The transport flags of a coordinator (tls: its certificate) or of worker `worker_id`.
-  std::vector<std::string> TransportFlags(const std::string& worker_id);
+  std::vector<std::string> TransportFlags(const std::string& worker_id,
+                                         absl::Duration valid_for = absl::Hours(24));
 
   const ChaosClusterOptions options_;
   const std::string dir_;

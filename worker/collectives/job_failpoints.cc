@@ -20,6 +20,7 @@ struct Armed {
   std::string name;
   int process = -1;
   int64_t at = 0;
+  int peer = -1;  // slow_link: only the link to this process (-1: every link)
   std::atomic<bool> fired{false};
 };
 
@@ -34,19 +35,21 @@ std::deque<Armed>& ArmedList() {
       std::vector<absl::string_view> parts = absl::StrSplit(entry, ':');
       int process = -1;
       int64_t at = -1;
+      int peer = -1;
       for (size_t i = 1; i < parts.size(); ++i) {
         std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(parts[i], '=');
         if (kv.first == "process" && absl::SimpleAtoi(kv.second, &process)) continue;
         if (kv.first == "at" && absl::SimpleAtoi(kv.second, &at)) continue;
+        if (kv.first == "peer" && absl::SimpleAtoi(kv.second, &peer) && peer >= 0) continue;
         process = -1;  // an unknown or malformed field: the entry is refused below
         break;
       }
       const bool known = parts[0] == "sleep_before_all_reduce" || parts[0] == "skip_all_reduce" ||
-                         parts[0] == "hang_at_step";
+                         parts[0] == "hang_at_step" || parts[0] == "slow_link";
       if (!known || process < 0 || at < 0) {
         std::fprintf(stderr,
-                     "%s: ignored '%s': expected NAME:process=P:at=N with NAME one of "
-                     "sleep_before_all_reduce, skip_all_reduce, hang_at_step\n",
+                     "%s: ignored '%s': expected NAME:process=P:at=N[:peer=Q] with NAME one "
+                     "of sleep_before_all_reduce, skip_all_reduce, hang_at_step, slow_link\n",
                      kJobFailpointsEnv, std::string(entry).c_str());
         continue;
       }
@@ -54,6 +57,7 @@ std::deque<Armed>& ArmedList() {
       a.name = std::string(parts[0]);
       a.process = process;
       a.at = at;
+      a.peer = peer;
       std::fprintf(stderr, "%s: armed %s (process %d, at %lld)\n", kJobFailpointsEnv,
                    a.name.c_str(), a.process, static_cast<long long>(a.at));
     }
@@ -107,6 +111,17 @@ void JobFailpointAtStep(int64_t step) {
       SleepForever();
     }
   }
+}
+
+absl::Duration JobFailpointLinkDelay(int peer) {
+  const int process = g_process.load(std::memory_order_relaxed);
+  if (process < 0) return absl::ZeroDuration();
+  for (const Armed& a : ArmedList()) {
+    if (a.name == "slow_link" && a.process == process && (a.peer < 0 || a.peer == peer)) {
+      return absl::Milliseconds(a.at);
+    }
+  }
+  return absl::ZeroDuration();
 }
 
 }  // namespace substrax

@@ -3,8 +3,6 @@
 // directories a job uses. Each check gives a finding: what was seen and, when something is
 // wrong, what to do. Links between hosts and the clock are measured elsewhere (they need the
 // other processes, or the coordinator).
-//
-// WORK IN PROGRESS (branch i38-doctor): not wired to any command yet.
 #ifndef SUBSTRAX_WORKER_DOCTOR_CHECKS_H_
 #define SUBSTRAX_WORKER_DOCTOR_CHECKS_H_
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "worker/collectives/gloo_communicator.h"
+#include "worker/collectives/job_failpoints.h"
 
 namespace substrax::doctor {
 
@@ -30,7 +31,37 @@ int PartnerInRound(int process, int n, int round) {
   return partner >= n ? -1 : partner;
 }
 
+std::vector<std::vector<std::pair<int, int>>> LinkRounds(int n) {
+  std::vector<std::vector<std::pair<int, int>>> rounds;
+  if (n < 2) return rounds;
+  if (n <= kAllPairsUpTo) {
+    for (int round = 0; round < Rounds(n); ++round) {
+      std::vector<std::pair<int, int>>& pairs = rounds.emplace_back();
+      for (int p = 0; p < n; ++p) {
+        const int q = PartnerInRound(p, n, round);
+        if (q > p) pairs.emplace_back(p, q);
+      }
+    }
+    return rounds;
+  }
+  // The ring: (i, i + 1) for even i, then for odd i, then (n - 1, 0) when n is odd.
+  rounds.resize(n % 2 == 0 ? 2 : 3);
+  for (int i = 0; i + 1 < n; ++i) rounds[i % 2].emplace_back(i, i + 1);
+  if (n % 2 == 0) {
+    rounds[1].emplace_back(0, n - 1);
+  } else {
+    rounds[2].emplace_back(0, n - 1);
+  }
+  return rounds;
+}
+
 namespace {
+
+// Sleeps before each all-reduce when the slow_link failpoint is armed for this pair.
+void SlowLinkFailpoint(int peer) {
+  const absl::Duration delay = JobFailpointLinkDelay(peer);
+  if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+}
 
 Link MeasureOne(int process, int peer, Store* store, const LinkOptions& options) {
   Link link;
@@ -57,6 +88,7 @@ Link MeasureOne(int process, int peer, Store* store, const LinkOptions& options)
   std::vector<float> one(1, 1.0f);
   for (int i = 0; i < options.latency_rounds; ++i) {
     const absl::Time start = absl::Now();
+    SlowLinkFailpoint(peer);  // timed, as a slow link would be
     if (absl::Status s = (*comm)->AllReduce(absl::MakeSpan(one), ReduceOp::kSum); !s.ok()) {
       link.error = std::string(s.message());
       return link;
@@ -68,6 +100,7 @@ Link MeasureOne(int process, int peer, Store* store, const LinkOptions& options)
   std::vector<float> big(options.bandwidth_floats, 1.0f);
   const absl::Time start = absl::Now();
   for (int i = 0; i < options.bandwidth_rounds; ++i) {
+    SlowLinkFailpoint(peer);
     if (absl::Status s = (*comm)->AllReduce(absl::MakeSpan(big), ReduceOp::kSum); !s.ok()) {
       link.error = std::string(s.message());
       return link;
@@ -83,10 +116,12 @@ Link MeasureOne(int process, int peer, Store* store, const LinkOptions& options)
 
 std::vector<Link> MeasureLinks(int process, int n, Store* store, const LinkOptions& options) {
   std::vector<Link> links;
-  for (int round = 0; round < Rounds(n); ++round) {
-    const int peer = PartnerInRound(process, n, round);
-    if (peer < 0 || peer == process) continue;
-    links.push_back(MeasureOne(process, peer, store, options));
+  for (const std::vector<std::pair<int, int>>& round : LinkRounds(n)) {
+    for (const auto& [a, b] : round) {
+      if (a == process || b == process) {
+        links.push_back(MeasureOne(process, a == process ? b : a, store, options));
+      }
+    }
   }
   std::sort(links.begin(), links.end(), [](const Link& a, const Link& b) { return a.peer < b.peer; });
   return links;

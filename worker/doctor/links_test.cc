@@ -26,6 +26,30 @@ TEST(DoctorLinksTest, TheScheduleMeetsEveryPairOnceWithOnePartnerPerRound) {
   }
 }
 
+TEST(DoctorLinksTest, BeyondAllPairsTheRingIsMeasuredWithOnePartnerPerRound) {
+  for (int n : {2, 3, 8, 9, 10, 11, 256}) {
+    std::set<std::pair<int, int>> met;
+    for (const auto& round : LinkRounds(n)) {
+      std::set<int> busy;
+      for (const auto& [a, b] : round) {
+        ASSERT_LT(a, b);
+        ASSERT_TRUE(busy.insert(a).second) << n;
+        ASSERT_TRUE(busy.insert(b).second) << n;
+        met.insert({a, b});
+      }
+    }
+    if (n <= kAllPairsUpTo) {
+      EXPECT_EQ(met.size(), static_cast<size_t>(n * (n - 1) / 2)) << n;
+    } else {
+      EXPECT_LE(LinkRounds(n).size(), 3u);
+      EXPECT_EQ(met.size(), static_cast<size_t>(n)) << n;
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(met.count({std::min(i, (i + 1) % n), std::max(i, (i + 1) % n)}), 1u) << i;
+      }
+    }
+  }
+}
+
 TEST(DoctorLinksTest, ThreeProcessesMeasureEveryLink) {
   InMemoryStore store;
   LinkOptions options;
