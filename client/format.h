@@ -107,8 +107,8 @@ std::string FormatQueues(const v1::ListQueuesResponse& queues, const FormatOptio
 // kDoctorClockWarning); a certificate expiring within kDoctorCertificateProblem is a problem
 // (a warning within kDoctorCertificateWarning); a link whose latency is kDoctorLinkFactor times
 // the median of at least 3 links (and kDoctorLinkMinExcess more), or whose bandwidth is a
-// kDoctorLinkFactor-th of theirs, is a problem; any link slower than kDoctorLinkSlowLatency a
-// warning.
+// kDoctorLinkFactor-th of theirs, is a problem; any link slower than kDoctorLinkSlowLatency, or
+// narrower than kDoctorLinkLowBandwidth, a warning.
 inline constexpr absl::Duration kDoctorClockProblem = absl::Seconds(1);
 inline constexpr absl::Duration kDoctorClockWarning = absl::Milliseconds(100);
 inline constexpr absl::Duration kDoctorCertificateProblem = absl::Hours(48);
@@ -116,6 +116,7 @@ inline constexpr absl::Duration kDoctorCertificateWarning = absl::Hours(24 * 14)
 inline constexpr double kDoctorLinkFactor = 5;
 inline constexpr absl::Duration kDoctorLinkMinExcess = absl::Milliseconds(1);
 inline constexpr absl::Duration kDoctorLinkSlowLatency = absl::Milliseconds(20);
+inline constexpr double kDoctorLinkLowBandwidth = 50e6;  // bytes per second
 // The doctor job's links judged against each other, each pair once; `owners` gets the process
 // each finding belongs to (the pair's lower one).
 std::vector<v1::DoctorFinding> JudgeLinks(const v1::Job& job, std::vector<int>* owners);

@@ -169,11 +169,15 @@ std::vector<v1::DoctorFinding> JudgeLinks(const v1::Job& job, std::vector<int>* 
                                                    median_rate / m.link.bytes_per_second(),
                                                    of_links, Rate(median_rate)));
       findings.push_back(Finding(check, v1::DOCTOR_VERDICT_PROBLEM, seen, path_fix));
-    } else if (latency >= kDoctorLinkSlowLatency) {
-      findings.push_back(Finding(check, v1::DOCTOR_VERDICT_WARNING,
-                                 absl::StrCat(seen, "; more than ",
-                                              Milliseconds(kDoctorLinkSlowLatency)),
-                                 path_fix));
+    } else if (latency >= kDoctorLinkSlowLatency ||
+               m.link.bytes_per_second() < kDoctorLinkLowBandwidth) {
+      findings.push_back(Finding(
+          check, v1::DOCTOR_VERDICT_WARNING,
+          absl::StrCat(seen, "; ",
+                       latency >= kDoctorLinkSlowLatency
+                           ? absl::StrCat("more than ", Milliseconds(kDoctorLinkSlowLatency))
+                           : absl::StrCat("below ", Rate(kDoctorLinkLowBandwidth))),
+          path_fix));
     } else {
       findings.push_back(Finding(check, v1::DOCTOR_VERDICT_OK, seen));
     }

@@ -54,7 +54,7 @@
 set -euo pipefail
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-readonly OVERALL_S=270   # the whole test; Bazel's timeout ("moderate", 300 s) is the backstop
+readonly OVERALL_S=420   # the whole test; Bazel's timeout ("long", 900 s) is the backstop
 readonly READY_S=60      # each daemon to become ready
 readonly JOB_S=150       # submit --watch of the 60-step job
 START=$SECONDS
@@ -185,21 +185,21 @@ fi
 PKI="$TMP/pki"
 mkdir -p "$PKI"
 pki_key() { timeout 20 openssl ecparam -genkey -name prime256v1 -noout -out "$1" 2>/dev/null; }
-pki_issue() {  # pki_issue OUT_DIR SUBJECT EXTENSIONS: OUT_DIR/{tls.key,tls.crt,ca.crt}
-  local dir="$1" subject="$2" ext="$3"
+pki_issue() {  # pki_issue OUT_DIR SUBJECT EXTENSIONS [DAYS]: OUT_DIR/{tls.key,tls.crt,ca.crt}
+  local dir="$1" subject="$2" ext="$3" days="${4:-30}"
   mkdir -p "$dir"
   pki_key "$dir/tls.key" || die "openssl: no key for $subject"
   printf '%b\n' "$ext" >"$dir/ext.cnf"
   timeout 20 openssl req -new -key "$dir/tls.key" -subj "$subject" -out "$dir/tls.csr" \
     && timeout 20 openssl x509 -req -in "$dir/tls.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
-         -CAcreateserial -days 1 -extfile "$dir/ext.cnf" -out "$dir/tls.crt" 2>/dev/null \
+         -CAcreateserial -days "$days" -extfile "$dir/ext.cnf" -out "$dir/tls.crt" 2>/dev/null \
     || die "openssl: cannot issue $subject"
   cp "$PKI/ca.crt" "$dir/ca.crt"
   rm -f "$dir/tls.csr" "$dir/ext.cnf"
 }
 command -v openssl >/dev/null 2>&1 || die "no openssl on PATH (Debian's openssl package)"
 pki_key "$PKI/ca.key" || die "openssl: no CA key"
-timeout 20 openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=substrax-ca" -days 1 \
+timeout 20 openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=substrax-ca" -days 365 \
   -addext "basicConstraints=critical,CA:TRUE" \
   -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
   -out "$PKI/ca.crt" || die "openssl: no CA certificate"
@@ -215,9 +215,11 @@ pki_issue "$TMP/$C_NS/tls" "/CN=$COORDINATOR_CERT_CN" \
   "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=$san"
 pki_issue "$PKI/admin" "/O=substrax:admin/CN=admin" \
   "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+# Worker 2's certificate expires within a day: `substraxctl doctor` must say so (step 6).
 for i in 0 1; do
   pki_issue "$TMP/${W_NS[$i]}/tls" "/O=substrax:worker/CN=substrax-worker-${W_NS[$i]}" \
-    "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+    "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth" \
+    "$([ "$i" = 1 ] && echo 1 || echo 30)"
 done
 # The coordinator's --auth-config: the files of the rendered Secret substrax-auth.
 mkdir -p "$TMP/$C_NS/auth"
@@ -441,3 +443,62 @@ for i in 0 1; do
     || die "worker $((i + 1))'s runner did not connect the world hierarchically: '${line:-no collectives line}' in ${runner_logs[*]}"
   log "worker $((i + 1)): $line"
 done
+
+# --- 6. substraxctl doctor across the hosts, with worker 2's link slowed. ----------------------
+# tc netem delays worker 2's packets where the kernel has netem; else tbf holds its egress to
+# 80 Mbit/s (10 MB/s). Either way the one link between the hosts is named with what to do, as is
+# worker 2's certificate (it expires within a day, step 2); the rest is OK.
+if ip netns exec "${W_NS[1]}" tc qdisc add dev eth0 root netem delay 50ms 2>/dev/null; then
+  SLOWED="netem delay 50ms"; SLOW_MARK="more than 20.00 ms"
+else
+  ip netns exec "${W_NS[1]}" tc qdisc add dev eth0 root tbf rate 80mbit burst 256kbit latency 500ms \
+    || die "tc: neither netem nor tbf can slow worker 2's link"
+  SLOWED="tbf rate 80mbit (no netem in this kernel)"; SLOW_MARK="below 50 MB/s"
+fi
+log "worker 2's eth0 slowed: $SLOWED; running substraxctl doctor"
+rc=0
+secs=$(left); [ "$secs" -ge 20 ] || die "the overall deadline (${OVERALL_S}s) is reached before doctor"
+admin_ctl "$C_NS" "$secs" --coordinator "$COORDINATOR_ADDRESS" doctor --wait 120s >"$TMP/doctor.txt" \
+  2>"$TMP/doctor.err" || rc=$?
+cat "$TMP/doctor.txt" "$TMP/doctor.err"
+[ "$rc" = 1 ] || die "substraxctl doctor exited $rc, want 1 (worker 2's certificate is a problem)"
+secs=$(left); [ "$secs" -ge 20 ] || die "the overall deadline (${OVERALL_S}s) is reached before doctor"
+admin_ctl "$C_NS" "$secs" --coordinator "$COORDINATOR_ADDRESS" doctor --wait 120s -o json \
+  >"$TMP/doctor.json" 2>"$TMP/doctor-json.err" || true
+"$PY" - "$TMP/doctor.json" "${W_NS[0]}" "${W_NS[1]}" "$SLOW_MARK" <<'EOF2'
+import json, sys
+s = json.load(open(sys.argv[1]))
+w1, w2, slow_mark = "substrax-worker-" + sys.argv[2], "substrax-worker-" + sys.argv[3], sys.argv[4]
+def g(d, key):  # substraxctl's JSON has the proto's field names
+    return d.get(key)
+errors = []
+if g(s, "job_state") != "JOB_STATE_SUCCEEDED":
+    errors.append("doctor job %s: %s" % (g(s, "job_state"), g(s, "job_error")))
+by_worker = {g(w, "worker_id"): w for w in s.get("workers", [])}
+tested = sorted(w for w, r in by_worker.items() if r.get("process_index", 0) >= 0)
+if tested != sorted([w1, w2]):
+    errors.append("tested %s, want both workers" % tested)
+def findings(worker, check):
+    return [f for f in by_worker.get(worker, {}).get("findings", []) if f.get("check", "").startswith(check)]
+for w in (w1, w2):
+    for check in ("cpu", "data root /usr/share/datasets", "clock", "work dir"):
+        got = findings(w, check)
+        if len(got) != 1 or got[0].get("verdict") != "DOCTOR_VERDICT_OK":
+            errors.append("%s %s: %s, want one OK" % (w, check, got))
+cert1, cert2 = findings(w1, "certificate"), findings(w2, "certificate")
+if len(cert1) != 1 or cert1[0].get("verdict") != "DOCTOR_VERDICT_OK":
+    errors.append("%s certificate: %s, want OK (30 days)" % (w1, cert1))
+if (len(cert2) != 1 or cert2[0].get("verdict") != "DOCTOR_VERDICT_PROBLEM"
+        or "expires in 23h" not in cert2[0].get("seen", "") or "certs issue" not in cert2[0].get("fix", "")):
+    errors.append("%s certificate: %s, want a PROBLEM: expires in 23h, with what to do" % (w2, cert2))
+links = [f for w in by_worker for f in findings(w, "link to ")]
+if (len(links) != 1 or links[0].get("verdict") != "DOCTOR_VERDICT_WARNING"
+        or slow_mark not in links[0].get("seen", "") or "network path" not in links[0].get("fix", "")):
+    errors.append("links: %s, want one WARNING saying '%s', with what to do" % (links, slow_mark))
+if errors:
+    print("multihost_test: doctor wrong:\n  " + "\n  ".join(errors))
+    print(json.dumps(s, indent=1)[:6000])
+    sys.exit(1)
+print("multihost_test: doctor named the slowed link (%s) and worker 2's certificate (%s)"
+      % (links[0]["seen"], cert2[0]["seen"]))
+EOF2
