@@ -179,6 +179,11 @@ std::string ProgramLine(const v1::ProgramSpec& program) {
 
 std::string SpecSummary(const v1::JobSpec& spec) {
   std::vector<std::string> parts;
+  if (spec.has_doctor()) {
+    return absl::StrCat("doctor of ", spec.doctor().workers_size(),
+                        spec.doctor().workers_size() == 1 ? " worker" : " workers",
+                        "; `substraxctl doctor --job` with its id shows its report");
+  }
   if (RunsUserCode(spec)) {
     // The program or command defines its model, optimizer and data: what the spec gives it.
     if (spec.batch().global_batch_size() > 0) {

@@ -328,6 +328,17 @@ TEST(AttemptTokenTest, AJobCallerIsRefusedEverythingButReportsAndRendezvous) {
   }
 }
 
+TEST(AuthenticatorTest, OnlyAdminsRunTheDoctor) {
+  std::unique_ptr<Authenticator> auth = WithAttemptKey();
+  constexpr char kMethod[] = "substrax.v1.JobService/RunDoctor";
+  EXPECT_TRUE(auth->Authorize(Cert("ops", "admin"), kMethod).ok());
+  for (const char* role : {"submitter", "viewer", "worker"}) {
+    EXPECT_EQ(auth->Authorize(Cert("someone", role), kMethod).status().code(),
+              absl::StatusCode::kPermissionDenied)
+        << role;
+  }
+}
+
 TEST(KeyTest, DrawnOnceAndKept) {
   const std::string path = TempPath("rendezvous.key");
   std::remove(path.c_str());

@@ -53,6 +53,32 @@ TEST(RequestLimitsTest, FinalMetrics) {
   ExpectRefused(worker, "worker_id", limits::kMaxNameBytes);
 }
 
+TEST(RequestLimitsTest, ADoctorsReportAndRequest) {
+  v1::ReportAttemptStatusRequest request;
+  for (int i = 0; i < limits::kMaxDoctorFindings; ++i) {
+    v1::DoctorFinding* f = request.mutable_doctor()->add_findings();
+    f->set_check("cpu");
+    f->set_seen(std::string(limits::kMaxDoctorTextBytes, 's'));
+  }
+  for (int i = 0; i < limits::kMaxDoctorLinks; ++i) request.mutable_doctor()->add_links();
+  EXPECT_TRUE(CheckRequest(request).ok());
+  request.mutable_doctor()->add_links();
+  ExpectRefused(request, "doctor.links: 17 entries", limits::kMaxDoctorLinks);
+  request.mutable_doctor()->mutable_links()->RemoveLast();
+  request.mutable_doctor()->add_findings();
+  ExpectRefused(request, "doctor.findings: 65 entries", limits::kMaxDoctorFindings);
+  request.mutable_doctor()->mutable_findings()->RemoveLast();
+  request.mutable_doctor()->mutable_findings(3)->set_fix(
+      std::string(limits::kMaxDoctorTextBytes + 1, 'f'));
+  ExpectRefused(request, "doctor.findings.fix: 1025 bytes", limits::kMaxDoctorTextBytes);
+
+  v1::RunDoctorRequest run;
+  run.add_workers("w-1");
+  EXPECT_TRUE(CheckRequest(run).ok());
+  run.add_workers(kLongName);
+  ExpectRefused(run, "workers 'nnnn", limits::kMaxNameBytes);
+}
+
 TEST(RequestLimitsTest, PythonEnvironmentsOfARegistration) {
   v1::RegisterWorkerRequest request;
   for (int i = 0; i < limits::kMaxPythonEnvsPerWorker; ++i) {

@@ -176,6 +176,33 @@ TEST(JobSpecTest, AllProblemsAreReportedTogether) {
   }
 }
 
+// A doctor job (the coordinator's RunDoctor builds it): one device on each worker named, and
+// nothing that trains.
+TEST(JobSpecTest, ADoctorSpecTrainsNothingAndHasOneDeviceOnEachWorker) {
+  v1::JobSpec spec;
+  spec.set_name("doctor");
+  spec.set_backend(v1::BACKEND_CPU);
+  spec.mutable_doctor()->add_workers("w-1");
+  spec.mutable_doctor()->add_workers("w-2");
+  spec.mutable_mesh()->set_type(v1::MESH_TYPE_DATA_PARALLEL);
+  spec.mutable_mesh()->set_data_parallel_size(2);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+
+  v1::JobSpec bad = spec;
+  bad.mutable_doctor()->add_workers("w-1");
+  bad.mutable_model()->set_type(v1::MODEL_TYPE_MLP);
+  bad.set_steps(10);
+  const std::string message(ValidateJobSpec(bad).message());
+  EXPECT_THAT(message, HasSubstr("spec.doctor.workers: worker w-1 is named twice"));
+  EXPECT_THAT(message, HasSubstr("spec.model: a doctor job checks the cluster and trains nothing"));
+  EXPECT_THAT(message, HasSubstr("spec.steps: a doctor job"));
+  EXPECT_THAT(message, HasSubstr("spec.mesh: a doctor job's mesh is {data_parallel_size: 3}"));
+  bad = spec;
+  bad.mutable_doctor()->clear_workers();
+  EXPECT_THAT(std::string(ValidateJobSpec(bad).message()),
+              HasSubstr("spec.doctor.workers: 1 to 128 workers, got 0"));
+}
+
 // A client that builds the proto itself (any gRPC client) gets the same checks, with paths.
 TEST(JobSpecTest, ValidateJobSpecChecksProtosWithoutYaml) {
   v1::JobSpec spec;
