@@ -74,6 +74,14 @@ void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatus
   std::fflush(stderr);
 }
 
+void WriteAttemptFailure(const v1::ProgramLaunch& launch, const absl::Status& status) {
+  v1::ReportAttemptStatusRequest result;
+  result.set_state(v1::RUNNER_STATE_FAILED);
+  result.set_error(std::string(status.message()));
+  result.set_error_code(static_cast<int32_t>(status.code()));
+  WriteAttemptResult(launch, std::move(result));
+}
+
 absl::StatusOr<v1::ReportAttemptStatusRequest> ReadAttemptResult(const std::string& path) {
   // The job's process wrote the file, maybe as another user than the reader: a symbolic link
   // (to a key the reader may read) is not followed, nor a FIFO waited on, nor more than a

@@ -51,6 +51,8 @@ std::string DescribeLaunch(const v1::ProgramLaunch& launch);
 // Writes `result` (with the launch's job, attempt and process) to the launch's result path.
 // A failure is printed on stderr: the agent then reports from the exit status alone.
 void WriteAttemptResult(const v1::ProgramLaunch& launch, v1::ReportAttemptStatusRequest result);
+// WriteAttemptResult of a FAILED result with `status`'s message and code.
+void WriteAttemptFailure(const v1::ProgramLaunch& launch, const absl::Status& status);
 
 // The largest result file read.
 inline constexpr int64_t kMaxResultFileBytes = int64_t{4} << 20;

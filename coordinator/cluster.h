@@ -547,6 +547,11 @@ class Cluster {
   std::vector<Device> RunnableDevicesLocked(const v1::JobSpec& spec,
                                             std::vector<Device> devices) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The devices of `devices` that `spec` may be placed on: a doctor job's one per worker it
+  // tests (DoctorDevices), else those of its backend on workers that can run it.
+  std::vector<Device> CandidateDevicesLocked(const v1::JobSpec& spec,
+                                             const std::vector<Device>& devices) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker, if the caller's incarnation is its current one and it is alive.
   absl::StatusOr<WorkerEntry*> LiveWorkerLocked(const std::string& worker_id,
                                                 const std::string& incarnation)

@@ -155,7 +155,7 @@ AliveDevices Cluster::AliveDevicesLocked() const {
 
 std::vector<Device> Cluster::RunnableDevicesLocked(const v1::JobSpec& spec,
                                                    std::vector<Device> devices) const {
-  if (!spec.has_command()) return devices;  // (a doctor job's: DoctorDevices)
+  if (!spec.has_command()) return devices;
   // The agent refuses a command it cannot run; placing it there would only fail the attempt.
   // A loop, not a predicate: the thread-safety analysis cannot see that a lambda runs under mu_.
   const std::string& env = spec.command().python_env();
@@ -168,6 +168,12 @@ std::vector<Device> Cluster::RunnableDevicesLocked(const v1::JobSpec& spec,
     if (worker.runs_commands() && has_env) runnable.push_back(std::move(device));
   }
   return runnable;
+}
+
+std::vector<Device> Cluster::CandidateDevicesLocked(const v1::JobSpec& spec,
+                                                    const std::vector<Device>& devices) const {
+  if (spec.has_doctor()) return cluster_internal::DoctorDevices(spec, devices);
+  return RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), devices));
 }
 
 void Cluster::NotePendingLocked(const JobEntry& entry) {
@@ -263,10 +269,7 @@ void Cluster::ScheduleLocked() {
       continue;
     }
     // Only devices of the kind the job's backend runs on, on workers that can run it.
-    const std::vector<Device> alive =
-        spec.has_doctor()
-            ? cluster_internal::DoctorDevices(spec, all_alive)
-            : RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_alive));
+    const std::vector<Device> alive = CandidateDevicesLocked(spec, all_alive);
     if (alive.empty()) {
       SetWaitingLocked(entry, all_alive.empty()
                                   ? absl::StrCat(need, " devices: no worker is alive")
@@ -303,10 +306,7 @@ void Cluster::ScheduleLocked() {
     JobEntry& entry = jobs_.at(job.id);
     const v1::JobSpec& spec = entry.job.spec();
     const std::vector<int>& sizes = data_sizes.at(job.id);
-    std::vector<Device> free =
-        spec.has_doctor()
-            ? cluster_internal::DoctorDevices(spec, all_free)
-            : RunnableDevicesLocked(spec, DevicesForBackend(SchedulingBackend(spec), all_free));
+    std::vector<Device> free = CandidateDevicesLocked(spec, all_free);
     int planned_size = sizes.front();
     absl::StatusOr<Mesh> mesh = absl::UnavailableError(
         absl::StrCat(free.size(), " of the free devices can run it"));

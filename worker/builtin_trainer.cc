@@ -94,11 +94,7 @@ absl::Status RunBuiltinTrainer(v1::ProgramLaunch launch) {
                                                   launch.checkpoint_roots().end());
   absl::StatusOr<std::unique_ptr<ProgramImpl>> started = ProgramImpl::FromLaunchProto(launch);
   if (!started.ok()) {
-    v1::ReportAttemptStatusRequest result;
-    result.set_state(v1::RUNNER_STATE_FAILED);
-    result.set_error(std::string(started.status().message()));
-    result.set_error_code(static_cast<int32_t>(started.status().code()));
-    WriteAttemptResult(launch, std::move(result));
+    WriteAttemptFailure(launch, started.status());
     return started.status();
   }
   ProgramImpl& program = **started;
