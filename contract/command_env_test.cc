@@ -246,6 +246,7 @@ const std::map<std::string, std::string>& FieldUses() {
       {"substrax.v1.JobSpec.priority_class", "no: the coordinator's scheduling"},
       {"substrax.v1.JobSpec.preemptible",
        "no: a preemption reaches the command as SIGTERM (docs/command-jobs.md, Preemption)"},
+      {"substrax.v1.JobSpec.doctor", "no: a doctor job runs no command (substraxctl doctor)"},
       {"substrax.v1.BatchSpec.global_batch_size", "SUBSTRAX_GLOBAL_BATCH_SIZE"},
       {"substrax.v1.BatchSpec.per_device_batch_size", "SUBSTRAX_PER_DEVICE_BATCH_SIZE"},
       {"substrax.v1.CheckpointSpec.directory", "SUBSTRAX_CHECKPOINT_DIR"},

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
