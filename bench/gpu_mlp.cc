@@ -10,7 +10,9 @@
 //   bazel build -c opt --config=cuda //bench:gpu_mlp
 //   bazel-bin/bench/gpu_mlp --steps 2000                       # 784-512-256-10
 //   bazel-bin/bench/gpu_mlp --steps 200 --hidden 8192,8192     # the wide one
-// Prints `samples_per_second=<n>` and `ms_per_step=`, and the device-time fractions per phase.
+//   bazel-bin/bench/gpu_mlp --graphs off                        # every launch eager
+// Prints `samples_per_second=<n>`, `ms_per_step=`, `graph_replays=` (how many steps replayed a
+// captured CUDA graph; 0 with --graphs off) and the device-time fractions per phase.
 // Exit status 2, with "no CUDA device" or the build's UNIMPLEMENTED, when there is no GPU to
 // measure; 1 when the step fails or the verification does.
 #include <cmath>
@@ -93,7 +95,7 @@ absl::Status Step(DeviceBackend& backend) {
   return backend.ApplyGradients();
 }
 
-absl::Status Run(int steps, const std::vector<int64_t>& hidden) {
+absl::Status Run(int steps, const std::vector<int64_t>& hidden, bool graphs) {
   SUBSTRAX_ASSIGN_OR_RETURN(const v1::JobSpec spec, BenchSpec(hidden));
   std::vector<Batch> host;
   for (int i = 0; i < kDistinctBatches; ++i) host.push_back(MakeBatch(i));
@@ -103,6 +105,7 @@ absl::Status Run(int steps, const std::vector<int64_t>& hidden) {
   setup.spec = &spec;
   setup.num_features = kFeatures;
   setup.local_index = 0;
+  setup.cuda_graphs = graphs;
   setup.batches = [&]() -> absl::StatusOr<std::optional<Batch>> {
     if (produced == total) return std::optional<Batch>();
     return std::optional<Batch>(host[produced++ % kDistinctBatches]);
@@ -146,6 +149,12 @@ absl::Status Run(int steps, const std::vector<int64_t>& hidden) {
   const double phase_total = phases[0] + phases[1] + phases[2];
   std::printf("samples_per_second=%.0f\n", steps * kBatch / seconds);
   std::printf("ms_per_step=%.4f\n", 1e3 * seconds / steps);
+  std::printf("graph_replays=%lld\n", static_cast<long long>(backend->graph_replays()));
+  if (graphs && backend->graph_replays() < steps) {
+    return absl::InternalError(absl::StrCat("CUDA graphs are on but only ",
+                                            backend->graph_replays(), " replays in ",
+                                            1 + kWarmup + steps, " steps"));
+  }
   if (phase_total > 0) {
     std::printf("device_fraction_data=%.3f device_fraction_compute=%.3f\n",
                 phases[0] / phase_total, phases[1] / phase_total);
@@ -159,6 +168,7 @@ absl::Status Run(int steps, const std::vector<int64_t>& hidden) {
 int main(int argc, char** argv) {
   int steps = 1000;
   std::vector<int64_t> hidden = {512, 256};
+  bool graphs = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--steps") == 0) {
       steps = std::atoi(argv[i + 1]);
@@ -172,8 +182,13 @@ int main(int argc, char** argv) {
         }
         hidden.push_back(v);
       }
+    } else if (std::strcmp(argv[i], "--graphs") == 0 &&
+               (std::strcmp(argv[i + 1], "on") == 0 || std::strcmp(argv[i + 1], "off") == 0)) {
+      graphs = std::strcmp(argv[i + 1], "on") == 0;
     } else {
-      std::fprintf(stderr, "gpu_mlp: unknown flag %s (--steps N, --hidden W1,W2,...)\n", argv[i]);
+      std::fprintf(stderr,
+                   "gpu_mlp: unknown flag %s (--steps N, --hidden W1,W2,..., --graphs on|off)\n",
+                   argv[i]);
       return 1;
     }
   }
@@ -186,7 +201,7 @@ int main(int argc, char** argv) {
                  n.ok() ? "none found" : n.status().ToString().c_str());
     return 2;
   }
-  absl::Status status = substrax::Run(steps, hidden);
+  absl::Status status = substrax::Run(steps, hidden, graphs);
   if (!status.ok()) {
     std::fprintf(stderr, "gpu_mlp: %s\n", status.ToString().c_str());
     return 1;

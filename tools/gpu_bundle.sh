@@ -1,6 +1,9 @@
 #!/bin/bash
-# Collects what tests/gpu/run.sh needs on a lent GPU machine into gpu-bundle/ (bin/, lib/), under
-# 40 MB so that it travels with the working tree (a device run carries 64 MiB in all). Build first:
+# Collects what tests/gpu/run.sh needs on a lent GPU machine into gpu-bundle/ (bin/, lib/,
+# MANIFEST), under 40 MB so that it travels with the working tree (a device run carries 64 MiB in
+# all). Refuses binaries that are not an optimized CUDA build (bazel-bin must be a -c opt output,
+# and every binary must link cudart). MANIFEST says what was bundled: the commit (and whether the
+# tree had changes), the date, nvcc's and NCCL's versions. Build first:
 #
 #   bazel build -c opt --config=cuda //worker/compute:cuda_model_test \
 #     //worker/data:cuda_prefetch_test //worker/collectives:nccl_communicator_test \
@@ -30,6 +33,12 @@ bins=(
   bazel-bin/tests/gpu/cpu_gpu_equivalence
   bazel-bin/bench/gpu_mlp
 )
+# Timings from a fastbuild would mean nothing: refuse anything but -c opt.
+bazel_bin=$(readlink -f bazel-bin)
+if [[ $bazel_bin != *-opt/bin ]]; then
+  echo "gpu_bundle: bazel-bin is $bazel_bin, not an optimized build: build with -c opt --config=cuda (see the top)" >&2
+  exit 1
+fi
 for b in "${bins[@]}"; do
   if [[ ! -x $b ]]; then
     echo "gpu_bundle: $b is missing; build it first (see the top of this script)" >&2
@@ -56,7 +65,19 @@ for b in "${bins[@]}"; do ldd "$b"; done |
   while read -r lib; do cp -L "$lib" "$out/lib/"; done
 chmod u+w "$out"/bin/* "$out"/lib/*
 strip --strip-unneeded "$out"/bin/* "$out"/lib/*
+chmod 755 "$out"/bin/*
+chmod 644 "$out"/lib/*
+nvcc=${CUDA_PATH:-/usr/local/cuda}/bin/nvcc
+nccl_h=${CUDA_PATH:-/usr/local/cuda}/include/nccl.h
+{
+  echo "commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "build=$(basename "$(dirname "$bazel_bin")") (bazel -c opt --config=cuda)"
+  echo "nvcc=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\), \(V[0-9.]*\).*/\1 (\2)/p')"
+  echo "nccl=$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) / {v[$2] = $3} END {print v["NCCL_MAJOR"] "." v["NCCL_MINOR"] "." v["NCCL_PATCH"]}' "$nccl_h" 2>/dev/null) (headers built against; the GPU machine's libnccl is used)"
+} >"$out/MANIFEST"
 size=$(du -sb "$out" | cut -f1)
+echo "gpu_bundle: $(tr '\n' ' ' <"$out/MANIFEST")"
 echo "gpu_bundle: $out is $size bytes ($(du -sh "$out" | cut -f1)): $(ls "$out/bin" | wc -l) binaries, $(ls "$out/lib" | wc -l) libraries"
 if ((size > limit_bytes)); then
   echo "gpu_bundle: FAIL: $out is $size bytes, over the limit of $limit_bytes (40 MB); the largest:" >&2

@@ -386,6 +386,12 @@ CollectiveEvent NcclCommunicator::Run(const char* op, ExecutionContext context,
     if (start != nullptr) events_->Put(start);
     return CollectiveEvent::Done(std::move(status));
   };
+  if (options_.test_stall_after_start > absl::ZeroDuration()) {
+    const cudaError_t e = cudaLaunchHostFunc(
+        stream_, [](void* d) { absl::SleepFor(*static_cast<const absl::Duration*>(d)); },
+        const_cast<absl::Duration*>(&options_.test_stall_after_start));
+    if (e != cudaSuccess) return fail(CudaError(e, "queueing the test stall", call));
+  }
   const absl::Time deadline = absl::Now() + options_.timeout;
   ncclResult_t result = ncclSuccess;
   {

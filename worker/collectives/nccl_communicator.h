@@ -76,6 +76,10 @@ struct NcclCommunicatorOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // How often the watchdog thread looks at the collectives in flight.
   absl::Duration poll_interval = absl::Milliseconds(1);
+  // Tests only: each collective's own stream sleeps this long (a host function) after the
+  // collective could start and before it runs, so that one GPU can show a collective that
+  // outlasts its timeout (a single rank never waits for a peer). Zero: off.
+  absl::Duration test_stall_after_start = absl::ZeroDuration();
 };
 
 class NcclCommunicator final : public Communicator {

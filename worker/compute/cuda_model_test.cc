@@ -330,9 +330,13 @@ TEST_P(CudaOptimizerTest, StepsMatchCpuFromTheSameGradients) {
 #ifdef SUBSTRAX_CUDA  // SKIP_WITHOUT_GPU returned otherwise
         for (auto& [name, g] : gpu_grads) {
           const Tensor& host = grads->grads.at(name);
-          ASSERT_EQ(cudaMemcpy(g.data(), host.data(), host.size() * sizeof(float),
-                               cudaMemcpyHostToDevice),
+          // On the device's stream, after the previous update that read these gradients (a
+          // plain cudaMemcpy runs on the legacy stream, which a non-blocking stream does not
+          // wait for), and synchronized: `host` changes with the next step.
+          ASSERT_EQ(cudaMemcpyAsync(g.data(), host.data(), host.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, (*device)->stream()),
                     cudaSuccess);
+          ASSERT_TRUE((*device)->Synchronize().ok());
         }
 #endif
       }

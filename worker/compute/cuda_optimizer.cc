@@ -30,9 +30,50 @@ struct CudaOptimizer::Impl {
   std::vector<double> hyper;
   std::map<std::string, std::vector<DeviceTensor>> state;
   int64_t steps = 0;
-  // The kernel row's step_scalars for the current step, on the host and on the device.
-  float host_scalars[gpu::kMaxStepScalars] = {};
+  // The kernel row's step_scalars, on the device, and the pinned host slots they are copied
+  // from: a ring of kScalarSlots, each reused only once the copy out of it is done (its
+  // event), so the copy is a real asynchronous DMA and the host never waits for the device
+  // (a copy from pageable memory would stage through a driver buffer, or synchronize).
+  static constexpr int kScalarSlots = 8;
+  float* pinned_scalars = nullptr;  // kScalarSlots x kMaxStepScalars
+  cudaEvent_t copied[kScalarSlots] = {};
   DeviceBuffer step_scalars;
+
+  ~Impl() {
+    for (cudaEvent_t e : copied) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (pinned_scalars != nullptr) cudaFreeHost(pinned_scalars);
+  }
+
+  // Copies this step's scalars (`count` of them, computed into the slot by `fill`) to
+  // step_scalars on `stream`.
+  template <typename Fill>
+  absl::Status CopyStepScalars(int64_t step, cudaStream_t stream, Fill&& fill) {
+    if (pinned_scalars == nullptr) {
+      SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
+          cudaMallocHost(&pinned_scalars, kScalarSlots * gpu::kMaxStepScalars * sizeof(float)),
+          "cudaMallocHost of the optimizer's step values", device->name()));
+    }
+    const int slot = static_cast<int>(step % kScalarSlots);
+    if (copied[slot] == nullptr) {
+      SUBSTRAX_RETURN_IF_ERROR(
+          CudaStatus(cudaEventCreateWithFlags(&copied[slot], cudaEventDisableTiming),
+                     "cudaEventCreate", device->name()));
+    } else {
+      // Recorded kScalarSlots steps ago: long done unless the host is that far ahead.
+      SUBSTRAX_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(copied[slot]),
+                                          "waiting for an earlier step's values to be copied",
+                                          device->name()));
+    }
+    float* host = pinned_scalars + slot * gpu::kMaxStepScalars;
+    const int count = fill(host);
+    SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(step_scalars.data(), host, count * sizeof(float), cudaMemcpyHostToDevice,
+                        stream),
+        "copying the optimizer's step values to the device", device->name()));
+    return CudaStatus(cudaEventRecord(copied[slot], stream), "cudaEventRecord", device->name());
+  }
   // EnableCudaGraphs: the update's launches as one graph.
   std::unique_ptr<StepGraph> graph;
   std::vector<const void*> key_scratch;
@@ -170,13 +211,8 @@ absl::Status CudaOptimizer::Update(const DeviceTree& grads, DeviceTree* params) 
     args.learning_rate = o.config.learning_rate;
     args.step = step;
     args.hyper = o.hyper.data();
-    const int count = o.kernel->step_scalars(args, o.host_scalars);
-    // From pageable memory: CUDA stages the values before returning, so the next step may
-    // overwrite host_scalars while this copy is still queued.
-    SUBSTRAX_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(o.step_scalars.data(), o.host_scalars, count * sizeof(float),
-                        cudaMemcpyHostToDevice, stream),
-        "copying the optimizer's step values to the device", device.name()));
+    SUBSTRAX_RETURN_IF_ERROR(o.CopyStepScalars(
+        step, stream, [&](float* host) { return o.kernel->step_scalars(args, host); }));
   }
   bool launched = false;
   if (o.graph != nullptr) {

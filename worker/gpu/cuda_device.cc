@@ -98,6 +98,13 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
   device->cublas_ = handle;
   SUBSTRAX_RETURN_IF_ERROR(
       CublasStatus(cublasSetStream(handle, stream), "cublasSetStream", device->name_));
+  // A workspace set before any capture: without one, cuBLAS allocates its own, which a stream
+  // capture cannot record (capture fails, or it runs other algorithms than eager).
+  SUBSTRAX_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&device->cublas_workspace_, kCublasWorkspaceBytes),
+                                      "cudaMalloc of the cuBLAS workspace", device->name_));
+  SUBSTRAX_RETURN_IF_ERROR(CublasStatus(
+      cublasSetWorkspace(handle, device->cublas_workspace_, kCublasWorkspaceBytes),
+      "cublasSetWorkspace", device->name_));
   // Plain float32 (no TF32 tensor cores), so results agree with the CPU model within 1e-5.
   SUBSTRAX_RETURN_IF_ERROR(CublasStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH),
                                         "cublasSetMathMode", device->name_));
@@ -107,6 +114,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
 CudaDevice::~CudaDevice() {
   cudaSetDevice(ordinal_);
   if (cublas_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+  if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 

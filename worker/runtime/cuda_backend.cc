@@ -131,6 +131,9 @@ class CudaBackend final : public DeviceBackend {
   // The NCCL collectives are ordered on the compute stream by events: the update waits for the
   // reduction on the device, not on the host.
   int max_steps_in_flight() const override { return kStepsInFlight; }
+  int64_t graph_replays() const override {
+    return model_->graph_replays() + optimizer_->graph_replays();
+  }
 
   absl::StatusOr<float*> BindGradients(const FlatLayout& layout) override {
     SUBSTRAX_ASSIGN_OR_RETURN(flat_, DeviceBuffer::Allocate(*device_, layout.total));
@@ -228,13 +231,13 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCudaBackend(BackendSetup se
   }
   CudaModelOptions model_options;
   model_options.precision = spec.precision();
-  model_options.cuda_graphs = true;
+  model_options.cuda_graphs = setup.cuda_graphs;
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model,
                             CudaModel::Create(spec.model(), setup.num_features, device.get(),
                                               std::move(tp), model_options));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaOptimizer> optimizer,
                             CudaOptimizer::Create(spec.optimizer(), device.get()));
-  optimizer->EnableCudaGraphs();
+  if (setup.cuda_graphs) optimizer->EnableCudaGraphs();
   SUBSTRAX_ASSIGN_OR_RETURN(DeviceTree params, model->Init(spec.seed()));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaMetrics> metrics, CudaMetrics::Create(*device));
   SUBSTRAX_ASSIGN_OR_RETURN(std::unique_ptr<CudaMetrics> eval_metrics,

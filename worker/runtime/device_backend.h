@@ -60,6 +60,9 @@ struct BackendSetup {
   int64_t model_index = 0;
   // This device's training batches, in order.
   Producer<Batch> batches;
+  // CUDA: replay the pass and the update as CUDA graphs (off: every launch eager, for
+  // comparison in bench/gpu_mlp).
+  bool cuda_graphs = true;
 };
 
 class DeviceBackend {
@@ -79,6 +82,9 @@ class DeviceBackend {
   // return needs. A backend whose execution context orders ApplyGradients' work after the
   // collectives on the device (a CUDA stream) returns more.
   virtual int max_steps_in_flight() const { return 0; }
+  // How many times a captured CUDA graph was replayed instead of launching the work one kernel
+  // at a time (the pass's and the update's together); 0 for a backend without graphs.
+  virtual int64_t graph_replays() const { return 0; }
 
   // From now on ComputeGradients writes every gradient into one flat buffer laid out as
   // `layout` (this device's memory), and ApplyGradients reads it from there. Returns the buffer.

@@ -718,10 +718,14 @@ TEST(StepLoopCudaTest, RunsOnGpuMemoryWithNccl) {
                : nullptr;
   };
   gpu.release = [](float* p) { cudaFree(p); };
+  // The collectives run on non-blocking streams, which the legacy stream of a plain cudaMemcpy
+  // does not wait for: every copy first waits for the whole device.
   gpu.to_buffer = [](float* dst, const float* src, int64_t n) {
+    cudaDeviceSynchronize();
     cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice);
   };
   gpu.from_buffer = [](float* dst, const float* src, int64_t n) {
+    cudaDeviceSynchronize();
     cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost);
   };
   std::vector<Device> devices = MakeUniformCluster(1, 1);
