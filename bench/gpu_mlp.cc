@@ -11,6 +11,12 @@
 //   bazel-bin/bench/gpu_mlp --steps 2000                       # 784-512-256-10
 //   bazel-bin/bench/gpu_mlp --steps 200 --hidden 8192,8192     # the wide one
 //   bazel-bin/bench/gpu_mlp --graphs off                        # every launch eager
+//   bazel-bin/bench/gpu_mlp --force-collectives on              # the step with its collectives
+// --force-collectives on runs the step as the step loop does on a data-parallel mesh: the
+// gradients reduced in buckets (MakeFlatReducer) by a 1-rank NCCL group on the communicator's
+// stream, ordered by events, the handles collected every 8 steps, then the update; one GPU has
+// no peer, so the size-1 data axis is reduced anyway (GradientPlan::reduce_single_replica_axes).
+// It prints `collectives_per_step=`.
 // Prints `samples_per_second=<n>`, `ms_per_step=`, `graph_replays=` (how many steps replayed a
 // captured CUDA graph; 0 with --graphs off) and the device-time fractions per phase.
 // Exit status 2, with "no CUDA device" or the build's UNIMPLEMENTED, when there is no GPU to
@@ -35,10 +41,17 @@
 #include "core/job_spec.h"
 #include "core/status.h"
 #include "substrax/v1/job.pb.h"
+#include "core/device.h"
+#include "core/device_mesh_manager.h"
+#include "core/mesh.h"
+#include "worker/collectives/mesh_communicators.h"
+#include "worker/collectives/nccl_communicator.h"
+#include "worker/collectives/store.h"
 #include "worker/gpu/cuda_device.h"
 #include "worker/runtime/cuda_backend.h"
 #include "worker/runtime/device_backend.h"
 #include "worker/runtime/gradient_buckets.h"
+#include "worker/runtime/gradient_reducer.h"
 #include "worker/tensor/tensor.h"
 
 namespace substrax {
@@ -95,7 +108,61 @@ absl::Status Step(DeviceBackend& backend) {
   return backend.ApplyGradients();
 }
 
-absl::Status Run(int steps, const std::vector<int64_t>& hidden, bool graphs) {
+// The collectives of --force-collectives: a 1x1 mesh (data, model) of this GPU, its communicators
+// on NCCL, and the flat reducer the step loop would use over the data axis.
+struct ForcedCollectives {
+  std::optional<Mesh> mesh;
+  InMemoryStore store;
+  std::unique_ptr<NcclGroupConnector> connector;
+  std::unique_ptr<MeshCommunicators> comms;
+  std::unique_ptr<GradientReducer> reducer;
+  std::vector<CollectiveEvent> in_flight;
+
+  // Awaits the handles once more than `keep` are outstanding (all with keep 0).
+  absl::Status Collect(size_t keep) {
+    if (in_flight.size() <= keep) return absl::OkStatus();
+    for (CollectiveEvent& e : in_flight) SUBSTRAX_RETURN_IF_ERROR(e.Await());
+    in_flight.clear();
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<ForcedCollectives>> ForceCollectives(DeviceBackend& backend,
+                                                                    float* grads,
+                                                                    const FlatLayout& layout) {
+  auto forced = std::make_unique<ForcedCollectives>();
+  std::vector<Device> devices = MakeUniformCluster(1, 1);
+  devices[0].kind = DeviceKind::kCuda;
+  SUBSTRAX_ASSIGN_OR_RETURN(Mesh mesh, DeviceMeshManager::CreateHybridMesh(devices, 1, 1));
+  forced->mesh.emplace(std::move(mesh));
+  forced->connector =
+      std::make_unique<NcclGroupConnector>(NcclCommunicatorOptions(), &forced->store);
+  SUBSTRAX_ASSIGN_OR_RETURN(forced->comms,
+                            MeshCommunicators::Create(*forced->mesh, forced->mesh->devices()[0].id,
+                                                      *forced->connector));
+  GradientPlan plan = PlanOverAxis(kDataAxis, layout);
+  plan.reduce_single_replica_axes = true;
+  forced->reducer = MakeFlatReducer(*forced->comms, std::move(plan), grads, int64_t{1} << 20,
+                                    backend.execution_context());
+  return forced;
+}
+
+// One step as RunStepLoop drives it on a data-parallel mesh: the gradients reduced before the
+// update, the reductions' handles kept in flight.
+absl::Status StepWithCollectives(DeviceBackend& backend, ForcedCollectives& forced, int64_t step) {
+  backend.MarkPhase(Phase::kData);
+  SUBSTRAX_ASSIGN_OR_RETURN(bool more, backend.NextBatch());
+  if (!more) return absl::OutOfRangeError("the producer ran out of batches");
+  backend.MarkPhase(Phase::kCompute);
+  forced.reducer->BeginStep();
+  SUBSTRAX_RETURN_IF_ERROR(backend.ComputeGradients());
+  SUBSTRAX_RETURN_IF_ERROR(forced.reducer->Reduce(&forced.in_flight));
+  SUBSTRAX_RETURN_IF_ERROR(forced.reducer->Apply(backend, step));
+  return forced.Collect(static_cast<size_t>(backend.max_steps_in_flight()));
+}
+
+absl::Status Run(int steps, const std::vector<int64_t>& hidden, bool graphs,
+                 bool force_collectives) {
   SUBSTRAX_ASSIGN_OR_RETURN(const v1::JobSpec spec, BenchSpec(hidden));
   std::vector<Batch> host;
   for (int i = 0; i < kDistinctBatches; ++i) host.push_back(MakeBatch(i));
@@ -120,17 +187,29 @@ absl::Status Run(int steps, const std::vector<int64_t>& hidden, bool graphs) {
     for (int64_t d : shapes.back().second) n *= d;
     num_params += n;
   }
-  SUBSTRAX_RETURN_IF_ERROR(backend->BindGradients(MakeFlatLayout(shapes)).status());
+  const FlatLayout layout = MakeFlatLayout(shapes);
+  SUBSTRAX_ASSIGN_OR_RETURN(float* grads, backend->BindGradients(layout));
+  std::unique_ptr<ForcedCollectives> forced;
+  if (force_collectives) {
+    SUBSTRAX_ASSIGN_OR_RETURN(forced, ForceCollectives(*backend, grads, layout));
+  }
+  int64_t step_number = 0;
+  auto one_step = [&]() -> absl::Status {
+    ++step_number;
+    return forced != nullptr ? StepWithCollectives(*backend, *forced, step_number)
+                             : Step(*backend);
+  };
 
   // The first loss, then warm-up (cuBLAS heuristics, allocations, prefetch slots).
-  SUBSTRAX_RETURN_IF_ERROR(Step(*backend));
+  SUBSTRAX_RETURN_IF_ERROR(one_step());
   SUBSTRAX_ASSIGN_OR_RETURN(EvalResult first, backend->TakeMetrics());
-  for (int i = 0; i < kWarmup; ++i) SUBSTRAX_RETURN_IF_ERROR(Step(*backend));
+  for (int i = 0; i < kWarmup; ++i) SUBSTRAX_RETURN_IF_ERROR(one_step());
   SUBSTRAX_RETURN_IF_ERROR(backend->TakeMetrics().status());  // waits for the device
   SUBSTRAX_RETURN_IF_ERROR(backend->TakePhaseSeconds().status());
 
   const absl::Time start = absl::Now();
-  for (int i = 0; i < steps; ++i) SUBSTRAX_RETURN_IF_ERROR(Step(*backend));
+  for (int i = 0; i < steps; ++i) SUBSTRAX_RETURN_IF_ERROR(one_step());
+  if (forced != nullptr) SUBSTRAX_RETURN_IF_ERROR(forced->Collect(0));
   SUBSTRAX_ASSIGN_OR_RETURN(EvalResult last, backend->TakeMetrics());  // waits for the device
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   SUBSTRAX_ASSIGN_OR_RETURN(PhaseSeconds phases, backend->TakePhaseSeconds());
@@ -150,6 +229,13 @@ absl::Status Run(int steps, const std::vector<int64_t>& hidden, bool graphs) {
   std::printf("samples_per_second=%.0f\n", steps * kBatch / seconds);
   std::printf("ms_per_step=%.4f\n", 1e3 * seconds / steps);
   std::printf("graph_replays=%lld\n", static_cast<long long>(backend->graph_replays()));
+  if (forced != nullptr) {
+    std::printf("collectives_per_step=%.2f\n",
+                static_cast<double>(forced->reducer->collectives()) / step_number);
+    if (forced->reducer->collectives() < step_number) {
+      return absl::InternalError("--force-collectives: the steps issued no gradient collectives");
+    }
+  }
   if (graphs && backend->graph_replays() < steps) {
     return absl::InternalError(absl::StrCat("CUDA graphs are on but only ",
                                             backend->graph_replays(), " replays in ",
@@ -169,6 +255,7 @@ int main(int argc, char** argv) {
   int steps = 1000;
   std::vector<int64_t> hidden = {512, 256};
   bool graphs = true;
+  bool force_collectives = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--steps") == 0) {
       steps = std::atoi(argv[i + 1]);
@@ -185,9 +272,13 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--graphs") == 0 &&
                (std::strcmp(argv[i + 1], "on") == 0 || std::strcmp(argv[i + 1], "off") == 0)) {
       graphs = std::strcmp(argv[i + 1], "on") == 0;
+    } else if (std::strcmp(argv[i], "--force-collectives") == 0 &&
+               (std::strcmp(argv[i + 1], "on") == 0 || std::strcmp(argv[i + 1], "off") == 0)) {
+      force_collectives = std::strcmp(argv[i + 1], "on") == 0;
     } else {
       std::fprintf(stderr,
-                   "gpu_mlp: unknown flag %s (--steps N, --hidden W1,W2,..., --graphs on|off)\n",
+                   "gpu_mlp: unknown flag %s (--steps N, --hidden W1,W2,..., --graphs on|off, "
+                   "--force-collectives on|off)\n",
                    argv[i]);
       return 1;
     }
@@ -201,7 +292,7 @@ int main(int argc, char** argv) {
                  n.ok() ? "none found" : n.status().ToString().c_str());
     return 2;
   }
-  absl::Status status = substrax::Run(steps, hidden, graphs);
+  absl::Status status = substrax::Run(steps, hidden, graphs, force_collectives);
   if (!status.ok()) {
     std::fprintf(stderr, "gpu_mlp: %s\n", status.ToString().c_str());
     return 1;

@@ -4,7 +4,12 @@
 // Part of the GPU check (tests/gpu/run.sh); needs a --config=cuda build and a GPU.
 //
 //   bazel build -c opt --config=cuda //tests/gpu:cpu_gpu_equivalence
-//   bazel-bin/tests/gpu/cpu_gpu_equivalence
+//   bazel-bin/tests/gpu/cpu_gpu_equivalence [--force-collectives]
+//
+// --force-collectives: both runs reduce their gradients over the 1-device data axis anyway (a
+// 1-rank Gloo group on the CPU, a 1-rank NCCL group on the GPU, as the step loop's flat reducer
+// does on a data-parallel mesh): the GPU run then takes the whole fast step, collectives
+// included, and must still agree.
 //
 // Exit status: 0 when they agree; 1 when they do not (or training failed); 2 when there is nothing
 // to compare on this machine: no CUDA device ("no CUDA device: ..."), or a build without
@@ -64,7 +69,7 @@ struct Run {
   std::vector<double> losses;  // the "loss" of every progress report
 };
 
-absl::StatusOr<Run> TrainOn(const v1::JobSpec& spec, DeviceKind kind) {
+absl::StatusOr<Run> TrainOn(const v1::JobSpec& spec, DeviceKind kind, bool force_collectives) {
   std::vector<Device> devices = MakeUniformCluster(1, 1, kind);
   absl::StatusOr<Mesh> mesh = CreateMeshForJob(spec.mesh(), devices);
   if (!mesh.ok()) return mesh.status();
@@ -73,6 +78,7 @@ absl::StatusOr<Run> TrainOn(const v1::JobSpec& spec, DeviceKind kind) {
   options.spec = spec;
   options.process_of_position.assign(mesh->size(), 0);
   options.store = &store;
+  options.force_single_replica_collectives = force_collectives;
   Run run;
   options.on_progress = [&run](const ProgressReport& r) {
     auto it = r.metrics.find("loss");
@@ -86,7 +92,8 @@ absl::StatusOr<Run> TrainOn(const v1::JobSpec& spec, DeviceKind kind) {
 
 double Relative(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-12); }
 
-int Main() {
+int Main(bool force_collectives) {
+  if (force_collectives) std::printf("forcing the gradient collectives over the 1-device axis\n");
   // A build without CUDA still trains on the CPU, then reports the GPU run's UNIMPLEMENTED.
   if (CudaBuilt()) {
     absl::StatusOr<int> n = CudaDeviceCount();
@@ -101,7 +108,7 @@ int Main() {
     std::printf("FAIL: the spec: %s\n", spec.status().ToString().c_str());
     return 1;
   }
-  absl::StatusOr<Run> cpu = TrainOn(*spec, DeviceKind::kCpu);
+  absl::StatusOr<Run> cpu = TrainOn(*spec, DeviceKind::kCpu, force_collectives);
   if (!cpu.ok()) {
     std::printf("FAIL: training on the CPU: %s\n", cpu.status().ToString().c_str());
     return 1;
@@ -109,7 +116,7 @@ int Main() {
   std::printf("cpu: %lld steps, last reported loss %.7f\n",
               static_cast<long long>(cpu->result.steps),
               cpu->losses.empty() ? std::nan("") : cpu->losses.back());
-  absl::StatusOr<Run> gpu = TrainOn(*spec, DeviceKind::kCuda);
+  absl::StatusOr<Run> gpu = TrainOn(*spec, DeviceKind::kCuda, force_collectives);
   if (!gpu.ok()) {
     if (absl::IsUnimplemented(gpu.status())) {
       std::printf("SKIPPED: training on the GPU is UNIMPLEMENTED in this build: %s\n",
@@ -167,4 +174,15 @@ int Main() {
 }  // namespace
 }  // namespace substrax
 
-int main() { return substrax::Main(); }
+int main(int argc, char** argv) {
+  bool force = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--force-collectives") {
+      force = true;
+    } else {
+      std::printf("FAIL: unknown argument %s (--force-collectives)\n", argv[i]);
+      return 1;
+    }
+  }
+  return substrax::Main(force);
+}

@@ -27,11 +27,13 @@
 #      grouped collectives on the caller's stream, abort on a dead peer, the watchdog's timeout
 #      of a stalled collective, queued work not counted against it);
 #   7. [steploop] the step loop's CUDA variant (step_loop_test's StepLoopCudaTest);
-#   4. [equivalence] the same synthetic job trained on CPU and GPU from one seed, at fp32, tf32
-#      and bf16: losses and final parameters agree (tests/gpu/cpu_gpu_equivalence);
+#   4. [equivalence] the same synthetic job trained on CPU and GPU from one seed: losses and
+#      final parameters agree (tests/gpu/cpu_gpu_equivalence), and again with
+#      --force-collectives (the fast step's gradient collectives over a 1-rank NCCL group);
 #   5. [tp] tensor parallelism on one GPU (tests/gpu:tensor_parallel_test);
 #   6. [mlp] our training step (bench/gpu_mlp: CUDA graphs on, 3 repeats of the small MLP, the
-#      graph replays printed; once with graphs off; the wide MLP) against PyTorch eager and
+#      graph replays printed; once with its collectives forced over a 1-rank NCCL group; once
+#      with graphs off; the wide MLP) against PyTorch eager and
 #      PyTorch tuned (fused Adam, the whole step captured as a CUDA graph), same model, batch and
 #      optimizer, FP32 without TF32: ratio_vs_torch_eager_small=, ratio_vs_torch_eager_wide=,
 #      ratio_vs_torch_tuned_small=, ratio_vs_torch_tuned_wide= (ours / theirs, samples per
@@ -73,6 +75,9 @@ done
 # want STEP: whether this run does STEP.
 want() { [[ -z $only || $only == "$1" ]]; }
 export NCCL_DEBUG=WARN
+# The Python that runs PyTorch (GPU_CHECK_PYTHON: another one, e.g. /usr/bin/python3 for
+# Debian's torch in a dry run).
+python=${GPU_CHECK_PYTHON:-python3}
 bundle=${GPU_BUNDLE:-gpu-bundle}
 bin=$repo/$bundle/bin
 out=${OUT:-/tmp/gpu-check}
@@ -185,7 +190,7 @@ else
   # (NCCL, cuBLAS, the CUDA runtime).
   libdirs+=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu)
   while read -r d; do libdirs+=("$d"); done < <(
-    timeout 20 python3 -c 'import nvidia, os; print("\n".join(os.path.realpath(p) for p in nvidia.__path__))' 2>/dev/null |
+    timeout 20 "$python" -c 'import nvidia, os; print("\n".join(os.path.realpath(p) for p in nvidia.__path__))' 2>/dev/null |
       while read -r root; do find "$root" -name 'lib*.so*' -printf '%h\n' 2>/dev/null; done | sort -u)
 fi
 # Our binaries' library path, never exported: Python and PyTorch keep their own.
@@ -297,6 +302,12 @@ if want equivalence; then
   if run_program cpu_gpu_equivalence "4." 40; then
     record "4. cpu_gpu_equivalence" PASS "$(grep -E '^params|^worst' "$logs/cpu_gpu_equivalence.log" | tr '\n' ' ')"
   fi
+  # The whole fast step, its collectives included (a 1-rank NCCL group over the data axis).
+  label="forced"
+  if run_program cpu_gpu_equivalence "4." 40 --force-collectives; then
+    record "4. cpu_gpu_equivalence forced" PASS "$(grep -E '^params|^worst' "$logs/cpu_gpu_equivalence.forced.log" | tr '\n' ' ')"
+  fi
+  label=""
 fi
 
 if want tp; then
@@ -311,11 +322,11 @@ torch_run() {
   local label=$1 mode=$2 steps=$3 hidden=$4 tlog rc
   torch_sps=""
   tlog=$logs/torch_mlp.$mode.$label.log
-  if ! python3 -c 'import torch' >/dev/null 2>&1; then
-    record "6. torch $mode $label" SKIPPED "no PyTorch for python3 on this machine"
+  if ! "$python" -c 'import torch' >/dev/null 2>&1; then
+    record "6. torch $mode $label" SKIPPED "no PyTorch for $python on this machine"
     return
   fi
-  PYTHONUNBUFFERED=1 bounded 60 python3 bench/torch_mlp.py --steps "$steps" --hidden "$hidden" \
+  PYTHONUNBUFFERED=1 bounded 60 "$python" bench/torch_mlp.py --steps "$steps" --hidden "$hidden" \
     $([[ $mode == tuned ]] && echo --tuned) >"$tlog" 2>&1
   rc=$?
   if ((rc == 200)); then
@@ -346,6 +357,11 @@ if want mlp; then
       fi
     done
     if [[ $size == small ]]; then
+      # The real fast step with its collectives: a 1-rank NCCL group on the communicator's stream.
+      label="$size.collectives"
+      if run_program gpu_mlp "6." 30 --steps "$steps" --hidden "$hidden" --force-collectives on; then
+        record "6. gpu_mlp $size with collectives" PASS "$(grep -E '^samples_per_second|^graph_replays|^collectives_per_step' "$logs/gpu_mlp.$label.log" | tr '\n' ' ')"
+      fi
       label="$size.eager"
       if run_program gpu_mlp "6." 30 --steps "$steps" --hidden "$hidden" --graphs off; then
         record "6. gpu_mlp $size graphs off" PASS "$(grep -E '^samples_per_second|^graph_replays' "$logs/gpu_mlp.$label.log" | tr '\n' ' ')"

@@ -93,7 +93,8 @@ absl::Status ReduceFlat(MeshCommunicators& comms, const GradientPlan& plan, floa
   std::vector<ReduceBuffer> buckets;
   for (const auto& [axis, ranges] : plan.axes) {
     SUBSTRAX_ASSIGN_OR_RETURN(Communicator * comm, comms.Axis(axis));
-    if (comm->size() == 1) continue;  // one replica along this axis: nothing to average
+    // One replica along this axis: nothing to average (unless forced, to run the path).
+    if (comm->size() == 1 && !plan.reduce_single_replica_axes) continue;
     buckets.clear();
     for (const FlatRange& b : CutBuckets(ranges, bucket)) {
       buckets.push_back({flat + b.offset, static_cast<size_t>(b.size)});

@@ -53,6 +53,10 @@ struct FlatRange {
 // Per mesh axis (in mesh order), the ranges to average over it.
 struct GradientPlan {
   std::vector<std::pair<std::string, std::vector<FlatRange>>> axes;
+  // Benchmarks and tests only: reduce over an axis of one replica too (normally skipped: there
+  // is nothing to average), so that one GPU runs the real collective path of a step with a
+  // 1-rank NCCL group (bench/gpu_mlp --force-collectives).
+  bool reduce_single_replica_axes = false;
 };
 
 // The reduction the shardings imply: each parameter is averaged over exactly the mesh axes its

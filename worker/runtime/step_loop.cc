@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> ChooseGradientReducer(
                                bucket_bytes, exec);
   }
   GradientPlan plan = PlanBySharding(ctx.mesh->axis_names(), setup.layout, Specs(backend));
+  plan.reduce_single_replica_axes = options.force_single_replica_collectives;
   absl::StatusOr<Communicator*> model_axis = ctx.comms->Axis(kModelAxis);
   const bool tensor_parallel = model_axis.ok() && (*model_axis)->size() > 1;
   if (options.overlap_gradients && backend.max_steps_in_flight() == 0 && !tensor_parallel) {

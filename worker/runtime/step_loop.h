@@ -95,6 +95,10 @@ struct StepLoopOptions {
   // collectives run on the calling thread (max_steps_in_flight() == 0), the sharding path (not
   // explicit_collectives), and no model axis (the backward pass all-reduces over it itself).
   bool overlap_gradients = false;
+  // Benchmarks and GPU checks only: reduce over mesh axes of one replica too (normally skipped),
+  // so that one GPU runs a step's real collectives with a 1-rank group
+  // (GradientPlan::reduce_single_replica_axes).
+  bool force_single_replica_collectives = false;
   // Called on the device at mesh position 0; keep it short.
   std::function<void(const ProgressReport&)> on_progress;
   // Called on every device at every report; must be thread-safe.

@@ -492,6 +492,39 @@ DataParallelRun RunDataParallel(
 // Overlap: on a data-parallel mesh each bucket is reduced as soon as the pass announces it. The
 // fake waits inside its pass for the first announced slot to be averaged (it fails after 30 s
 // otherwise), and the results equal the reduction after the pass.
+// One device: no collective, unless forced (what bench/gpu_mlp and the GPU check use to run a
+// step's collectives on one GPU); forced, the mean over one replica leaves the gradients as
+// they are.
+TEST(StepLoopForcedCollectivesTest, OneDeviceReducesOnlyWhenForced) {
+  const Mesh mesh = *DeviceMeshManager::CreateHybridMesh(MakeUniformCluster(1, 1), 1, 1);
+  const v1::JobSpec spec = Spec();
+  Dataset eval;
+  for (bool force : {false, true}) {
+    std::atomic<int64_t> collectives{0};
+    std::unique_ptr<FakeBackend> backend;
+    absl::StatusOr<TrainResult> result = absl::UnknownError("not run");
+    StepLoopStats stats;
+    RunOnDevices(
+        mesh,
+        [&](DeviceContext& ctx) {
+          backend = std::make_unique<FakeBackend>(ctx.device.id, 1, 0, HostMemory());
+          StepLoopOptions options = LoopOptions(ctx, spec, mesh, 3, &eval);
+          options.force_single_replica_collectives = force;
+          result = RunStepLoop(options, *backend, &stats);
+        },
+        [&](std::unique_ptr<GroupConnector> inner) -> std::unique_ptr<GroupConnector> {
+          return std::make_unique<CountingConnector>(std::move(inner), &collectives);
+        });
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(stats.gradient_collectives > 0, force) << stats.gradient_collectives;
+    ASSERT_EQ(backend->applied.size(), 3u);
+    EXPECT_THAT(backend->applied[2].at("a"),
+                ElementsAreArray({GradValue(mesh.devices()[0].id, 2, "a", 0),
+                                  GradValue(mesh.devices()[0].id, 2, "a", 1),
+                                  GradValue(mesh.devices()[0].id, 2, "a", 2)}));
+  }
+}
+
 TEST(StepLoopOverlapTest, BucketsAreReducedWhileTheBackwardPassRuns) {
   constexpr int64_t kSteps = 3;
   DataParallelRun run = RunDataParallel(2, kSteps, [](FakeBackend& b, StepLoopOptions& o) {

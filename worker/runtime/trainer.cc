@@ -301,6 +301,7 @@ absl::Status TrainingProcess::RunDevice(DeviceContext& ctx) {
                                     ? spec.gradients().bucket_bytes()
                                     : kDefaultGradientBucketBytes;
   loop.overlap_gradients = OverlapGradients(options_);
+  loop.force_single_replica_collectives = options_.force_single_replica_collectives;
   loop.on_progress = options_.on_progress;
   loop.stop_requested = options_.stop_requested;
   if (options_.on_device_report) {

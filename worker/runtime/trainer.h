@@ -73,6 +73,8 @@ struct TrainerOptions {
   DataAccess data_access = DataAccess::Confined({});
   // Train with the explicit collective step (the guide's pmap path) instead of SpmdTrainStep.
   bool explicit_collectives = false;
+  // Benchmarks and GPU checks only: StepLoopOptions::force_single_replica_collectives.
+  bool force_single_replica_collectives = false;
   // Called on the process that holds mesh position 0, from a device thread; keep it short.
   std::function<void(const ProgressReport&)> on_progress;
   // Called on every device thread of this process at every report; must be thread-safe.
