@@ -139,6 +139,9 @@ struct LocalFlags {
   std::string state_dir = kDefaultLocalStateDir;
   int workers = 2;
   int cpu_devices = 2;
+  // Each worker offers this machine's GPUs (the agents' --devices cuda) instead of CPU devices;
+  // only with one worker (two would offer the same GPUs).
+  bool gpus = false;
   // Each worker's --data-root flags: where jobs may read data files. None: synthetic data only.
   std::vector<std::string> data_roots;
   // Each worker's --checkpoint-root flags; none: <state-dir>/checkpoints (created), so that a

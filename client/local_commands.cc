@@ -219,7 +219,9 @@ std::vector<std::string> WorkerArgv(const LocalFlags& flags, const LocalBinaries
                                     const std::vector<std::string>& programs_dirs) {
   std::vector<std::string> argv = {binaries.agent, "--job-binary", binaries.job, "--coordinator",
                                    address,
-                                   "--cpu-devices", absl::StrCat(flags.cpu_devices),
+                                   "--devices",
+                                   flags.gpus ? std::string("cuda")
+                                              : absl::StrCat("cpu:", flags.cpu_devices),
                                    "--worker-id", name, "--host", name, "--listen-host",
                                    "127.0.0.1", "--work-dir",
                                    absl::StrCat(dir, "/workers/", name)};
@@ -293,7 +295,10 @@ void PrintClusterUp(const CommandContext& ctx, const LocalFlags& flags, const st
            << "=" << admin.key_file << "\n";
   ctx.out->flush();
   *ctx.err << "local cluster up: coordinator at " << address << ", " << flags.workers
-           << " workers with " << flags.cpu_devices << " CPU devices each; state and logs in "
+           << " workers with "
+           << (flags.gpus ? std::string("this machine's GPUs")
+                          : absl::StrCat(flags.cpu_devices, " CPU devices each"))
+           << "; state and logs in "
            << dir << "; mutual TLS with the credentials in " << tls_dir << "\n"
            << "checkpoints: jobs may write them under " << absl::StrJoin(checkpoint_roots, ", ")
            << "\n"
@@ -319,6 +324,10 @@ void PrintClusterUp(const CommandContext& ctx, const LocalFlags& flags, const st
 }  // namespace
 
 int LocalUpCommand(const CommandContext& ctx, const LocalFlags& flags) {
+  if (flags.gpus && flags.workers != 1) {
+    *ctx.err << "substraxctl: --gpus needs --workers 1: each worker would offer the same GPUs\n";
+    return kExitUsage;
+  }
   const std::string dir = StateDir(ctx, flags);
   if (std::optional<int> refused = RefuseOrClearRecordedCluster(ctx, flags, dir)) return *refused;
   absl::StatusOr<LocalBinaries> binaries = FindLocalBinaries(flags);

@@ -302,9 +302,14 @@ void AddLocalUpCommand(CLI::App* local, CommandLine& cl) {
   up->add_option("--workers", flags.workers, "Worker daemons to start")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  up->add_option("--cpu-devices", flags.cpu_devices, "CPU devices of each worker")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
+  CLI::Option* cpu = up->add_option("--cpu-devices", flags.cpu_devices,
+                                     "CPU devices of each worker")
+                          ->check(CLI::Range(1, 256))
+                          ->capture_default_str();
+  up->add_flag("--gpus", flags.gpus,
+               "The worker offers this machine's GPUs (its agent's --devices cuda; needs a "
+               "--config=cuda build and --workers 1) instead of CPU devices")
+      ->excludes(cpu);
   up->add_option("--data-root", flags.data_roots,
                  "A directory every worker lets jobs read data files from (repeatable; each "
                  "worker's --data-root). None: synthetic data only")
