@@ -28,7 +28,8 @@
 #      of a stalled collective, queued work not counted against it);
 #   7. [steploop] the step loop's CUDA variant (step_loop_test's StepLoopCudaTest);
 #   4. [equivalence] the same synthetic job trained on CPU and GPU from one seed: losses and
-#      final parameters agree (tests/gpu/cpu_gpu_equivalence), and again with
+#      final parameters agree (tests/gpu/cpu_gpu_equivalence) at fp32, within wider bounds at
+#      tf32 and bf16, and again with
 #      --force-collectives (the fast step's gradient collectives over a 1-rank NCCL group);
 #   5. [tp] tensor parallelism on one GPU (tests/gpu:tensor_parallel_test);
 #   6. [mlp] our training step (bench/gpu_mlp: CUDA graphs on, 3 repeats of the small MLP, the
@@ -306,6 +307,13 @@ if want equivalence; then
   if run_program cpu_gpu_equivalence "4." 40; then
     record "4. cpu_gpu_equivalence" PASS "$(grep -E '^params|^worst' "$logs/cpu_gpu_equivalence.log" | tr '\n' ' ')"
   fi
+  # The other precisions of the matrix products, against the CPU's fp32.
+  for precision in tf32 bf16; do
+    label=$precision
+    if run_program cpu_gpu_equivalence "4." 40 --precision "$precision"; then
+      record "4. cpu_gpu_equivalence $precision" PASS "$(grep -E '^params|^worst' "$logs/cpu_gpu_equivalence.$precision.log" | tr '\n' ' ')"
+    fi
+  done
   # The whole fast step, its collectives included (a 1-rank NCCL group over the data axis).
   label="forced"
   if run_program cpu_gpu_equivalence "4." 40 --force-collectives; then
