@@ -188,15 +188,20 @@ __global__ void ScaleKernel(float* x, int64_t n, float alpha) {
 }
 
 // __fmul_rn / __fadd_rn are never contracted into FMAs: the CPU optimizer's arithmetic, exactly.
-__global__ void SgdKernel(float* p, const float* g, int64_t n, float lr) {
+// Each update reads the learning rate (and Adam its corrections) from `scalars` in device
+// memory (OptimizerStepArgs::step_scalars), not from its arguments: a captured graph of the update
+// then takes a changed value at its next replay.
+__global__ void SgdKernel(float* p, const float* g, int64_t n, const float* scalars) {
+  const float lr = scalars[0];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     p[i] = __fsub_rn(p[i], __fmul_rn(lr, g[i]));
   }
 }
 
-__global__ void MomentumKernel(float* p, const float* g, float* trace, int64_t n, float lr,
-                               float momentum, bool nesterov) {
+__global__ void MomentumKernel(float* p, const float* g, float* trace, int64_t n,
+                               const float* scalars, float momentum, bool nesterov) {
+  const float lr = scalars[0];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const float t = __fadd_rn(g[i], __fmul_rn(momentum, trace[i]));
@@ -206,10 +211,10 @@ __global__ void MomentumKernel(float* p, const float* g, float* trace, int64_t n
   }
 }
 
-__global__ void AdamKernel(float* p, const float* g, float* mu, float* nu, int64_t n, float lr,
+__global__ void AdamKernel(float* p, const float* g, float* mu, float* nu, int64_t n,
                            float b1, float one_minus_b1, float b2, float one_minus_b2,
-                           const float* corrections, float eps) {
-  const float correction1 = corrections[0], correction2 = corrections[1];
+                           const float* scalars, float eps) {
+  const float lr = scalars[0], correction1 = scalars[1], correction2 = scalars[2];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     const float gi = g[i];
@@ -306,8 +311,7 @@ namespace {
 //   sgd:      p -= lr * g
 cudaError_t SgdUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
-  SgdKernel<<<Blocks(a.n), kThreads, 0, stream>>>(a.p, a.g, a.n,
-                                                  static_cast<float>(a.learning_rate));
+  SgdKernel<<<Blocks(a.n), kThreads, 0, stream>>>(a.p, a.g, a.n, a.step_scalars);
   return Launched();
 }
 
@@ -316,15 +320,16 @@ cudaError_t SgdUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
 cudaError_t MomentumUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
   MomentumKernel<<<Blocks(a.n), kThreads, 0, stream>>>(
-      a.p, a.g, a.slots[0], a.n, static_cast<float>(a.learning_rate),
-      static_cast<float>(a.hyper[0]), a.hyper[1] != 0);
+      a.p, a.g, a.slots[0], a.n, a.step_scalars, static_cast<float>(a.hyper[0]),
+      a.hyper[1] != 0);
   return Launched();
 }
 
 //   adam:     mu = (1-b1) g + b1 mu; nu = (1-b2) g^2 + b2 nu;
 //             p -= lr * (mu / correction1) / (sqrt(nu / correction2) + eps)
 //   hyper: b1, b2, eps. The corrections 1 - b^t are computed on the host in double, then
-//   rounded to float, as the CPU kernel does (AdamStepScalars), and read from device memory.
+//   rounded to float, as the CPU kernel does (AdamStepScalars), and read from device memory
+//   after the learning rate (step_scalars[1], [2]).
 int AdamStepScalars(const OptimizerStepArgs& a, float* out) {
   const double b1 = a.hyper[0], b2 = a.hyper[1];
   out[0] = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(a.step)));
@@ -336,8 +341,7 @@ cudaError_t AdamUpdate(const OptimizerStepArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
   const double b1 = a.hyper[0], b2 = a.hyper[1];
   AdamKernel<<<Blocks(a.n), kThreads, 0, stream>>>(
-      a.p, a.g, a.slots[0], a.slots[1], a.n, static_cast<float>(a.learning_rate),
-      static_cast<float>(b1), static_cast<float>(1.0 - b1), static_cast<float>(b2),
+      a.p, a.g, a.slots[0], a.slots[1], a.n, static_cast<float>(b1), static_cast<float>(1.0 - b1), static_cast<float>(b2),
       static_cast<float>(1.0 - b2), a.step_scalars, static_cast<float>(a.hyper[2]));
   return Launched();
 }

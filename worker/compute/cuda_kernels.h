@@ -83,9 +83,10 @@ struct OptimizerStepArgs {
   double learning_rate = 0;
   int64_t step = 0;                // 1 for the first update
   const double* hyper = nullptr;   // the values of the kernel row's `hyper` names, in that order
-  // Device memory: the values the row's step_scalars computed for this step (Adam's bias
-  // corrections). Read by the kernel, not passed by value, so that a captured CUDA graph of the
-  // update stays valid from step to step; null for a row without step_scalars.
+  // Device memory: [0] the learning rate, then the values the row's step_scalars computed for
+  // this step (Adam's bias corrections). Read by the kernel, not passed by value, so that a
+  // captured CUDA graph of the update stays valid from step to step and takes a changed
+  // learning rate at its next replay.
   const float* step_scalars = nullptr;
 };
 
@@ -99,7 +100,8 @@ struct CudaOptimizerKernel {
   const char* hyper[kMaxOptimizerHyper];
   cudaError_t (*update)(const OptimizerStepArgs& args, cudaStream_t stream);
   // The values that change from step to step, computed on the host from args.step and
-  // args.hyper into out[0, kMaxStepScalars); returns how many. Null: none.
+  // args.hyper into out[0, kMaxStepScalars - 1) (they land after the learning rate in
+  // step_scalars); returns how many. Null: none.
   int (*step_scalars)(const OptimizerStepArgs& args, float* out);
 };
 

@@ -30,10 +30,11 @@ struct CudaOptimizer::Impl {
   std::vector<double> hyper;
   std::map<std::string, std::vector<DeviceTensor>> state;
   int64_t steps = 0;
-  // The kernel row's step_scalars, on the device, and the pinned host slots they are copied
-  // from: a ring of kScalarSlots, each reused only once the copy out of it is done (its
-  // event), so the copy is a real asynchronous DMA and the host never waits for the device
-  // (a copy from pageable memory would stage through a driver buffer, or synchronize).
+  // The learning rate and the kernel row's step_scalars, on the device, and the pinned host
+  // slots they are copied from: a ring of kScalarSlots, each reused only once the copy out of
+  // it is done (its event), so the copy is a real asynchronous DMA and the host never waits for
+  // the device (a copy from pageable memory would stage through a driver buffer, or
+  // synchronize).
   static constexpr int kScalarSlots = 8;
   float* pinned_scalars = nullptr;  // kScalarSlots x kMaxStepScalars
   cudaEvent_t copied[kScalarSlots] = {};
@@ -202,18 +203,19 @@ absl::Status CudaOptimizer::Update(const DeviceTree& grads, DeviceTree* params) 
     }
   }
   const int64_t step = o.steps + 1;
-  if (o.kernel->step_scalars != nullptr) {
-    if (o.step_scalars.data() == nullptr) {
-      SUBSTRAX_ASSIGN_OR_RETURN(o.step_scalars,
-                                DeviceBuffer::Allocate(device, gpu::kMaxStepScalars));
-    }
-    gpu::OptimizerStepArgs args;
-    args.learning_rate = o.config.learning_rate;
-    args.step = step;
-    args.hyper = o.hyper.data();
-    SUBSTRAX_RETURN_IF_ERROR(o.CopyStepScalars(
-        step, stream, [&](float* host) { return o.kernel->step_scalars(args, host); }));
+  // Every step: the learning rate, then the row's own values (Adam's corrections).
+  if (o.step_scalars.data() == nullptr) {
+    SUBSTRAX_ASSIGN_OR_RETURN(o.step_scalars,
+                              DeviceBuffer::Allocate(device, gpu::kMaxStepScalars));
   }
+  gpu::OptimizerStepArgs args;
+  args.learning_rate = o.config.learning_rate;
+  args.step = step;
+  args.hyper = o.hyper.data();
+  SUBSTRAX_RETURN_IF_ERROR(o.CopyStepScalars(step, stream, [&](float* host) {
+    host[0] = static_cast<float>(args.learning_rate);
+    return 1 + (o.kernel->step_scalars != nullptr ? o.kernel->step_scalars(args, host + 1) : 0);
+  }));
   bool launched = false;
   if (o.graph != nullptr) {
     o.key_scratch.clear();
