@@ -5,6 +5,7 @@
 // --config=cuda) every test skips itself with a message.
 #include "worker/collectives/nccl_communicator.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -190,66 +191,73 @@ TEST(NcclCommunicatorTest, DeadPeerAbortsAndLaterCallsFailFast) {
 }
 
 
-// The watchdog on a real communicator: a collective that cannot finish within the timeout (its
-// stream is held by a host function that sleeps past it, as a hung peer would hold it) is
-// aborted and fails with DEADLINE_EXCEEDED, within seconds, and every later call fails fast.
-// A collective that does not finish within its timeout aborts the communicator. One GPU has no
-// peer to wait for, so the test stalls the communicator's own stream after the collective could
-// start (test_stall_after_start): the timeout counts from there, not from the call, and work
-// queued before it on the caller's stream would not count (the host may be steps ahead).
+#ifdef SUBSTRAX_CUDA
+// A 1-rank communicator, a non-blocking stream of the caller's and 4 floats on the device.
+struct OneRank {
+  InMemoryStore store;
+  std::unique_ptr<NcclCommunicator> comm;
+  cudaStream_t stream = nullptr;
+  float* d = nullptr;
+
+  explicit OneRank(NcclCommunicatorOptions options) {
+    options.self = "device 0 (cuda:0 on test)";
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> made =
+        NcclCommunicator::Create(options, &store, 0, 1);
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (made.ok()) comm = *std::move(made);
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&d, 4 * sizeof(float)), cudaSuccess);
+  }
+  ~OneRank() {
+    if (stream != nullptr) {
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+    if (d != nullptr) cudaFree(d);
+  }
+  absl::Status AllReduce() {
+    return comm->AllReduce(d, DataType::kFloat32, 4, ReduceOp::kSum,
+                           ExecutionContext::Stream(stream));
+  }
+};
+#endif
+
+// A collective that does not finish within its timeout aborts the communicator: it fails with
+// DEADLINE_EXCEEDED within seconds, and every later call fails fast. One GPU has no peer to
+// wait for, so the test stalls the communicator's own stream after the collective could start
+// (test_stall_after_start), as a hung peer would hold it.
 TEST(NcclCommunicatorTest, TimeoutAbortsTheCommunicator) {
   SKIP_WITHOUT_GPU();
 #ifdef SUBSTRAX_CUDA
-  InMemoryStore store;
   NcclCommunicatorOptions options;
-  options.self = "device 0 (cuda:0 on test)";
   options.timeout = absl::Milliseconds(200);
   options.test_stall_after_start = absl::Seconds(2);
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
-      NcclCommunicator::Create(options, &store, 0, 1);
-  ASSERT_TRUE(comm.ok()) << comm.status();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  float* d = nullptr;
-  ASSERT_EQ(cudaMalloc(&d, 4 * sizeof(float)), cudaSuccess);
+  OneRank r(options);
+  ASSERT_NE(r.comm, nullptr);
   const absl::Time start = absl::Now();
-  const absl::Status s = (*comm)->AllReduce(d, DataType::kFloat32, 4, ReduceOp::kSum,
-                                            ExecutionContext::Stream(stream));
+  const absl::Status s = r.AllReduce();
   EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  const absl::Status after = (*comm)->Barrier();
+  const absl::Status after = r.comm->Barrier();
   EXPECT_TRUE(absl::IsFailedPrecondition(after)) << after;
-  cudaStreamSynchronize(stream);
-  cudaStreamDestroy(stream);
-  cudaFree(d);
 #endif
 }
 
-// Work queued on the caller's stream before a collective does not count against its timeout.
+// Work queued on the caller's stream before a collective does not count against its timeout:
+// the host may be steps ahead of the device.
 TEST(NcclCommunicatorTest, WorkBeforeTheCollectiveDoesNotCountAgainstItsTimeout) {
   SKIP_WITHOUT_GPU();
 #ifdef SUBSTRAX_CUDA
-  InMemoryStore store;
   NcclCommunicatorOptions options;
-  options.self = "device 0 (cuda:0 on test)";
   options.timeout = absl::Milliseconds(500);
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
-      NcclCommunicator::Create(options, &store, 0, 1);
-  ASSERT_TRUE(comm.ok()) << comm.status();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  float* d = nullptr;
-  ASSERT_EQ(cudaMalloc(&d, 4 * sizeof(float)), cudaSuccess);
+  OneRank r(options);
+  ASSERT_NE(r.comm, nullptr);
   ASSERT_EQ(cudaLaunchHostFunc(
-                stream, [](void*) { absl::SleepFor(absl::Seconds(2)); }, nullptr),
+                r.stream, [](void*) { absl::SleepFor(absl::Seconds(2)); }, nullptr),
             cudaSuccess);
-  const absl::Status s = (*comm)->AllReduce(d, DataType::kFloat32, 4, ReduceOp::kSum,
-                                            ExecutionContext::Stream(stream));
+  const absl::Status s = r.AllReduce();
   EXPECT_TRUE(s.ok()) << s;
-  EXPECT_TRUE((*comm)->Barrier().ok());
-  cudaStreamSynchronize(stream);
-  cudaStreamDestroy(stream);
-  cudaFree(d);
+  EXPECT_TRUE(r.comm->Barrier().ok());
 #endif
 }
 
