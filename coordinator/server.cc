@@ -20,6 +20,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "rpc/keepalive.h"
+#include "rpc/proto_time.h"
 
 namespace substrax {
 
@@ -78,13 +79,26 @@ struct CoordinatorServer::Impl {
     if (registry == nullptr) return;
     std::map<std::string, double> workers = {{"alive", 0}, {"dead", 0}};
     double devices = 0, busy = 0;
+    const absl::Time now = absl::Now();
     for (const v1::Worker& w : state.cluster->ListWorkers()) {
       const bool alive = w.state() == v1::WORKER_STATE_ALIVE;
       workers[alive ? "alive" : "dead"] += 1;
       if (!alive) continue;
       devices += w.devices_size();
       if (!w.job_ids().empty()) busy += w.devices_size();
+      // What `substraxctl doctor` judges, for alerts: per alive worker (docs/diagnosis.md).
+      if (w.has_clock()) {
+        clock_gauges.Set({{"worker", w.worker_id()}},
+                         absl::ToDoubleSeconds(FromProtoDuration(w.clock().offset())));
+      }
+      if (w.has_certificate_not_after()) {
+        certificate_gauges.Set(
+            {{"worker", w.worker_id()}},
+            absl::ToDoubleSeconds(FromProtoTime(w.certificate_not_after()) - now));
+      }
     }
+    clock_gauges.Sweep();
+    certificate_gauges.Sweep();
     for (const auto& [state, n] : workers) worker_gauges->Add({{"state", state}}).Set(n);
     devices_gauge->Set(devices);
     busy_gauge->Set(busy);
@@ -174,6 +188,7 @@ struct CoordinatorServer::Impl {
   prometheus::Histogram* first_latency = nullptr;
   prometheus::Histogram* restart_latency = nullptr;
   LabeledGauges quota_gauges, used_gauges, borrowed_gauges, pending_gauges, straggler_gauges;
+  LabeledGauges clock_gauges, certificate_gauges;
   prometheus::Gauge* preemptions_gauge = nullptr;
   prometheus::Gauge* work_lost_gauge = nullptr;
   absl::Time totals_at = absl::InfinitePast();
@@ -243,6 +258,12 @@ void CoordinatorServer::Impl::RegisterQueueGauges() {
   straggler_gauges = family("substrax_job_straggler_ratio",
                             "A running job's device flagged as a straggler: its compute or data "
                             "time over the other devices' median (docs/diagnosis.md).");
+  clock_gauges = family("substrax_worker_clock_offset_seconds",
+                        "An alive worker's wall clock minus the coordinator's, as its agent "
+                        "measured it at its last heartbeat (substraxctl doctor).");
+  certificate_gauges = family("substrax_worker_certificate_expiry_seconds",
+                              "Seconds until an alive worker's TLS certificate expires "
+                              "(negative: expired; substraxctl doctor).");
   pending_gauges = family("substrax_queue_pending_jobs",
                           "A queue's pending jobs by priority class, as of the last scheduling "
                           "pass.");

@@ -418,6 +418,47 @@ TEST_F(ServerTest, QueueGaugesFollowTheConfigurationInForce) {
   (*server)->Shutdown();
 }
 
+// What `substraxctl doctor` judges is exported per alive worker: its clock offset and how long
+// until its certificate expires, as its agent's heartbeat said.
+TEST_F(ServerTest, WorkerClockAndCertificateGauges) {
+  CoordinatorServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "127.0.0.1:0";
+  options.transport.insecure = true;
+  options.rendezvous_key = "0123456789abcdef0123456789abcdef";
+  options.tick_interval = absl::Milliseconds(20);
+  auto server = CoordinatorServer::Start(options, cluster_.get(), &rendezvous_, auth_.get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  v1::RegisterWorkerRequest reg;
+  reg.set_worker_id("g");
+  reg.set_host("host-g");
+  reg.set_incarnation("inc-g");
+  v1::Device* d = reg.add_devices();
+  d->set_host("host-g");
+  d->set_kind(v1::DEVICE_KIND_CPU);
+  ASSERT_TRUE(cluster_->RegisterWorker(reg).ok());
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id("g");
+  beat.set_incarnation("inc-g");
+  beat.mutable_clock()->mutable_offset()->set_seconds(90);
+  beat.mutable_certificate_not_after()->set_seconds(absl::ToUnixSeconds(absl::Now()) + 3600);
+  ASSERT_TRUE(cluster_->Heartbeat(beat).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  std::string scrape;
+  bool clock = false, certificate = false;
+  while (absl::Now() < deadline && !(clock && certificate)) {
+    scrape = HttpGet((*server)->metrics_port(), "/metrics");
+    clock = scrape.find("\nsubstrax_worker_clock_offset_seconds{worker=\"g\"} 90\n") !=
+            std::string::npos;
+    // An hour from the heartbeat, less the seconds the test took: 35xx.
+    certificate = scrape.find("\nsubstrax_worker_certificate_expiry_seconds{worker=\"g\"} 35") !=
+                  std::string::npos;
+    if (!(clock && certificate)) absl::SleepFor(absl::Milliseconds(20));  // bounded polling
+  }
+  EXPECT_TRUE(clock && certificate) << scrape;
+  (*server)->Shutdown();
+}
+
 TEST_F(ServerTest, BadSpecsAreRejectedWithTheirFieldPath) {
   Register("a", "inc-a");
   Register("b", "inc-b");
