@@ -79,6 +79,17 @@ class ServerTest : public ::testing::Test {
     return context;
   }
 
+  // A server of cluster_ with Prometheus metrics on a free port, ticking every 20 ms.
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> StartWithMetrics() {
+    CoordinatorServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
+    options.transport.insecure = true;
+    options.rendezvous_key = "0123456789abcdef0123456789abcdef";
+    options.tick_interval = absl::Milliseconds(20);
+    return CoordinatorServer::Start(options, cluster_.get(), &rendezvous_, auth_.get());
+  }
+
   v1::RegisterWorkerResponse Register(const std::string& id, const std::string& incarnation) {
     v1::RegisterWorkerRequest request;
     request.set_worker_id(id);
@@ -368,31 +379,32 @@ std::string HttpGet(int port, const std::string& path) {
   return body == std::string::npos ? "" : response.substr(body + 4);
 }
 
+// Polls /metrics on `port` until the scrape holds every string of `want` and none of `gone`
+// (within 20 s); the last scrape.
+std::string AwaitScrape(int port, const std::vector<std::string>& want,
+                        const std::vector<std::string>& gone) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  std::string scrape;
+  while (absl::Now() < deadline) {
+    scrape = HttpGet(port, "/metrics");
+    bool ok = true;
+    for (const std::string& text : want) ok = ok && scrape.find(text) != std::string::npos;
+    for (const std::string& text : gone) ok = ok && scrape.find(text) == std::string::npos;
+    if (ok) return scrape;
+    absl::SleepFor(absl::Milliseconds(20));  // polling, bounded by the deadline
+  }
+  ADD_FAILURE() << "no such scrape within 20 s; the last:\n" << scrape;
+  return scrape;
+}
+
 TEST_F(ServerTest, QueueGaugesFollowTheConfigurationInForce) {
-  CoordinatorServerOptions options;
-  options.listen = "127.0.0.1:0";
-  options.metrics_listen = "127.0.0.1:0";
-  options.transport.insecure = true;
-  options.rendezvous_key = "0123456789abcdef0123456789abcdef";
-  options.tick_interval = absl::Milliseconds(20);
-  auto server = CoordinatorServer::Start(options, cluster_.get(), &rendezvous_, auth_.get());
+  auto server = StartWithMetrics();
   ASSERT_TRUE(server.ok()) << server.status();
-  // Polls /metrics until it shows `want` (each a line of the scrape) and none of `gone`.
+  // Waits until the scrape shows `want` (each a line of it) and none of `gone`.
   auto await = [&](const std::vector<std::string>& want, const std::vector<std::string>& gone) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    std::string scrape;
-    while (absl::Now() < deadline) {
-      scrape = HttpGet((*server)->metrics_port(), "/metrics");
-      bool ok = true;
-      for (const std::string& line : want) {
-        ok = ok && scrape.find("\n" + line + "\n") != std::string::npos;
-      }
-      for (const std::string& line : gone) ok = ok && scrape.find(line) == std::string::npos;
-      if (ok) return scrape;
-      absl::SleepFor(absl::Milliseconds(20));  // polling, bounded by the deadline
-    }
-    ADD_FAILURE() << "no such scrape within 20 s; the last:\n" << scrape;
-    return scrape;
+    std::vector<std::string> lines;
+    for (const std::string& line : want) lines.push_back("\n" + line + "\n");
+    return AwaitScrape((*server)->metrics_port(), lines, gone);
   };
   // The built-in default: one queue without a quota, one class.
   await({R"(substrax_queue_used_devices{backend="cpu",queue="default"} 0)",
@@ -421,13 +433,7 @@ TEST_F(ServerTest, QueueGaugesFollowTheConfigurationInForce) {
 // What `substraxctl doctor` judges is exported per alive worker: its clock offset and how long
 // until its certificate expires, as its agent's heartbeat said.
 TEST_F(ServerTest, WorkerClockAndCertificateGauges) {
-  CoordinatorServerOptions options;
-  options.listen = "127.0.0.1:0";
-  options.metrics_listen = "127.0.0.1:0";
-  options.transport.insecure = true;
-  options.rendezvous_key = "0123456789abcdef0123456789abcdef";
-  options.tick_interval = absl::Milliseconds(20);
-  auto server = CoordinatorServer::Start(options, cluster_.get(), &rendezvous_, auth_.get());
+  auto server = StartWithMetrics();
   ASSERT_TRUE(server.ok()) << server.status();
   v1::RegisterWorkerRequest reg;
   reg.set_worker_id("g");
@@ -443,19 +449,11 @@ TEST_F(ServerTest, WorkerClockAndCertificateGauges) {
   beat.mutable_clock()->mutable_offset()->set_seconds(90);
   beat.mutable_certificate_not_after()->set_seconds(absl::ToUnixSeconds(absl::Now()) + 3600);
   ASSERT_TRUE(cluster_->Heartbeat(beat).ok());
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  std::string scrape;
-  bool clock = false, certificate = false;
-  while (absl::Now() < deadline && !(clock && certificate)) {
-    scrape = HttpGet((*server)->metrics_port(), "/metrics");
-    clock = scrape.find("\nsubstrax_worker_clock_offset_seconds{worker=\"g\"} 90\n") !=
-            std::string::npos;
-    // An hour from the heartbeat, less the seconds the test took: 35xx.
-    certificate = scrape.find("\nsubstrax_worker_certificate_expiry_seconds{worker=\"g\"} 35") !=
-                  std::string::npos;
-    if (!(clock && certificate)) absl::SleepFor(absl::Milliseconds(20));  // bounded polling
-  }
-  EXPECT_TRUE(clock && certificate) << scrape;
+  // The certificate: an hour from the heartbeat, less the seconds the test took (35xx).
+  AwaitScrape((*server)->metrics_port(),
+              {"\nsubstrax_worker_clock_offset_seconds{worker=\"g\"} 90\n",
+               "\nsubstrax_worker_certificate_expiry_seconds{worker=\"g\"} 35"},
+              {});
   (*server)->Shutdown();
 }
 
