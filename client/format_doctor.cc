@@ -185,6 +185,18 @@ std::vector<v1::DoctorFinding> JudgeLinks(const v1::Job& job, std::vector<int>* 
   return findings;
 }
 
+namespace {
+
+// What the worker's agent reports with its heartbeats: its clock and certificate, judged.
+void AddAgentFindings(const v1::Worker& worker, absl::Time now, v1::DoctorReport* out) {
+  *out->add_findings() = JudgeClock(worker);
+  if (std::optional<v1::DoctorFinding> cert = JudgeCertificate(worker, now); cert.has_value()) {
+    *out->add_findings() = *std::move(cert);
+  }
+}
+
+}  // namespace
+
 v1::DoctorSummary SummarizeDoctor(const v1::Job& job, const v1::ListWorkersResponse& workers,
                                   absl::Time now) {
   v1::DoctorSummary summary;
@@ -194,50 +206,44 @@ v1::DoctorSummary SummarizeDoctor(const v1::Job& job, const v1::ListWorkersRespo
   *summary.mutable_untested() = job.spec().doctor().untested();
   std::map<std::string, const v1::Worker*> known;
   for (const v1::Worker& w : workers.workers()) known[w.worker_id()] = &w;
-  std::map<int, const v1::DoctorReport*> reported;
-  for (const v1::DoctorReport& r : job.doctor()) reported[r.process_index()] = &r;
-  // Tested workers: in process order once they reported, else as the spec names them.
+  std::map<std::string, const v1::DoctorReport*> report_of;
+  for (const v1::DoctorReport& r : job.doctor()) report_of[r.worker_id()] = &r;
+  // Tested workers: in process order once they reported (Job.doctor is), else as the spec
+  // names them.
   std::vector<std::string> order;
-  for (const auto& [index, r] : reported) order.push_back(r->worker_id());
+  for (const v1::DoctorReport& r : job.doctor()) order.push_back(r.worker_id());
   for (const std::string& w : job.spec().doctor().workers()) {
-    if (std::find(order.begin(), order.end(), w) == order.end()) order.push_back(w);
+    if (report_of.count(w) == 0) order.push_back(w);
   }
-  std::map<int, size_t> slot_of_process;
+  std::map<int, int> slot_of_process;
   for (const std::string& id : order) {
     v1::DoctorReport* out = summary.add_workers();
     out->set_worker_id(id);
     out->set_process_index(-1);
-    for (const auto& [index, r] : reported) {
-      if (r->worker_id() != id) continue;
-      out->set_process_index(index);
-      out->set_host(r->host());
-      *out->mutable_findings() = r->findings();
-      slot_of_process[index] = summary.workers_size() - 1;
-    }
     auto w = known.find(id);
-    if (out->host().empty() && w != known.end()) out->set_host(w->second->host());
-    if (out->process_index() < 0) {
-      out->add_findings()->CopyFrom(Finding(
+    if (auto r = report_of.find(id); r != report_of.end()) {
+      out->set_process_index(r->second->process_index());
+      out->set_host(r->second->host());
+      *out->mutable_findings() = r->second->findings();
+      slot_of_process[out->process_index()] = summary.workers_size() - 1;
+    } else {
+      if (w != known.end()) out->set_host(w->second->host());
+      *out->add_findings() = Finding(
           "doctor process", v1::DOCTOR_VERDICT_PROBLEM,
           job.state() == v1::JOB_STATE_RUNNING || job.state() == v1::JOB_STATE_PENDING
               ? absl::StrCat("no report yet (the doctor job is ", JobStateName(job.state()), ")")
               : absl::StrCat("no report: the doctor job ", JobStateName(job.state()),
                              job.error().empty() ? "" : absl::StrCat(": ", job.error())),
-          absl::StrCat("see `substraxctl logs ", job.id(), "`")));
+          absl::StrCat("see `substraxctl logs ", job.id(), "`"));
     }
-    if (w != known.end()) {
-      out->add_findings()->CopyFrom(JudgeClock(*w->second));
-      if (auto cert = JudgeCertificate(*w->second, now); cert.has_value()) {
-        out->add_findings()->CopyFrom(*cert);
-      }
-    }
+    if (w != known.end()) AddAgentFindings(*w->second, now, out);
   }
   std::vector<int> owners;
   const std::vector<v1::DoctorFinding> links = JudgeLinks(job, &owners);
   for (size_t i = 0; i < links.size(); ++i) {
     auto slot = slot_of_process.find(owners[i]);
     if (slot == slot_of_process.end()) continue;
-    summary.mutable_workers(static_cast<int>(slot->second))->add_findings()->CopyFrom(links[i]);
+    *summary.mutable_workers(slot->second)->add_findings() = links[i];
   }
   // Untested but alive: their agents still report clock and certificate.
   for (const v1::UntestedWorker& u : job.spec().doctor().untested()) {
@@ -247,10 +253,7 @@ v1::DoctorSummary SummarizeDoctor(const v1::Job& job, const v1::ListWorkersRespo
     out->set_worker_id(u.worker_id());
     out->set_host(w->second->host());
     out->set_process_index(-1);
-    out->add_findings()->CopyFrom(JudgeClock(*w->second));
-    if (auto cert = JudgeCertificate(*w->second, now); cert.has_value()) {
-      out->add_findings()->CopyFrom(*cert);
-    }
+    AddAgentFindings(*w->second, now, out);
   }
   for (const v1::DoctorReport& r : summary.workers()) {
     for (const v1::DoctorFinding& f : r.findings()) {
