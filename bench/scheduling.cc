@@ -491,8 +491,10 @@ void Report(const Result& r, const std::vector<TraceJob>& trace) {
       static_cast<long long>(r.passes), r.mean_pass_ms, r.max_pass_ms,
       static_cast<long long>(r.max_pass_pending), r.max_pass_cpu_ms,
       static_cast<long long>(r.peak_pending), static_cast<long long>(r.peak_running));
-  std::printf("pending at the first pass after the burst: %lld\n",
-              static_cast<long long>(r.pending_after_burst));
+  if (r.pending_after_burst >= 0) {
+    std::printf("pending at the first pass after the burst: %lld\n",
+                static_cast<long long>(r.pending_after_burst));
+  }
   std::printf("%-10s %6s %9s %9s\n", "priority", "jobs", "p50_wait", "p99_wait");
   for (int c = kClassCount - 1; c >= 0; --c) {
     std::vector<double> w;
@@ -609,12 +611,27 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--load", o.load, "offered load over the arrival span")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (o.jobs < 1 || o.burst_jobs < 0 || o.burst_class < 0 || o.burst_class >= kClassCount ||
-      o.max_size_log2 < 0 || (int64_t{1} << o.max_size_log2) > o.devices) {
-    std::fprintf(stderr,
-                 "--jobs must be positive, --burst_jobs not negative, --burst_class 0..2, and "
-                 "2^--max_size_log2 at most %lld\n",
-                 static_cast<long long>(o.devices));
+  // Each bad flag named with its value; nothing runs.
+  std::vector<std::string> bad;
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) bad.push_back(what);
+  };
+  check(o.jobs >= 1, absl::StrCat("--jobs must be at least 1, got ", o.jobs));
+  check(o.burst_jobs >= 0, absl::StrCat("--burst_jobs must not be negative, got ", o.burst_jobs));
+  check(o.burst_at >= 0 && o.burst_at <= 1,
+        absl::StrCat("--burst_at must be within 0..1, got ", o.burst_at));
+  check(o.burst_median_minutes > 0,
+        absl::StrCat("--burst_median_minutes must be positive, got ", o.burst_median_minutes));
+  check(o.burst_class >= 0 && o.burst_class < kClassCount,
+        absl::StrCat("--burst_class must be 0 (low), 1 (normal) or 2 (high), got ",
+                     o.burst_class));
+  check(o.load > 0, absl::StrCat("--load must be positive, got ", o.load));
+  check(o.max_size_log2 >= 0 && o.max_size_log2 < 63 &&
+            (int64_t{1} << o.max_size_log2) <= o.devices,
+        absl::StrCat("--max_size_log2 must be 0..", std::log2(static_cast<double>(o.devices)),
+                     " (2^it at most the ", o.devices, " devices), got ", o.max_size_log2));
+  if (!bad.empty()) {
+    for (const std::string& b : bad) std::fprintf(stderr, "%s\n", b.c_str());
     return 2;
   }
   std::printf("scheduling benchmark; load average %s\n", LoadAverage().c_str());
